@@ -1,0 +1,121 @@
+"""Every span, attribute, event and resource name AgentReplay writes or reads.
+
+Names follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``); what the
+conventions lack lives under ``agentreplay.*``. Nothing else in the project spells
+these strings: import them from here.
+"""
+
+from typing import Final
+
+# --- GenAI semantic conventions -------------------------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
+GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
+GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+ERROR_TYPE: Final = "error.type"
+SERVER_ADDRESS: Final = "server.address"
+SERVER_PORT: Final = "server.port"
+
+# gen_ai.operation.name values
+OP_CHAT: Final = "chat"
+OP_INVOKE_AGENT: Final = "invoke_agent"
+OP_EXECUTE_TOOL: Final = "execute_tool"
+OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
+
+# gen_ai.provider.name values
+PROVIDER_OPENAI: Final = "openai"
+PROVIDER_ANTHROPIC: Final = "anthropic"
+
+# GenAI client metrics
+METRIC_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+
+# --- AgentReplay -----------------------------------------------------------------
+RUN_KIND: Final = "agentreplay.run.kind"
+RUN_INPUT: Final = "agentreplay.run.input"
+RUN_OUTPUT: Final = "agentreplay.run.output"
+RUN_ENTRYPOINT: Final = "agentreplay.run.entrypoint"
+RUN_AUTO: Final = "agentreplay.run.auto"
+REPLAY_OF: Final = "agentreplay.replay.of"
+MANIFEST_SHA256: Final = "agentreplay.manifest.sha256"
+
+STEP: Final = "agentreplay.step"
+REQUEST: Final = "agentreplay.request"
+RESPONSE: Final = "agentreplay.response"
+RESPONSE_STREAM: Final = "agentreplay.response.stream"
+COST_USD: Final = "agentreplay.cost.usd"
+TOOL_SIDE_EFFECT: Final = "agentreplay.tool.side_effect"
+TOOL_FUNCTION: Final = "agentreplay.tool.function"
+GRAPH_NODE: Final = "agentreplay.graph.node"
+
+EVENT_POLICY_DECISION: Final = "agentreplay.policy.decision"
+EVENT_STATE: Final = "agentreplay.state"
+STATE_UPDATE: Final = "agentreplay.state.update"
+
+CHAIN_PREFIX: Final = "agentreplay.chain."
+CHAIN_SEQ: Final = "agentreplay.chain.seq"
+CHAIN_PREV: Final = "agentreplay.chain.prev"
+CHAIN_HASH: Final = "agentreplay.chain.hash"
+CHAIN_SEAL: Final = "agentreplay.chain.seal"
+IDENTITY_KID: Final = "agentreplay.identity.kid"
+
+# run kinds
+RUN_KIND_RECORD: Final = "record"
+RUN_KIND_REPLAY: Final = "replay"
+RUN_KIND_REGRESSION: Final = "regression"
+RUN_KIND_FORK: Final = "fork"
+
+# --- resource --------------------------------------------------------------------
+SERVICE_NAME: Final = "service.name"
+AGENT_ID: Final = "agentreplay.agent.id"
+AGENT_VERSION: Final = "agentreplay.agent.version"
+
+# Attributes whose values are content (prompts, completions, tool I/O): the redactor sees these.
+CONTENT_ATTRIBUTES: Final = frozenset(
+    {
+        GEN_AI_INPUT_MESSAGES,
+        GEN_AI_OUTPUT_MESSAGES,
+        GEN_AI_SYSTEM_INSTRUCTIONS,
+        GEN_AI_TOOL_CALL_ARGUMENTS,
+        GEN_AI_TOOL_CALL_RESULT,
+        REQUEST,
+        RESPONSE,
+        RESPONSE_STREAM,
+        RUN_INPUT,
+        RUN_OUTPUT,
+        STATE_UPDATE,
+    }
+)
+
+# --- environment variables -----------------------------------------------------
+ENV_AGENT_KEY: Final = "AGENTREPLAY_AGENT_KEY"
+ENV_AGENT_ID: Final = "AGENTREPLAY_AGENT_ID"
+ENV_AGENT_VERSION: Final = "AGENTREPLAY_AGENT_VERSION"
+ENV_IDENTITY: Final = "AGENTREPLAY_IDENTITY"
+ENV_MANIFEST: Final = "AGENTREPLAY_MANIFEST"
+ENV_ORG_PUBLIC_KEY: Final = "AGENTREPLAY_ORG_PUBLIC_KEY"
+ENV_REDACTOR: Final = "AGENTREPLAY_REDACTOR"
+ENV_CAPTURE_CONTENT: Final = "AGENTREPLAY_CAPTURE_CONTENT"
+ENV_QUEUE_SIZE: Final = "AGENTREPLAY_QUEUE_SIZE"
+ENV_STORE: Final = "AGENTREPLAY_STORE"
+ENV_COLLECTOR: Final = "AGENTREPLAY_COLLECTOR"
+
+# entry point groups
+EP_REDACTOR: Final = "agentreplay_redactor"
