@@ -75,6 +75,8 @@ CHAIN_PREV: Final = "agentreplay.chain.prev"
 CHAIN_HASH: Final = "agentreplay.chain.hash"
 CHAIN_SEAL: Final = "agentreplay.chain.seal"
 IDENTITY_KID: Final = "agentreplay.identity.kid"
+# Written after a span is hashed, so never part of its hash.
+CHAIN_ATTRIBUTES: Final = frozenset({CHAIN_SEQ, CHAIN_PREV, CHAIN_HASH, CHAIN_SEAL, IDENTITY_KID})
 
 # run kinds
 RUN_KIND_RECORD: Final = "record"
