@@ -1,0 +1,158 @@
+"""One LLM call's span, from the request to the end of its response or stream.
+
+Provider packages extract attributes (pure functions) and hand them to :class:`LLMCall`,
+which owns everything the providers share: the step-numbered span, the canonical request,
+cost, metrics, error status, and ending the span exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from agentreplay_otel import semconv, settings
+from agentreplay_otel.content import to_json
+from agentreplay_otel.metrics import GenAIMetrics
+from agentreplay_otel.pricing import cost_usd
+from agentreplay_otel.runs import start_step_span
+
+_log = logging.getLogger(__name__)
+
+_NOT_GIVEN_TYPES = ("NotGiven", "Omit")
+
+
+def clean_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """Call kwargs without the client libraries' "not given" sentinels or transport options."""
+    return {
+        k: v
+        for k, v in kwargs.items()
+        if type(v).__name__ not in _NOT_GIVEN_TYPES and k not in ("extra_headers", "extra_query", "timeout")
+    }
+
+
+@dataclass(kw_only=True)
+class LLMResult:
+    """What a provider extracted from a finished response (or a stream's accumulated chunks)."""
+
+    attributes: dict[str, Any] = field(default_factory=dict)
+    response_model: str | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    output_messages: Any = None  # gen_ai.output.messages, JSON-able
+    response_json: str | None = None  # agentreplay.response: the full response body
+    stream_chunks: list[str] | None = None  # agentreplay.response.stream: each chunk's JSON
+
+
+class LLMCall:
+    """The span of one call; :meth:`finish` or :meth:`fail` end it, once, from any thread."""
+
+    def __init__(
+        self,
+        *,
+        tracer: trace.Tracer,
+        metrics: GenAIMetrics | None,
+        provider: str,
+        operation: str,
+        model: str | None,
+        request: Mapping[str, Any],
+        attributes: dict[str, Any],
+        input_messages: Any = None,
+        system_instructions: Any = None,
+    ) -> None:
+        self._metrics = metrics
+        self._lock = threading.Lock()
+        self._ended = False
+        self._started = time.perf_counter()
+        self.model = model
+        self.metric_attributes = {
+            semconv.GEN_AI_OPERATION_NAME: operation,
+            semconv.GEN_AI_PROVIDER_NAME: provider,
+            **({semconv.GEN_AI_REQUEST_MODEL: model} if model else {}),
+        }
+        attributes.update(self.metric_attributes)
+        if settings.current().capture_content:
+            attributes[semconv.REQUEST] = to_json(request)
+            if input_messages is not None:
+                attributes[semconv.GEN_AI_INPUT_MESSAGES] = to_json(input_messages)
+            if system_instructions is not None:
+                attributes[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = to_json(system_instructions)
+        name = f"{operation} {model}" if model else operation
+        self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=attributes, tracer=tracer)
+
+    def _claim_end(self) -> bool:
+        with self._lock:
+            if self._ended:
+                return False
+            self._ended = True
+            return True
+
+    def finish(self, result: LLMResult) -> None:
+        if not self._claim_end():
+            return
+        try:
+            self._set_result(result)
+        except Exception:  # recording must never break the agent
+            _log.exception("agentreplay: could not record an LLM response")
+        finally:
+            self.span.end()
+
+    def _set_result(self, result: LLMResult) -> None:
+        span = self.span
+        span.set_attributes(result.attributes)
+        if result.response_model:
+            span.set_attribute(semconv.GEN_AI_RESPONSE_MODEL, result.response_model)
+        if result.input_tokens is not None:
+            span.set_attribute(semconv.GEN_AI_USAGE_INPUT_TOKENS, result.input_tokens)
+        if result.output_tokens is not None:
+            span.set_attribute(semconv.GEN_AI_USAGE_OUTPUT_TOKENS, result.output_tokens)
+        cost = cost_usd(result.response_model or self.model, result.input_tokens, result.output_tokens)
+        if cost is not None:
+            span.set_attribute(semconv.COST_USD, cost)
+        if settings.current().capture_content:
+            if result.output_messages is not None:
+                span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json(result.output_messages))
+            if result.response_json is not None:
+                span.set_attribute(semconv.RESPONSE, result.response_json)
+            if result.stream_chunks is not None:
+                span.set_attribute(semconv.RESPONSE_STREAM, "[" + ",".join(result.stream_chunks) + "]")
+        self._record_metrics(result.response_model, result.input_tokens, result.output_tokens, error=None)
+
+    def fail(self, exc: BaseException, *, partial: LLMResult | None = None) -> None:
+        """End the span as failed; what arrived before the failure (a partial stream) is kept."""
+        if not self._claim_end():
+            return
+        try:
+            if partial is not None:
+                self._set_result(partial)
+            self.span.record_exception(exc)
+            self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            self.span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
+            if partial is None:
+                self._record_metrics(None, None, None, error=type(exc).__qualname__)
+        except Exception:
+            _log.exception("agentreplay: could not record an LLM failure")
+        finally:
+            self.span.end()
+
+    def _record_metrics(self, response_model: str | None, input_tokens: int | None,
+                        output_tokens: int | None, *, error: str | None) -> None:
+        if self._metrics is None:
+            return
+        attrs = dict(self.metric_attributes)
+        if response_model:
+            attrs[semconv.GEN_AI_RESPONSE_MODEL] = response_model
+        if error:
+            attrs[semconv.ERROR_TYPE] = error
+        self._metrics.record(
+            duration_s=time.perf_counter() - self._started,
+            attributes=attrs,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )

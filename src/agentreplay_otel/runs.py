@@ -1,0 +1,263 @@
+"""Runs: the root ``invoke_agent`` span every recorded call belongs to.
+
+``agentreplay_otel.run(name, input=...)`` opens a run explicitly (context manager,
+async context manager or decorator). Without one, the first instrumented call opens an
+*auto run* for the process, ended at exit, so ``opentelemetry-instrument python agent.py``
+records a whole run with no change to the agent's code.
+
+Every LLM and tool call is a *step*: :func:`start_step_span` numbers it within its run
+and parents it correctly (to the current span if there is one, else to the run).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import inspect
+import itertools
+import sys
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from contextvars import ContextVar, Token
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+
+from agentreplay_otel import semconv
+from agentreplay_otel.content import to_json
+from agentreplay_otel.version import __version__
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_TRACER_NAME = "agentreplay_otel"
+
+
+@dataclass(eq=False)
+class RunState:
+    """A run in progress: its span, its context, and its step counter."""
+
+    span: Span
+    context: otel_context.Context
+    auto: bool = False
+    _steps: itertools.count = field(default_factory=itertools.count)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def run_id(self) -> str:
+        return format(self.span.get_span_context().trace_id, "032x")
+
+    def next_step(self) -> int:
+        with self._lock:
+            return next(self._steps)
+
+
+_current: ContextVar[RunState | None] = ContextVar("agentreplay_run", default=None)
+_auto_lock = threading.Lock()
+_auto_run: RunState | None = None
+# Runs that started outside our API (the agent's own root span): step counters by trace id.
+_foreign_runs: OrderedDict[int, RunState] = OrderedDict()
+_FOREIGN_MEMORY = 1024
+
+
+def _tracer(provider: trace.TracerProvider | None = None) -> trace.Tracer:
+    return trace.get_tracer(_TRACER_NAME, __version__, tracer_provider=provider)
+
+
+def run_attributes(name: str, *, input: Any, kind: str, replay_of: str | None) -> dict[str, Any]:
+    from agentreplay_otel import settings  # late: settings reads the environment once configured
+
+    attrs: dict[str, Any] = {
+        semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
+        semconv.GEN_AI_AGENT_NAME: name,
+        semconv.RUN_KIND: kind,
+        semconv.RUN_ENTRYPOINT: to_json(list(sys.argv)),
+    }
+    if input is not None:
+        attrs[semconv.RUN_INPUT] = to_json(input)
+    if replay_of:
+        attrs[semconv.REPLAY_OF] = replay_of
+    manifest = settings.current().manifest_sha256
+    if manifest:
+        attrs[semconv.MANIFEST_SHA256] = manifest
+    return attrs
+
+
+class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
+    """Open a run: ``with run("booker", input=q) as r: ...; r.set_output(answer)``.
+
+    Also ``async with`` and ``@run("booker")`` on a sync or async function (then the
+    call's arguments are the input and its return value the output).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        input: Any = None,
+        kind: str = semconv.RUN_KIND_RECORD,
+        replay_of: str | None = None,
+        tracer_provider: trace.TracerProvider | None = None,
+    ) -> None:
+        self.name = name
+        self.input = input
+        self.kind = kind
+        self.replay_of = replay_of
+        self._provider = tracer_provider
+        self._state: RunState | None = None
+        self._token: Token | None = None
+        self._ctx_token: object | None = None
+
+    # --- context manager ------------------------------------------------------
+    def __enter__(self) -> RunHandle:
+        span = _tracer(self._provider).start_span(
+            f"{semconv.OP_INVOKE_AGENT} {self.name}",
+            kind=SpanKind.INTERNAL,
+            attributes=run_attributes(self.name, input=self.input, kind=self.kind, replay_of=self.replay_of),
+        )
+        ctx = trace.set_span_in_context(span)
+        self._state = RunState(span=span, context=ctx)
+        self._token = _current.set(self._state)
+        self._ctx_token = otel_context.attach(ctx)
+        return RunHandle(self._state)
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        assert self._state is not None and self._token is not None
+        span = self._state.span
+        if exc is not None:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
+        span.end()
+        otel_context.detach(self._ctx_token)  # type: ignore[arg-type]
+        _current.reset(self._token)
+
+    async def __aenter__(self) -> RunHandle:
+        return self.__enter__()
+
+    async def __aexit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        self.__exit__(exc_type, exc, tb)
+
+    # --- decorator ------------------------------------------------------------
+    def __call__(self, fn: F) -> F:
+        def fresh(args: tuple, kwargs: dict) -> run:
+            given = self.input if self.input is not None else _bound_arguments(fn, args, kwargs)
+            return run(self.name, input=given, kind=self.kind, replay_of=self.replay_of,
+                       tracer_provider=self._provider)
+
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async with fresh(args, kwargs) as handle:
+                    result = await fn(*args, **kwargs)
+                    handle.set_output(result)
+                    return result
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with fresh(args, kwargs) as handle:
+                result = fn(*args, **kwargs)
+                handle.set_output(result)
+                return result
+
+        return wrapper  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class RunHandle:
+    """What ``with run(...) as handle`` gives the agent."""
+
+    state: RunState
+
+    @property
+    def run_id(self) -> str:
+        return self.state.run_id
+
+    def set_output(self, value: Any) -> None:
+        self.state.span.set_attribute(semconv.RUN_OUTPUT, to_json(value))
+
+
+def _bound_arguments(fn: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return {"args": list(args), "kwargs": kwargs}
+    bound.apply_defaults()
+    return dict(bound.arguments)
+
+
+# --- steps ---------------------------------------------------------------------------
+def current_run() -> RunState | None:
+    """The run the caller is in: explicit, else the process's auto run (if one is open)."""
+    return _current.get() or _auto_run
+
+
+def start_step_span(
+    name: str,
+    *,
+    kind: SpanKind,
+    attributes: dict[str, Any],
+    tracer: trace.Tracer | None = None,
+) -> Span:
+    """Start (not activate) the span of one LLM or tool call, numbered within its run."""
+    state = _run_for_call(tracer)
+    attributes[semconv.STEP] = state.next_step()
+    current = trace.get_current_span()
+    parent_ctx = None if current.get_span_context().is_valid else state.context
+    return (tracer or _tracer()).start_span(name, context=parent_ctx, kind=kind, attributes=attributes)
+
+
+def _run_for_call(tracer: trace.Tracer | None) -> RunState:
+    explicit = _current.get()
+    if explicit is not None:
+        return explicit
+    current = trace.get_current_span()
+    span_ctx = current.get_span_context()
+    if span_ctx.is_valid:
+        # Inside the agent's own span (a web request, say): that trace is the run.
+        with _auto_lock:
+            state = _foreign_runs.get(span_ctx.trace_id)
+            if state is None:
+                state = _foreign_runs[span_ctx.trace_id] = RunState(span=current, context=otel_context.get_current())
+                while len(_foreign_runs) > _FOREIGN_MEMORY:
+                    _foreign_runs.popitem(last=False)
+            return state
+    return _ensure_auto_run()
+
+
+def _ensure_auto_run() -> RunState:
+    global _auto_run
+    with _auto_lock:
+        if _auto_run is None:
+            name = _entrypoint_name()
+            span = _tracer().start_span(
+                f"{semconv.OP_INVOKE_AGENT} {name}",
+                kind=SpanKind.INTERNAL,
+                attributes={
+                    **run_attributes(name, input=None, kind=semconv.RUN_KIND_RECORD, replay_of=None),
+                    semconv.RUN_AUTO: True,
+                },
+            )
+            _auto_run = RunState(span=span, context=trace.set_span_in_context(span), auto=True)
+            atexit.register(end_auto_run)
+        return _auto_run
+
+
+def end_auto_run() -> None:
+    """End the process's auto run, if one is open (at exit, or before a provider shuts down)."""
+    global _auto_run
+    with _auto_lock:
+        state, _auto_run = _auto_run, None
+    if state is not None:
+        state.span.end()
+
+
+def _entrypoint_name() -> str:
+    main = sys.argv[0] if sys.argv and sys.argv[0] else "python"
+    return main.rsplit("/", 1)[-1].removesuffix(".py") or "agent"

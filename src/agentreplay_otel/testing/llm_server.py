@@ -1,0 +1,387 @@
+"""A local scripted model server speaking the real OpenAI and Anthropic HTTP APIs.
+
+Point the unmodified `openai` / `anthropic` clients at it (`base_url=server.base_url_openai` /
+`server.base_url_anthropic`) and they parse its answers, streamed or not, into their usual typed objects.
+Tests, benchmarks and the demo use it instead of the network, so it is built to be fast and steady:
+a stdlib `ThreadingHTTPServer` with HTTP/1.1 keep-alive, TCP_NODELAY, and each answer sent in one write.
+
+    with LLMServer([ScriptedReply(tool_calls=[ToolCallSpec("get_weather", {"city": "Paris"})]),
+                    ScriptedReply(text="It is sunny.")]) as server:
+        client = openai.OpenAI(base_url=server.base_url_openai, api_key="test")
+
+Run standalone with `python -m agentreplay_otel.testing.llm_server --port 8765 [--script FILE.json]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from . import _anthropic_api, _openai_api
+from ._script import (
+    Provider,
+    RecordedRequest,
+    Request,
+    ScriptedReply,
+    ToolCallSpec,
+    Turn,
+    dumps,
+    echo_reply,
+    new_id,
+    resolve,
+    word_tokens,
+)
+
+__all__ = [
+    "LLMServer",
+    "RecordedRequest",
+    "Request",
+    "ScriptedReply",
+    "Script",
+    "ToolCallSpec",
+    "echo_reply",
+    "load_script",
+    "word_tokens",
+]
+
+Script = Callable[[Request], ScriptedReply] | Sequence[ScriptedReply] | None
+
+
+@dataclass(frozen=True)
+class _Route:
+    """How one endpoint renders a resolved turn: as a JSON body, or as a list of SSE events."""
+
+    provider: Provider
+    body: Callable[[Turn, Mapping[str, Any]], dict[str, Any]]
+    events: Callable[[Turn, Mapping[str, Any]], list[bytes]]
+
+
+_ROUTES = {
+    "/v1/chat/completions": _Route("openai", _openai_api.chat_completion, _openai_api.chat_events),
+    "/v1/responses": _Route("openai", _openai_api.response, _openai_api.response_events),
+    "/v1/messages": _Route("anthropic", lambda t, _: _anthropic_api.message(t),
+                           lambda t, _: _anthropic_api.message_events(t)),
+}
+_ERROR_BODIES = {"openai": _openai_api.error_body, "anthropic": _anthropic_api.error_body}
+_BAD_JSON = "We could not parse the JSON body of your request: expected a JSON object."
+
+
+class LLMServer:
+    """Serves scripted replies on 127.0.0.1 (ephemeral port by default) from a background thread.
+
+    `script` is a list of replies consumed in order (the last one repeats once exhausted), or a callable
+    that picks a reply per request, or None for echo replies ("You said: <last user message>").
+    """
+
+    def __init__(self, script: Script = None, *, host: str = "127.0.0.1", port: int = 0) -> None:
+        self._script = script
+        self._address = (host, port)
+        self._lock = threading.Lock()
+        self._requests: list[RecordedRequest] = []
+        self._cursor = 0
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------------------------
+
+    def start(self) -> LLMServer:
+        if self._httpd is None:
+            self._httpd = _HTTPServer(self._address, self)
+            self._thread = threading.Thread(
+                target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="llm-server", daemon=True
+            )
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stops serving and drops kept-alive connections, so no handler thread outlives the server."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        httpd.shutdown()
+        httpd.server_close()
+        httpd.close_connections()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> LLMServer:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    # -- addresses ----------------------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("LLMServer is not started")
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self._address[0]}:{self.port}"
+
+    @property
+    def base_url_openai(self) -> str:
+        return self.base_url + "/v1"
+
+    @property
+    def base_url_anthropic(self) -> str:
+        return self.base_url
+
+    # -- what was received --------------------------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        """A snapshot of every request received so far, in arrival order."""
+        with self._lock:
+            return list(self._requests)
+
+    @property
+    def request_count(self) -> int:
+        with self._lock:
+            return len(self._requests)
+
+    @property
+    def connection_count(self) -> int:
+        """TCP connections accepted so far: lets tests check that clients reuse kept-alive connections."""
+        return self._httpd.accepted if self._httpd is not None else 0
+
+    def reset(self) -> None:
+        """Forgets recorded requests and rewinds a list script to its first reply."""
+        with self._lock:
+            self._requests.clear()
+            self._cursor = 0
+
+    # -- request handling (runs on handler threads) -------------------------------------------------------
+
+    def _handle(self, handler: _Handler) -> None:
+        path = handler.path.split("?", 1)[0]
+        raw = _read_body(handler)
+        route = _ROUTES.get(path) if handler.command == "POST" else None
+        provider = route.provider if route else _guess_provider(path, handler.headers)
+        body = _parse_object(raw)
+        request = RecordedRequest(method=handler.command, path=path, provider=provider, body=body or {},
+                                  headers={k.lower(): v for k, v in handler.headers.items()}, raw_body=raw)
+        with self._lock:
+            self._requests.append(request)
+        if route is None:
+            return _send_error(handler, provider, 404, f"Invalid URL ({handler.command} {path})")
+        if body is None:
+            return _send_error(handler, provider, 400, _BAD_JSON)
+        try:
+            reply = self._next_reply(request)
+            turn = resolve(reply, request)
+        except Exception as exc:  # a broken script must fail the call visibly, not hang the client
+            return _send_error(handler, provider, 500, f"script failed: {exc!r}")
+        if reply.error_status is not None:
+            message = reply.error_message or HTTPStatus(reply.error_status).phrase
+            return _send_error(handler, provider, reply.error_status, message, reply.retry_after_ms)
+        if request.stream:
+            return _send_events(handler, provider, route.events(turn, body), reply)
+        _send(handler, 200, _request_id_header(provider), "application/json", dumps(route.body(turn, body)))
+
+    def _next_reply(self, request: Request) -> ScriptedReply:
+        script = self._script
+        if callable(script):
+            return script(request)
+        if not script:
+            return echo_reply(request)
+        with self._lock:
+            index, self._cursor = min(self._cursor, len(script) - 1), self._cursor + 1
+        return script[index]
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    """Threaded server that counts and can sever its connections (keep-alive threads otherwise linger)."""
+
+    daemon_threads = True
+    block_on_close = False
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], owner: LLMServer) -> None:
+        self.owner = owner
+        self.accepted = 0
+        self._open: set[socket.socket] = set()
+        self._open_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def track(self, sock: socket.socket) -> None:
+        with self._open_lock:
+            self.accepted += 1
+            self._open.add(sock)
+
+    def untrack(self, sock: socket.socket) -> None:
+        with self._open_lock:
+            self._open.discard(sock)
+
+    def close_connections(self) -> None:
+        with self._open_lock:
+            socks = list(self._open)
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):  # clients hang up; that is normal
+            super().handle_error(request, client_address)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.server.track(self.request)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        finally:
+            self.server.untrack(self.request)
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except (ConnectionError, TimeoutError):
+            self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class names it so
+        pass
+
+    def do_POST(self) -> None:
+        self.server.owner._handle(self)
+
+    do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
+
+
+# -- HTTP plumbing --------------------------------------------------------------------------------------------
+
+
+def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    length = handler.headers.get("Content-Length")
+    if length is not None:
+        return handler.rfile.read(int(length))
+    if "chunked" not in handler.headers.get("Transfer-Encoding", "").lower():
+        return b""
+    parts = []
+    while size := int(handler.rfile.readline().split(b";", 1)[0], 16):
+        parts.append(handler.rfile.read(size))
+        handler.rfile.readline()
+    while handler.rfile.readline() not in (b"\r\n", b"\n", b""):
+        pass  # trailers
+    return b"".join(parts)
+
+
+def _parse_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _guess_provider(path: str, headers: Any) -> Provider:
+    if path.startswith("/v1/messages") or "anthropic-version" in headers or "x-api-key" in headers:
+        return "anthropic"
+    return "openai"
+
+
+def _request_id_header(provider: Provider) -> list[tuple[str, str]]:
+    name = "x-request-id" if provider == "openai" else "request-id"
+    return [(name, new_id("req_", 24))]
+
+
+def _head(handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], content_type: str) -> bytes:
+    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", f"content-type: {content_type}",
+             *(f"{k}: {v}" for k, v in headers)]
+    if handler.close_connection:
+        lines.append("connection: close")
+    return ("\r\n".join(lines) + "\r\n").encode("latin-1")
+
+
+def _send(handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], content_type: str,
+          body: bytes) -> None:
+    """Writes status, headers and body in one send, so neither side's Nagle/delayed-ACK adds latency."""
+    head = _head(handler, status, headers, content_type)
+    handler.wfile.write(head + b"content-length: %d\r\n\r\n" % len(body) + body)
+
+
+def _send_error(handler: BaseHTTPRequestHandler, provider: Provider, status: int, message: str,
+                retry_after_ms: int | None = None) -> None:
+    headers = _request_id_header(provider)
+    if retry_after_ms is not None:
+        headers += [("retry-after-ms", str(retry_after_ms)), ("retry-after", str(max(1, retry_after_ms // 1000)))]
+    _send(handler, status, headers, "application/json", dumps(_ERROR_BODIES[provider](status, message)))
+
+
+def _send_events(handler: BaseHTTPRequestHandler, provider: Provider, events: list[bytes],
+                 reply: ScriptedReply) -> None:
+    """Streams SSE events as HTTP chunks; `stream_error_after` stops early and drops the connection."""
+    head = _head(handler, 200, [*_request_id_header(provider), ("cache-control", "no-cache"),
+                                ("transfer-encoding", "chunked")], "text/event-stream; charset=utf-8") + b"\r\n"
+    cut = reply.stream_error_after
+    chunks = [b"%x\r\n%s\r\n" % (len(event), event) for event in events[:cut]]
+    tail = b"0\r\n\r\n" if cut is None else b""
+    if reply.chunk_delay_s <= 0:
+        handler.wfile.write(head + b"".join(chunks) + tail)
+    else:
+        handler.wfile.write(head)
+        for chunk in chunks:
+            time.sleep(reply.chunk_delay_s)
+            handler.wfile.write(chunk)
+        handler.wfile.write(tail)
+    if cut is not None:
+        handler.close_connection = True
+        handler.connection.shutdown(socket.SHUT_RDWR)
+
+
+# -- CLI ------------------------------------------------------------------------------------------------------
+
+
+def load_script(path: str | Path) -> list[ScriptedReply]:
+    """Reads a JSON list of replies: `[{"text": ...}, {"tool_calls": [{"name": ..., "arguments": {...}}]}]`."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, list):
+        raise ValueError(f"{path}: a script is a JSON list of replies")
+    return [ScriptedReply.from_json(item) for item in data]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Scripted OpenAI/Anthropic-compatible model server.")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on the first line)")
+    parser.add_argument("--script", help="JSON list of replies; default: echo the last user message")
+    args = parser.parse_args(argv)
+    stopping = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stopping.set())
+    script = load_script(args.script) if args.script else None
+    with LLMServer(script, host=args.host, port=args.port) as server:
+        print(server.base_url, flush=True)
+        print(f"openai: {server.base_url_openai}  anthropic: {server.base_url_anthropic}", file=sys.stderr, flush=True)
+        while not stopping.wait(0.5):  # a timed wait keeps the main thread responsive to signals
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
