@@ -18,6 +18,7 @@ Provider = Literal["openai", "anthropic"]
 
 _ALNUM = string.ascii_letters + string.digits
 _WORD = re.compile(r"\s*\S+(?:\s+$)?")
+_ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _TEXT_KEYS = frozenset({"content", "text", "input", "instructions", "system", "output", "arguments"})
 
 
@@ -163,7 +164,8 @@ def new_id(prefix: str, length: int = 24, alphabet: str = _ALNUM) -> str:
 
 
 def dumps(obj: object) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    """Compact JSON, as the APIs send it (one shared encoder: cheaper than `json.dumps` with options)."""
+    return _ENCODE(obj).encode()
 
 
 def sse(data: object, event: str | None = None) -> bytes:

@@ -1,0 +1,216 @@
+"""Launcher integration: what ``opentelemetry-instrument python agent.py`` sets up.
+
+The distro sets defaults (OTLP over gRPC); the configurator builds the tracer provider:
+resource with the agent's identity, exporters chosen by ``OTEL_TRACES_EXPORTER`` (OTLP
+gRPC by default, HTTP by ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``) carrying the agent's
+identity token, a batch queue sized for bursts, and the chain processor in front of them
+all. The standard ``OTEL_*`` variables keep their meaning; the exporters read their own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.instrumentation.distro import BaseDistro
+from opentelemetry.sdk._configuration import _BaseConfigurator
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+
+from agentreplay_otel import redaction, semconv, settings
+from agentreplay_otel.chain import ChainSpanProcessor
+from agentreplay_otel.errors import ConfigurationError
+from agentreplay_otel.runs import end_auto_run
+from agentreplay_otel.version import __version__
+
+_log = logging.getLogger(__name__)
+
+DEFAULT_QUEUE_SIZE = 65_536  # a 50k-span burst fits; the SDK default (2048) dropped 44% of one
+DEFAULT_EXPORT_BATCH = 512
+DEFAULT_SCHEDULE_DELAY_MS = 1_000  # short-lived agents should not wait 5 s for their first export
+
+
+class CountingBatchSpanProcessor(BatchSpanProcessor):
+    """A BatchSpanProcessor that counts the spans a full queue drops and says so.
+
+    The SDK logs each drop at WARNING with no total; we keep the total (``dropped``),
+    log a summary at most every few seconds, and once more at shutdown.
+    """
+
+    _REPORT_EVERY_S = 5.0
+
+    def __init__(self, exporter: SpanExporter, **kwargs: Any) -> None:
+        super().__init__(exporter, **kwargs)
+        self.dropped = 0
+        self._reported = 0
+        self._last_report = 0.0
+        self._lock = threading.Lock()
+
+    def on_end(self, span: ReadableSpan) -> None:
+        inner = getattr(self, "_batch_processor", None)
+        queue = getattr(inner, "_queue", None)
+        if queue is not None and queue.maxlen is not None and len(queue) >= queue.maxlen:
+            with self._lock:
+                self.dropped += 1
+            self._report(force=False)
+        super().on_end(span)
+
+    def _report(self, *, force: bool) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self.dropped == self._reported or (not force and now - self._last_report < self._REPORT_EVERY_S):
+                return
+            new, self._reported, self._last_report = self.dropped - self._reported, self.dropped, now
+        _log.error(
+            "agentreplay: the export queue was full: %d span(s) dropped (%d in all); raise %s",
+            new, self.dropped, semconv.ENV_QUEUE_SIZE,
+        )
+
+    def shutdown(self) -> None:
+        super().shutdown()
+        self._report(force=True)
+
+
+class _AutoRunCloser(SpanProcessor):
+    """Ends the auto run when the provider shuts down, before the exporters behind it flush."""
+
+    def shutdown(self) -> None:
+        end_auto_run()
+
+
+def build_tracer_provider(environ: Mapping[str, str] | None = None) -> TracerProvider:
+    """The tracer provider the launcher installs; importable so embedders get the same one."""
+    env = os.environ if environ is None else environ
+    current = settings.from_env(env)
+    settings.configure(current)
+    creds = current.credentials
+    resource = Resource.create(_resource_attributes(env, creds.agent_id))
+    provider = TracerProvider(resource=resource)
+    provider.add_span_processor(_AutoRunCloser())  # shut down first: the auto run ends before the flush
+    exporters = [_exporter(name, env, creds.token) for name in _exporter_names(env)]
+    batchers = [_batcher(exp, env) for exp in exporters if exp is not None]
+    downstream: SpanProcessor
+    if len(batchers) == 1:
+        downstream = batchers[0]
+    else:
+        downstream = SynchronousMultiSpanProcessor()
+        for b in batchers:
+            downstream.add_span_processor(b)
+    provider.add_span_processor(
+        ChainSpanProcessor(
+            downstream,
+            signing_key=creds.signing_key,
+            agent_id=resource.attributes.get(semconv.AGENT_ID),  # type: ignore[arg-type]
+            redactor=redaction.load(env),
+        )
+    )
+    return provider
+
+
+def _resource_attributes(env: Mapping[str, str], agent_id: str | None) -> dict[str, Any]:
+    service = env.get("OTEL_SERVICE_NAME") or agent_id or "agent"
+    attrs: dict[str, Any] = {semconv.AGENT_ID: agent_id or service}
+    if env.get(semconv.ENV_AGENT_VERSION):
+        attrs[semconv.AGENT_VERSION] = env[semconv.ENV_AGENT_VERSION]
+    if not env.get("OTEL_SERVICE_NAME"):
+        attrs[semconv.SERVICE_NAME] = service
+    return attrs
+
+
+def _exporter_names(env: Mapping[str, str]) -> list[str]:
+    raw = env.get("OTEL_TRACES_EXPORTER", "otlp")
+    return [n.strip().lower() for n in raw.split(",") if n.strip()] or ["otlp"]
+
+
+def _exporter(name: str, env: Mapping[str, str], token: str | None) -> SpanExporter | None:
+    if name == "none":
+        return None
+    if name == "console":
+        return ConsoleSpanExporter()
+    if name not in ("otlp", "otlp_proto_grpc", "otlp_proto_http"):
+        raise ConfigurationError(f"OTEL_TRACES_EXPORTER: unknown exporter {name!r} (use otlp, console or none)")
+    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    if name == "otlp_proto_http" or protocol.startswith("http"):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HTTPExporter
+
+        return HTTPExporter(headers=_auth_headers(env, token, "Authorization"))
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GRPCExporter
+
+    return GRPCExporter(headers=_auth_headers(env, token, "authorization"))
+
+
+def _auth_headers(env: Mapping[str, str], token: str | None, key: str) -> dict[str, str] | None:
+    """The exporter's own headers (``OTEL_EXPORTER_OTLP_[TRACES_]HEADERS``) plus the agent's token."""
+    if token is None:
+        return None  # let the exporter read its headers from the environment itself
+    raw = env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS") or ""
+    headers = {}
+    for pair in raw.split(","):
+        if "=" in pair:
+            k, v = pair.split("=", 1)
+            headers[k.strip().lower() if key.islower() else k.strip()] = v.strip()
+    headers[key] = f"Bearer {token}"
+    return headers
+
+
+def _batcher(exporter: SpanExporter, env: Mapping[str, str]) -> BatchSpanProcessor:
+    return CountingBatchSpanProcessor(
+        exporter,
+        max_queue_size=_int_env(env, semconv.ENV_QUEUE_SIZE, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_QUEUE_SIZE),
+        max_export_batch_size=_int_env(env, None, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_EXPORT_BATCH),
+        schedule_delay_millis=_int_env(env, None, "OTEL_BSP_SCHEDULE_DELAY", DEFAULT_SCHEDULE_DELAY_MS),
+    )
+
+
+def _int_env(env: Mapping[str, str], ours: str | None, standard: str, default: int) -> int:
+    for name in (ours, standard):
+        if name and env.get(name):
+            try:
+                value = int(env[name])
+            except ValueError as exc:
+                raise ConfigurationError(f"{name}={env[name]!r} is not an integer") from exc
+            if value <= 0:
+                raise ConfigurationError(f"{name} must be positive, not {value}")
+            return value
+    return default
+
+
+class AgentReplayConfigurator(_BaseConfigurator):
+    """Installs the AgentReplay tracer provider (and a meter provider for the GenAI metrics)."""
+
+    def _configure(self, **kwargs: Any) -> None:
+        trace.set_tracer_provider(build_tracer_provider())
+        _configure_metrics()
+        _log.debug("agentreplay %s: tracing configured", __version__)
+
+
+def _configure_metrics() -> None:
+    """Metrics go where ``OTEL_METRICS_EXPORTER`` says; by default they stay in process."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+
+    name = os.environ.get("OTEL_METRICS_EXPORTER", "none").strip().lower()
+    readers = []
+    if name == "console":
+        readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
+    elif name == "otlp":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
+    metrics.set_meter_provider(MeterProvider(metric_readers=readers))
+
+
+class AgentReplayDistro(BaseDistro):
+    """Defaults for the launcher: traces over OTLP/gRPC, metrics and logs kept local."""
+
+    def _configure(self, **kwargs: Any) -> None:
+        os.environ.setdefault("OTEL_TRACES_EXPORTER", "otlp")
+        os.environ.setdefault("OTEL_METRICS_EXPORTER", "none")
+        os.environ.setdefault("OTEL_LOGS_EXPORTER", "none")
+        os.environ.setdefault("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
