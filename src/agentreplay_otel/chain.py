@@ -263,10 +263,11 @@ def verify(
     ``keys`` maps an ``agentreplay.identity.kid`` to the agent's public key (or is a
     function doing so). With ``require_seal``, an unsealed or unverifiable run fails.
     """
-    records = _dedupe([s if isinstance(s, SpanRecord) else record_from_span(s) for s in spans])
-    run_id = records[0].trace_id if records else ""
+    records = [s if isinstance(s, SpanRecord) else record_from_span(s) for s in spans]
     if len({r.trace_id for r in records}) > 1:
         raise ValueError("verify() takes the spans of one run (one trace id)")
+    records = _dedupe(records)
+    run_id = records[0].trace_id if records else ""
     report = _Verifier(run_id, records, keys, require_seal)
     return report.run()
 

@@ -1,0 +1,57 @@
+"""Shared fixtures: a real tracer provider with the chain processor, installed globally and restored."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.util._once import Once
+
+from agentreplay_otel import identity, semconv
+from agentreplay_otel.chain import ChainSpanProcessor
+
+
+@dataclass
+class Recorder:
+    provider: TracerProvider
+    exporter: InMemorySpanExporter
+    key: identity.Ed25519PrivateKey
+
+    @property
+    def keys(self) -> dict:
+        return {identity.key_id(self.key): self.key.public_key()}
+
+    def spans(self) -> list[ReadableSpan]:
+        self.provider.force_flush()
+        return list(self.exporter.get_finished_spans())
+
+
+def install_global_tracer_provider(provider: trace.TracerProvider | None) -> trace.TracerProvider | None:
+    """Swap OpenTelemetry's set-once global provider (tests only); returns the previous one."""
+    previous = trace._TRACER_PROVIDER  # noqa: SLF001
+    trace._TRACER_PROVIDER = provider  # noqa: SLF001
+    trace._TRACER_PROVIDER_SET_ONCE = Once()  # noqa: SLF001
+    if provider is not None:
+        trace._TRACER_PROVIDER_SET_ONCE._done = True  # noqa: SLF001
+    return previous
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    """Spans recorded through the real ChainSpanProcessor with a sealing key, kept in memory."""
+    key = identity.generate_key()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({semconv.AGENT_ID: "agent-test"}))
+    provider.add_span_processor(ChainSpanProcessor(SimpleSpanProcessor(exporter), signing_key=key))
+    previous = install_global_tracer_provider(provider)
+    try:
+        yield Recorder(provider=provider, exporter=exporter, key=key)
+    finally:
+        install_global_tracer_provider(previous)
+        provider.shutdown()
