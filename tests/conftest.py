@@ -6,15 +6,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import pytest
-from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.util._once import Once
 
 from agentreplay_otel import identity, semconv
 from agentreplay_otel.chain import ChainSpanProcessor
+from agentreplay_otel.testing.providers import swap_global_tracer_provider
 
 
 @dataclass
@@ -32,16 +31,6 @@ class Recorder:
         return list(self.exporter.get_finished_spans())
 
 
-def install_global_tracer_provider(provider: trace.TracerProvider | None) -> trace.TracerProvider | None:
-    """Swap OpenTelemetry's set-once global provider (tests only); returns the previous one."""
-    previous = trace._TRACER_PROVIDER  # noqa: SLF001
-    trace._TRACER_PROVIDER = provider  # noqa: SLF001
-    trace._TRACER_PROVIDER_SET_ONCE = Once()  # noqa: SLF001
-    if provider is not None:
-        trace._TRACER_PROVIDER_SET_ONCE._done = True  # noqa: SLF001
-    return previous
-
-
 @pytest.fixture
 def recorder() -> Iterator[Recorder]:
     """Spans recorded through the real ChainSpanProcessor with a sealing key, kept in memory."""
@@ -49,9 +38,9 @@ def recorder() -> Iterator[Recorder]:
     exporter = InMemorySpanExporter()
     provider = TracerProvider(resource=Resource.create({semconv.AGENT_ID: "agent-test"}))
     provider.add_span_processor(ChainSpanProcessor(SimpleSpanProcessor(exporter), signing_key=key))
-    previous = install_global_tracer_provider(provider)
+    previous = swap_global_tracer_provider(provider)
     try:
         yield Recorder(provider=provider, exporter=exporter, key=key)
     finally:
-        install_global_tracer_provider(previous)
+        swap_global_tracer_provider(previous)
         provider.shutdown()
