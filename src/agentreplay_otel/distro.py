@@ -40,7 +40,9 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
     """A BatchSpanProcessor that counts the spans a full queue drops and says so.
 
     The SDK logs each drop at WARNING with no total; we keep the total (``dropped``),
-    log a summary at most every few seconds, and once more at shutdown.
+    log a summary at most every few seconds, and once more at shutdown. The count reads
+    the queue's fill without its lock, so it can be off by a span the exporter took at
+    the same instant; the default queue is sized so that it stays at zero.
     """
 
     _REPORT_EVERY_S = 5.0

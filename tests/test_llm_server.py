@@ -1,0 +1,430 @@
+"""The scripted model server must be indistinguishable from the real APIs for the real client libraries."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+try:
+    from agentreplay_otel.testing.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
+except ModuleNotFoundError:  # running from a checkout without the package installed
+    sys.path.insert(0, str(SRC))
+    from agentreplay_otel.testing.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
+
+USER = [{"role": "user", "content": "hello there world"}]
+WEATHER = ToolCallSpec("get_weather", {"city": "Paris", "unit": "celsius"}, id="call_fixed")
+
+
+@pytest.fixture
+def server() -> Iterator[LLMServer]:
+    with LLMServer() as srv:
+        yield srv
+
+
+def oai(srv: LLMServer, max_retries: int = 0) -> openai.OpenAI:
+    return openai.OpenAI(base_url=srv.base_url_openai, api_key="test-key", max_retries=max_retries)
+
+
+def ant(srv: LLMServer) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=srv.base_url_anthropic, api_key="test-key", max_retries=0)
+
+
+# -- OpenAI Chat Completions -----------------------------------------------------------------------
+
+
+def test_chat_completion_echo_with_usage_and_recording(server: LLMServer) -> None:
+    result = oai(server).chat.completions.create(model="gpt-4o-mini", messages=USER)
+    assert result.object == "chat.completion" and result.id.startswith("chatcmpl-")
+    assert result.model == "gpt-4o-mini" and result.system_fingerprint and result.created > 0
+    choice = result.choices[0]
+    assert choice.message.content == "You said: hello there world" and choice.message.role == "assistant"
+    assert choice.finish_reason == "stop" and choice.message.tool_calls is None
+    assert result.usage is not None
+    assert (result.usage.prompt_tokens, result.usage.completion_tokens, result.usage.total_tokens) == (
+        3,
+        5,
+        8,
+    )
+    assert (
+        result.usage.prompt_tokens_details is not None
+        and result.usage.prompt_tokens_details.cached_tokens == 0
+    )
+    assert server.request_count == 1
+    recorded = server.requests[0]
+    assert (recorded.method, recorded.path, recorded.provider) == ("POST", "/v1/chat/completions", "openai")
+    assert recorded.body["messages"] == USER and recorded.headers["authorization"] == "Bearer test-key"
+
+
+def test_chat_stream_splits_words_and_reports_usage(server: LLMServer) -> None:
+    stream = oai(server).chat.completions.create(
+        model="gpt-4o", messages=USER, stream=True, stream_options={"include_usage": True}
+    )
+    assert isinstance(stream, openai.Stream)
+    chunks = list(stream)
+    assert all(c.object == "chat.completion.chunk" for c in chunks) and len({c.id for c in chunks}) == 1
+    assert chunks[0].choices[0].delta.role == "assistant"
+    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert len(pieces) == 5 and "".join(pieces) == "You said: hello there world"
+    assert chunks[-2].choices[0].finish_reason == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage is not None and chunks[-1].usage.total_tokens == 8
+
+
+def test_chat_tool_calls_plain_and_streamed() -> None:
+    second = ToolCallSpec("get_time", {"tz": "Europe/Paris"})
+    with LLMServer([ScriptedReply(tool_calls=[WEATHER, second])]) as srv:
+        client = oai(srv)
+        message = client.chat.completions.create(model="gpt-4o", messages=USER).choices[0]
+        assert message.finish_reason == "tool_calls" and message.message.content is None
+        calls = message.message.tool_calls or []
+        assert calls[0].id == "call_fixed" and calls[1].id.startswith("call_")
+        assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+            ("get_weather", {"city": "Paris", "unit": "celsius"}),
+            ("get_time", {"tz": "Europe/Paris"}),
+        ]
+
+        chunks = list(client.chat.completions.create(model="gpt-4o", messages=USER, stream=True))
+        first = chunks[0].choices[0].delta
+        assert first.role == "assistant" and first.tool_calls and first.tool_calls[0].id == "call_fixed"
+        args: dict[int, str] = {}
+        for chunk in chunks:
+            for call in chunk.choices[0].delta.tool_calls or []:
+                args[call.index] = args.get(call.index, "") + (
+                    (call.function and call.function.arguments) or ""
+                )
+        assert json.loads(args[0]) == {"city": "Paris", "unit": "celsius"} and json.loads(args[1]) == {
+            "tz": "Europe/Paris"
+        }
+        assert sum(1 for c in chunks if c.choices[0].delta.tool_calls) > 3  # arguments arrive in fragments
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+
+        with client.chat.completions.stream(model="gpt-4o", messages=USER) as helper:
+            final = helper.get_final_completion()
+        assert final.choices[0].message.tool_calls[0].function.parsed_arguments is None  # not a strict tool
+        assert json.loads(final.choices[0].message.tool_calls[0].function.arguments)["city"] == "Paris"
+
+
+def test_list_script_is_consumed_in_order_then_repeats_last() -> None:
+    script = [
+        ScriptedReply(text="first"),
+        ScriptedReply(text="second", model="pinned-model", output_tokens=42),
+    ]
+    with LLMServer(script) as srv:
+        client = oai(srv)
+        texts = [client.chat.completions.create(model="gpt-4o", messages=USER) for _ in range(3)]
+        assert [t.choices[0].message.content for t in texts] == ["first", "second", "second"]
+        assert texts[1].model == "pinned-model" and texts[1].usage and texts[1].usage.completion_tokens == 42
+        srv.reset()
+        assert srv.request_count == 0
+        assert client.chat.completions.create(model="m", messages=USER).choices[0].message.content == "first"
+
+
+def test_callable_script_sees_provider_path_and_body() -> None:
+    seen: list[Request] = []
+
+    def script(request: Request) -> ScriptedReply:
+        seen.append(request)
+        return ScriptedReply(text=f"{request.provider}:{request.path}:{request.last_user_text}")
+
+    with LLMServer(script) as srv:
+        assert oai(srv).responses.create(model="gpt-4o", input="hi").output_text == "openai:/v1/responses:hi"
+        message = ant(srv).messages.create(model="claude-x", max_tokens=10, messages=USER)
+        assert message.content[0].text == "anthropic:/v1/messages:hello there world"
+    assert [r.provider for r in seen] == ["openai", "anthropic"] and seen[1].body["max_tokens"] == 10
+
+
+def test_keep_alive_reuses_one_connection(server: LLMServer) -> None:
+    client = oai(server)
+    for _ in range(20):
+        client.chat.completions.create(model="gpt-4o", messages=USER)
+    for _ in range(5):
+        list(client.responses.create(model="gpt-4o", input="x", stream=True))  # no [DONE]: read to the end
+    assert server.connection_count == 1
+
+
+# -- OpenAI Responses ------------------------------------------------------------------------------
+
+
+def test_responses_text_and_function_calls() -> None:
+    with LLMServer([ScriptedReply(text="Let me check."), ScriptedReply(tool_calls=[WEATHER])]) as srv:
+        client = oai(srv)
+        result = client.responses.create(
+            model="gpt-4.1", input="what is the weather", instructions="be brief"
+        )
+        assert result.object == "response" and result.id.startswith("resp_") and result.status == "completed"
+        assert result.output_text == "Let me check." and result.instructions == "be brief"
+        assert result.usage is not None and (result.usage.input_tokens, result.usage.output_tokens) == (6, 3)
+        calls = client.responses.create(model="gpt-4.1", input="again").output
+        assert len(calls) == 1 and calls[0].type == "function_call"
+        assert (calls[0].name, calls[0].call_id, json.loads(calls[0].arguments)["city"]) == (
+            "get_weather",
+            "call_fixed",
+            "Paris",
+        )
+
+
+def test_responses_stream_events_and_helper() -> None:
+    with LLMServer(
+        [ScriptedReply(text="one two three"), ScriptedReply(text="Sure.", tool_calls=[WEATHER])]
+    ) as srv:
+        client = oai(srv)
+        events = list(client.responses.create(model="gpt-4.1", input="x", stream=True))
+        types = [e.type for e in events]
+        assert types[:4] == [
+            "response.created",
+            "response.in_progress",
+            "response.output_item.added",
+            "response.content_part.added",
+        ]
+        assert types.count("response.output_text.delta") == 3
+        assert types[-4:] == [
+            "response.output_text.done",
+            "response.content_part.done",
+            "response.output_item.done",
+            "response.completed",
+        ]
+        assert [e.sequence_number for e in events] == list(range(len(events)))
+        assert "".join(e.delta for e in events if e.type == "response.output_text.delta") == "one two three"
+        completed = events[-1]
+        assert completed.type == "response.completed" and completed.response.output_text == "one two three"
+
+        with client.responses.stream(model="gpt-4.1", input="x") as stream:
+            kinds = {event.type for event in stream}
+            final = stream.get_final_response()
+        assert "response.function_call_arguments.delta" in kinds
+        assert final.output_text == "Sure." and final.output[1].type == "function_call"
+        assert json.loads(final.output[1].arguments) == {"city": "Paris", "unit": "celsius"}
+
+
+# -- Anthropic Messages ----------------------------------------------------------------------------
+
+
+def test_messages_create_text_and_tool_use() -> None:
+    with LLMServer([ScriptedReply(text="Checking.", tool_calls=[WEATHER])]) as srv:
+        message = ant(srv).messages.create(
+            model="claude-sonnet-4-5", max_tokens=50, system="be brief", messages=USER
+        )
+    assert message.id.startswith("msg_01") and message.type == "message" and message.role == "assistant"
+    assert message.stop_reason == "tool_use" and message.model == "claude-sonnet-4-5"
+    text, tool = message.content
+    assert text.type == "text" and text.text == "Checking."
+    assert tool.type == "tool_use" and (tool.id, tool.name, tool.input) == (
+        "call_fixed",
+        "get_weather",
+        WEATHER.arguments,
+    )
+    assert (message.usage.input_tokens, message.usage.output_tokens) == (5, 1 + 1 + 4)
+    headers = srv.requests[0].headers  # anthropic 2.x sends the key as a bearer token, not x-api-key
+    assert headers["authorization"] == "Bearer test-key" and "anthropic-version" in headers
+
+
+def test_messages_stream_helper_and_raw_events(server: LLMServer) -> None:
+    client = ant(server)
+    manager = client.messages.stream(model="claude-x", max_tokens=50, messages=USER)
+    assert isinstance(manager, anthropic.MessageStreamManager)
+    with manager as stream:
+        assert isinstance(stream, anthropic.MessageStream)
+        texts = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert "".join(texts) == "You said: hello there world" and len(texts) == 5
+    assert final.stop_reason == "end_turn" and final.content[0].text == "You said: hello there world"
+    assert (final.usage.input_tokens, final.usage.output_tokens) == (3, 5)
+
+    raw = list(client.messages.create(model="claude-x", max_tokens=50, messages=USER, stream=True))
+    types = [event.type for event in raw]
+    assert types[:2] == ["message_start", "content_block_start"] and types[-3:] == [
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert raw[-2].delta.stop_reason == "end_turn" and raw[-2].usage.output_tokens == 5
+    assert (
+        server.connection_count == 1
+    )  # the anthropic stream is read to its end, so the connection is reused
+
+
+def test_messages_stream_accumulates_tool_input() -> None:
+    with (
+        LLMServer([ScriptedReply(tool_calls=[WEATHER])]) as srv,
+        ant(srv).messages.stream(model="claude-x", max_tokens=50, messages=USER) as stream,
+    ):
+        kinds = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert "input_json" in kinds and final.stop_reason == "tool_use"
+    assert final.content[0].type == "tool_use" and final.content[0].input == {
+        "city": "Paris",
+        "unit": "celsius",
+    }
+
+
+# -- async clients ---------------------------------------------------------------------------------
+
+
+def test_async_clients_stream_and_not() -> None:
+    script = [ScriptedReply(text="alpha beta")]
+
+    async def run(srv: LLMServer) -> None:
+        oclient = openai.AsyncOpenAI(base_url=srv.base_url_openai, api_key="k", max_retries=0)
+        aclient = anthropic.AsyncAnthropic(base_url=srv.base_url_anthropic, api_key="k", max_retries=0)
+        chat = await oclient.chat.completions.create(model="m", messages=USER)
+        assert chat.choices[0].message.content == "alpha beta"
+        stream = await oclient.chat.completions.create(model="m", messages=USER, stream=True)
+        assert isinstance(stream, openai.AsyncStream)
+        pieces = [
+            c.choices[0].delta.content async for c in stream if c.choices and c.choices[0].delta.content
+        ]
+        assert pieces == ["alpha", " beta"]
+        assert (await oclient.responses.create(model="m", input="x")).output_text == "alpha beta"
+        events = [e.type async for e in await oclient.responses.create(model="m", input="x", stream=True)]
+        assert events[-1] == "response.completed"
+        message = await aclient.messages.create(model="c", max_tokens=5, messages=USER)
+        assert message.content[0].text == "alpha beta"
+        async with aclient.messages.stream(model="c", max_tokens=5, messages=USER) as mstream:
+            assert [t async for t in mstream.text_stream] == ["alpha", " beta"]
+            assert (await mstream.get_final_message()).usage.output_tokens == 2
+        results = await asyncio.gather(
+            *(oclient.chat.completions.create(model="m", messages=USER) for _ in range(8))
+        )
+        assert all(r.choices[0].message.content == "alpha beta" for r in results)
+        await oclient.close()
+        await aclient.close()
+
+    with LLMServer(script) as srv:
+        asyncio.run(run(srv))
+        assert srv.request_count == 6 + 8
+
+
+# -- failures --------------------------------------------------------------------------------------
+
+
+def test_error_injection_uses_provider_error_shapes() -> None:
+    script = [
+        ScriptedReply(error_status=429, error_message="slow down"),
+        ScriptedReply(error_status=500),
+        ScriptedReply(error_status=529),
+    ]
+    with LLMServer(script) as srv:
+        with pytest.raises(openai.RateLimitError) as rate:
+            oai(srv).chat.completions.create(model="m", messages=USER)
+        assert rate.value.status_code == 429 and rate.value.body["message"] == "slow down"  # type: ignore[index]
+        assert rate.value.code == "rate_limit_exceeded"
+        with pytest.raises(anthropic.InternalServerError) as internal:
+            ant(srv).messages.create(model="c", max_tokens=5, messages=USER)
+        assert internal.value.status_code == 500
+        assert internal.value.body["error"]["type"] == "api_error"  # type: ignore[index]
+        with pytest.raises(anthropic.OverloadedError) as overloaded:
+            ant(srv).messages.create(model="c", max_tokens=5, messages=USER)
+        assert overloaded.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+        assert srv.request_count == 3
+
+
+def test_retry_after_lets_clients_retry_quickly() -> None:
+    with LLMServer([ScriptedReply(error_status=429, retry_after_ms=1), ScriptedReply(text="ok")]) as srv:
+        started = time.perf_counter()
+        result = oai(srv, max_retries=2).chat.completions.create(model="m", messages=USER)
+        assert result.choices[0].message.content == "ok" and srv.request_count == 2
+        assert time.perf_counter() - started < 0.3
+
+
+def test_unknown_path_and_malformed_json(server: LLMServer) -> None:
+    with httpx2.Client(base_url=server.base_url) as http:
+        missing = http.post("/v1/nope", json={})
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "invalid_request_error"
+        missing = http.post("/v1/nope", json={}, headers={"anthropic-version": "2023-06-01"})
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
+        bad = http.post(
+            "/v1/chat/completions", content=b"{not json", headers={"content-type": "application/json"}
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["type"] == "invalid_request_error"
+        bad = http.post("/v1/messages", content=b"[1, 2]")
+        assert bad.status_code == 400 and bad.json()["type"] == "error"
+    with pytest.raises(openai.NotFoundError):
+        oai(server).get("/nothing-here", cast_to=object)
+    assert server.request_count == 5
+
+
+def test_stream_error_after_cuts_the_stream() -> None:
+    with LLMServer([ScriptedReply(text="a b c d e f", stream_error_after=3)]) as srv:
+        received: list[str] = []
+        with pytest.raises(openai.APIConnectionError):
+            for chunk in oai(srv).chat.completions.create(model="m", messages=USER, stream=True):
+                received.append(chunk.choices[0].delta.content or "")
+        assert received == ["", "a", " b"]
+        # anthropic does not wrap a transport error in the middle of a stream
+        with (
+            pytest.raises(httpx2.RemoteProtocolError),
+            ant(srv).messages.stream(model="c", max_tokens=5, messages=USER) as stream,
+        ):
+            list(stream.text_stream)
+        # the server keeps serving after a cut
+        assert srv.request_count == 2
+
+
+def test_truncated_reply_reports_length_stop() -> None:
+    with LLMServer([ScriptedReply(text="cut short", truncated=True)]) as srv:
+        assert oai(srv).chat.completions.create(model="m", messages=USER).choices[0].finish_reason == "length"
+        result = oai(srv).responses.create(model="m", input="x")
+        assert (
+            result.status == "incomplete"
+            and result.incomplete_details
+            and result.incomplete_details.reason == "max_output_tokens"
+        )
+        assert ant(srv).messages.create(model="c", max_tokens=2, messages=USER).stop_reason == "max_tokens"
+
+
+def test_chunk_delay_spaces_out_events() -> None:
+    with LLMServer([ScriptedReply(text="a b c", chunk_delay_s=0.01)]) as srv:
+        stream = oai(srv).chat.completions.create(model="m", messages=USER, stream=True)
+        started = time.perf_counter()
+        stamps = [time.perf_counter() - started for _ in stream]
+    assert stamps[-1] >= 0.04 and stamps[0] < stamps[-1] - 0.03
+
+
+# -- CLI -------------------------------------------------------------------------------------------
+
+
+def test_cli_serves_a_script_file_until_sigterm(tmp_path: Path) -> None:
+    script = tmp_path / "script.json"
+    script.write_text(
+        json.dumps([{"text": "from file"}, {"tool_calls": [{"name": "lookup", "arguments": {"q": 1}}]}])
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentreplay_otel.testing.llm_server", "--port", "0", "--script", str(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None
+        base_url = proc.stdout.readline().strip()
+        assert base_url.startswith("http://127.0.0.1:")
+        client = openai.OpenAI(base_url=base_url + "/v1", api_key="k", max_retries=0)
+        assert (
+            client.chat.completions.create(model="m", messages=USER).choices[0].message.content == "from file"
+        )
+        tool = (
+            anthropic.Anthropic(base_url=base_url, api_key="k", max_retries=0)
+            .messages.create(model="c", max_tokens=5, messages=USER)
+            .content[0]
+        )
+        assert tool.type == "tool_use" and tool.input == {"q": 1}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=5) == 0
