@@ -208,6 +208,27 @@ def start_step_span(
     """Start (not activate) the span of one LLM or tool call, numbered within its run."""
     state = _run_for_call(tracer)
     attributes[semconv.STEP] = state.next_step()
+    return _start_in_run(state, name, kind=kind, attributes=attributes, tracer=tracer)
+
+
+def start_run_span(
+    name: str,
+    *,
+    kind: SpanKind,
+    attributes: dict[str, Any],
+    tracer: trace.Tracer | None = None,
+) -> Span:
+    """Start (not activate) a span that belongs to the caller's run but is not a step.
+
+    For structure around steps (a graph, a graph node): parented like a step, and like a
+    step it opens the auto run when no run is open, but it takes no step number.
+    """
+    return _start_in_run(_run_for_call(tracer), name, kind=kind, attributes=attributes, tracer=tracer)
+
+
+def _start_in_run(
+    state: RunState, name: str, *, kind: SpanKind, attributes: dict[str, Any], tracer: trace.Tracer | None
+) -> Span:
     current = trace.get_current_span()
     parent_ctx = None if current.get_span_context().is_valid else state.context
     return (tracer or _tracer()).start_span(name, context=parent_ctx, kind=kind, attributes=attributes)
@@ -220,6 +241,9 @@ def _run_for_call(tracer: trace.Tracer | None) -> RunState:
     current = trace.get_current_span()
     span_ctx = current.get_span_context()
     if span_ctx.is_valid:
+        auto = _auto_run
+        if auto is not None and auto.span.get_span_context().trace_id == span_ctx.trace_id:
+            return auto  # nested in a span of the auto run (a graph node, a tool): same run, same steps
         # Inside the agent's own span (a web request, say): that trace is the run.
         with _auto_lock:
             state = _foreign_runs.get(span_ctx.trace_id)

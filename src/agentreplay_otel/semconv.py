@@ -29,6 +29,7 @@ GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
 ERROR_TYPE: Final = "error.type"
 SERVER_ADDRESS: Final = "server.address"
 SERVER_PORT: Final = "server.port"
@@ -64,6 +65,13 @@ COST_USD: Final = "agentreplay.cost.usd"
 TOOL_SIDE_EFFECT: Final = "agentreplay.tool.side_effect"
 TOOL_FUNCTION: Final = "agentreplay.tool.function"
 GRAPH_NODE: Final = "agentreplay.graph.node"
+GRAPH_NAME: Final = "agentreplay.graph.name"
+GRAPH_STEP: Final = "agentreplay.graph.step"  # LangGraph's superstep, not an agentreplay.step
+GRAPH_TASK_ID: Final = "agentreplay.graph.task.id"
+GRAPH_NEXT: Final = "agentreplay.graph.next"  # nodes a node's edges or Command/Send routed to
+GRAPH_INTERRUPTED: Final = "agentreplay.graph.interrupted"
+# A graph node's span is "graph_node {node}"; its graph's is "invoke_workflow {graph}".
+SPAN_GRAPH_NODE: Final = "graph_node"
 
 EVENT_POLICY_DECISION: Final = "agentreplay.policy.decision"
 EVENT_STATE: Final = "agentreplay.state"
