@@ -19,9 +19,12 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q
 
+# The official OpenAI instrumentor is installed beside, not into, the venv: its entry point
+# would otherwise double-instrument every agent run under opentelemetry-instrument.
 bench: venv
-	$(BIN)/pip install -q 'opentelemetry-instrumentation-genai-openai'
-	$(BIN)/python bench/run_all.py
+	test -d bench/.deps || $(BIN)/pip install -q --no-deps --target bench/.deps \
+		opentelemetry-instrumentation-genai-openai opentelemetry-util-genai
+	$(BIN)/python bench/instrumentation_bench.py
 
 clean:
 	rm -rf $(VENV) .agentreplay
