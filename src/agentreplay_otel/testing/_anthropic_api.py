@@ -11,21 +11,39 @@ from typing import Any
 
 from ._script import Turn, json_fragments, new_id, sse, text_chunks
 
-_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
-                404: "not_found_error", 413: "request_too_large", 429: "rate_limit_error", 529: "overloaded_error"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    529: "overloaded_error",
+}
 _PING = sse({"type": "ping"}, "ping")
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
     """`{"type": "error", "error": {...}}`, the body every Anthropic endpoint fails with."""
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}, "request_id": new_id("req_011C", 20)}
+    return {
+        "type": "error",
+        "error": {"type": kind, "message": message},
+        "request_id": new_id("req_011C", 20),
+    }
 
 
 def message(turn: Turn) -> dict[str, Any]:
     content: list[dict[str, Any]] = [] if turn.text is None else [{"type": "text", "text": turn.text}]
-    content += [{"type": "tool_use", "id": call.id or new_id("toolu_01", 22), "name": call.name,
-                 "input": dict(call.arguments)} for call in turn.tool_calls]
+    content += [
+        {
+            "type": "tool_use",
+            "id": call.id or new_id("toolu_01", 22),
+            "name": call.name,
+            "input": dict(call.arguments),
+        }
+        for call in turn.tool_calls
+    ]
     return {
         "id": new_id("msg_01", 22),
         "type": "message",
@@ -55,10 +73,20 @@ def message_events(turn: Turn) -> list[bytes]:
         events += _block_events(index, block)
         if index == 0:
             events.insert(2, _PING)  # the API pings right after the first content_block_start
-    delta_usage = {key: usage[key] for key in ("input_tokens", "cache_creation_input_tokens",
-                                                "cache_read_input_tokens", "output_tokens")}
-    events.append(sse({"type": "message_delta", "delta": {"stop_reason": final["stop_reason"], "stop_sequence": None},
-                       "usage": delta_usage}, "message_delta"))
+    delta_usage = {
+        key: usage[key]
+        for key in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens")
+    }
+    events.append(
+        sse(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": final["stop_reason"], "stop_sequence": None},
+                "usage": delta_usage,
+            },
+            "message_delta",
+        )
+    )
     events.append(sse({"type": "message_stop"}, "message_stop"))
     return events
 
@@ -73,6 +101,9 @@ def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
         deltas = [{"type": "input_json_delta", "partial_json": fragment} for fragment in fragments]
     return [
         sse({"type": "content_block_start", "index": index, "content_block": opening}, "content_block_start"),
-        *(sse({"type": "content_block_delta", "index": index, "delta": d}, "content_block_delta") for d in deltas),
+        *(
+            sse({"type": "content_block_delta", "index": index, "delta": d}, "content_block_delta")
+            for d in deltas
+        ),
         sse({"type": "content_block_stop", "index": index}, "content_block_stop"),
     ]

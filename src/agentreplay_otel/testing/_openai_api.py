@@ -15,8 +15,13 @@ from ._script import Turn, dumps, json_fragments, new_id, sse, text_chunks
 
 FINGERPRINT = "fp_7f3a9c21d4"
 _HEX = "0123456789abcdef"
-_ERROR_TYPES = {400: "invalid_request_error", 401: "invalid_request_error", 403: "permission_denied",
-                404: "invalid_request_error", 429: "requests"}
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "invalid_request_error",
+    403: "permission_denied",
+    404: "invalid_request_error",
+    429: "requests",
+}
 _ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
 _DONE = b"data: [DONE]\n\n"
 
@@ -40,7 +45,9 @@ def chat_completion(turn: Turn, body: Mapping[str, Any]) -> dict[str, Any]:
         "object": "chat.completion",
         "created": turn.created,
         "model": turn.model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(turn)}],
+        "choices": [
+            {"index": 0, "message": message, "logprobs": None, "finish_reason": _finish_reason(turn)}
+        ],
         "usage": _chat_usage(turn),
         "service_tier": "default",
         "system_fingerprint": FINGERPRINT,
@@ -49,8 +56,14 @@ def chat_completion(turn: Turn, body: Mapping[str, Any]) -> dict[str, Any]:
 
 def chat_events(turn: Turn, body: Mapping[str, Any]) -> list[bytes]:
     """Role chunk, word deltas, tool-call header + argument fragments, finish chunk, usage chunk, [DONE]."""
-    base = {"id": new_id("chatcmpl-", 29), "object": "chat.completion.chunk", "created": turn.created,
-            "model": turn.model, "service_tier": "default", "system_fingerprint": FINGERPRINT}
+    base = {
+        "id": new_id("chatcmpl-", 29),
+        "object": "chat.completion.chunk",
+        "created": turn.created,
+        "model": turn.model,
+        "service_tier": "default",
+        "system_fingerprint": FINGERPRINT,
+    }
     include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
     if include_usage:
         base["usage"] = None
@@ -64,8 +77,10 @@ def chat_events(turn: Turn, body: Mapping[str, Any]) -> list[bytes]:
     for index, call in enumerate(_chat_tool_calls(turn)):
         function = call["function"]
         deltas.append({"tool_calls": [{**call, "index": index, "function": {**function, "arguments": ""}}]})
-        deltas += [{"tool_calls": [{"index": index, "function": {"arguments": f}}]}
-                   for f in json_fragments(function["arguments"])]
+        deltas += [
+            {"tool_calls": [{"index": index, "function": {"arguments": f}}]}
+            for f in json_fragments(function["arguments"])
+        ]
     head: dict[str, Any] = {"role": "assistant", "content": "", "refusal": None}
     if not pieces and turn.tool_calls:  # the API folds the first tool-call header into the role chunk
         head = {"role": "assistant", "content": None, **deltas.pop(0), "refusal": None}
@@ -77,8 +92,14 @@ def chat_events(turn: Turn, body: Mapping[str, Any]) -> list[bytes]:
 
 
 def _chat_tool_calls(turn: Turn) -> list[dict[str, Any]]:
-    return [{"id": call.id or new_id("call_"), "type": "function",
-             "function": {"name": call.name, "arguments": json.dumps(call.arguments)}} for call in turn.tool_calls]
+    return [
+        {
+            "id": call.id or new_id("call_"),
+            "type": "function",
+            "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+        }
+        for call in turn.tool_calls
+    ]
 
 
 def _finish_reason(turn: Turn) -> str:
@@ -91,8 +112,12 @@ def _chat_usage(turn: Turn) -> dict[str, Any]:
         "completion_tokens": turn.output_tokens,
         "total_tokens": turn.input_tokens + turn.output_tokens,
         "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
-        "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
-                                      "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
     }
 
 
@@ -105,11 +130,26 @@ def response(turn: Turn, body: Mapping[str, Any]) -> dict[str, Any]:
     output: list[dict[str, Any]] = []
     if turn.text is not None:
         part = {"type": "output_text", "annotations": [], "logprobs": [], "text": turn.text}
-        output.append({"id": new_id("msg_", 48, _HEX), "type": "message", "status": status,
-                       "content": [part], "role": "assistant"})
-    output += [{"id": new_id("fc_", 48, _HEX), "type": "function_call", "status": "completed",
-                "arguments": json.dumps(call.arguments), "call_id": call.id or new_id("call_"), "name": call.name}
-               for call in turn.tool_calls]
+        output.append(
+            {
+                "id": new_id("msg_", 48, _HEX),
+                "type": "message",
+                "status": status,
+                "content": [part],
+                "role": "assistant",
+            }
+        )
+    output += [
+        {
+            "id": new_id("fc_", 48, _HEX),
+            "type": "function_call",
+            "status": "completed",
+            "arguments": json.dumps(call.arguments),
+            "call_id": call.id or new_id("call_"),
+            "name": call.name,
+        }
+        for call in turn.tool_calls
+    ]
     return {
         "id": new_id("resp_", 48, _HEX),
         "object": "response",
@@ -157,8 +197,14 @@ def response_events(turn: Turn, body: Mapping[str, Any]) -> list[bytes]:
     def emit(kind: str, **fields: Any) -> None:
         events.append(sse({"type": kind, **fields, "sequence_number": next(counter)}, kind))
 
-    pending = {**final, "status": "in_progress", "completed_at": None, "incomplete_details": None,
-               "output": [], "usage": None}
+    pending = {
+        **final,
+        "status": "in_progress",
+        "completed_at": None,
+        "incomplete_details": None,
+        "output": [],
+        "usage": None,
+    }
     emit("response.created", response=pending)
     emit("response.in_progress", response=pending)
     for index, item in enumerate(final["output"]):
@@ -171,7 +217,11 @@ def _message_events(emit: Callable[..., None], index: int, item: dict[str, Any])
     text: str = item["content"][0]["text"]
     where = {"item_id": item["id"], "output_index": index, "content_index": 0}
     part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
-    emit("response.output_item.added", output_index=index, item={**item, "status": "in_progress", "content": []})
+    emit(
+        "response.output_item.added",
+        output_index=index,
+        item={**item, "status": "in_progress", "content": []},
+    )
     emit("response.content_part.added", **where, part=part)
     for piece in text_chunks(text):
         emit("response.output_text.delta", **where, delta=piece, logprobs=[])
@@ -182,8 +232,11 @@ def _message_events(emit: Callable[..., None], index: int, item: dict[str, Any])
 
 def _function_call_events(emit: Callable[..., None], index: int, item: dict[str, Any]) -> None:
     where = {"item_id": item["id"], "output_index": index}
-    emit("response.output_item.added", output_index=index,
-         item={**item, "status": "in_progress", "arguments": ""})
+    emit(
+        "response.output_item.added",
+        output_index=index,
+        item={**item, "status": "in_progress", "arguments": ""},
+    )
     for fragment in json_fragments(item["arguments"]):
         emit("response.function_call_arguments.delta", **where, delta=fragment)
     emit("response.function_call_arguments.done", **where, name=item["name"], arguments=item["arguments"])

@@ -41,7 +41,8 @@ class ScriptedReply:
 
     Failure injection: `error_status` answers with the provider's error JSON and that status instead;
     `stream_error_after` sends only that many SSE events of a streamed answer, then drops the connection.
-    `truncated` reports a length stop (finish_reason "length" / stop_reason "max_tokens" / status "incomplete").
+    `retry_after_ms` adds `retry-after-ms`/`retry-after` headers to an error; both clients honour them.
+    `truncated` reports a length stop (finish_reason "length", stop_reason "max_tokens", status "incomplete").
     `chunk_delay_s` sleeps between SSE events, for time-to-first-token style tests.
     """
 
@@ -63,7 +64,9 @@ class ScriptedReply:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ScriptedReply:
         """Builds a reply from the CLI's script-file format (tool calls as plain objects)."""
-        calls = tuple(ToolCallSpec(c["name"], c.get("arguments", {}), c.get("id")) for c in data.get("tool_calls", ()))
+        calls = tuple(
+            ToolCallSpec(c["name"], c.get("arguments", {}), c.get("id")) for c in data.get("tool_calls", ())
+        )
         return cls(**{**data, "tool_calls": calls})
 
 
@@ -89,18 +92,25 @@ class RecordedRequest:
 
     @property
     def last_user_text(self) -> str:
-        """The text of the newest user message (chat `messages`, Responses `input`, or Anthropic `messages`)."""
+        """The text of the newest user message (chat or Anthropic `messages`, Responses `input`)."""
         items = self.body.get("messages", self.body.get("input"))
         if isinstance(items, str):
             return items
         for item in reversed(items if isinstance(items, list) else []):
-            if isinstance(item, dict) and item.get("role", "user") == "user" and item.get("type", "message") == "message":
+            if (
+                isinstance(item, dict)
+                and item.get("role", "user") == "user"
+                and item.get("type", "message") == "message"
+            ):
                 return " ".join(_strings(item.get("content")))
         return ""
 
     @property
     def prompt_text(self) -> str:
-        """All text the request sends the model (instructions, system, messages, tool results): the token basis."""
+        """All text the request sends the model (instructions, system, messages, tool results).
+
+        Its word count is the default `input_tokens`.
+        """
         parts = (self.body.get(key) for key in ("instructions", "system", "messages", "input"))
         return " ".join(s for part in parts for s in _strings(part))
 
@@ -137,7 +147,9 @@ def resolve(reply: ScriptedReply, request: RecordedRequest) -> Turn:
         model=reply.model or request.model or "unknown-model",
         text=text,
         tool_calls=tuple(reply.tool_calls),
-        input_tokens=reply.input_tokens if reply.input_tokens is not None else max(1, word_tokens(request.prompt_text)),
+        input_tokens=reply.input_tokens
+        if reply.input_tokens is not None
+        else max(1, word_tokens(request.prompt_text)),
         output_tokens=reply.output_tokens if reply.output_tokens is not None else max(1, out),
         truncated=reply.truncated,
         created=int(time.time()),
@@ -169,7 +181,7 @@ def dumps(obj: object) -> bytes:
 
 
 def sse(data: object, event: str | None = None) -> bytes:
-    """One server-sent event; `event:` lines are what Anthropic and the Responses API send, chat omits them."""
+    """One server-sent event; Anthropic and the Responses API name events with `event:`, chat does not."""
     head = b"event: " + event.encode() + b"\n" if event else b""
     return head + b"data: " + dumps(data) + b"\n\n"
 

@@ -15,6 +15,7 @@ Run standalone with `python -m agentreplay_otel.testing.llm_server --port 8765 [
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import socket
@@ -48,8 +49,8 @@ __all__ = [
     "LLMServer",
     "RecordedRequest",
     "Request",
-    "ScriptedReply",
     "Script",
+    "ScriptedReply",
     "ToolCallSpec",
     "echo_reply",
     "load_script",
@@ -71,8 +72,9 @@ class _Route:
 _ROUTES = {
     "/v1/chat/completions": _Route("openai", _openai_api.chat_completion, _openai_api.chat_events),
     "/v1/responses": _Route("openai", _openai_api.response, _openai_api.response_events),
-    "/v1/messages": _Route("anthropic", lambda t, _: _anthropic_api.message(t),
-                           lambda t, _: _anthropic_api.message_events(t)),
+    "/v1/messages": _Route(
+        "anthropic", lambda t, _: _anthropic_api.message(t), lambda t, _: _anthropic_api.message_events(t)
+    ),
 }
 _ERROR_BODIES = {"openai": _openai_api.error_body, "anthropic": _anthropic_api.error_body}
 _BAD_JSON = "We could not parse the JSON body of your request: expected a JSON object."
@@ -91,6 +93,7 @@ class LLMServer:
         self._lock = threading.Lock()
         self._requests: list[RecordedRequest] = []
         self._cursor = 0
+        self._accepted = 0
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -100,7 +103,10 @@ class LLMServer:
         if self._httpd is None:
             self._httpd = _HTTPServer(self._address, self)
             self._thread = threading.Thread(
-                target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="llm-server", daemon=True
+                target=self._httpd.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                name="llm-server",
+                daemon=True,
             )
             self._thread.start()
         return self
@@ -119,8 +125,9 @@ class LLMServer:
     def __enter__(self) -> LLMServer:
         return self.start()
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.stop()
 
     # -- addresses ----------------------------------------------------------------------------------------
@@ -159,7 +166,7 @@ class LLMServer:
     @property
     def connection_count(self) -> int:
         """TCP connections accepted so far: lets tests check that clients reuse kept-alive connections."""
-        return self._httpd.accepted if self._httpd is not None else 0
+        return self._accepted
 
     def reset(self) -> None:
         """Forgets recorded requests and rewinds a list script to its first reply."""
@@ -175,8 +182,14 @@ class LLMServer:
         route = _ROUTES.get(path) if handler.command == "POST" else None
         provider = route.provider if route else _guess_provider(path, handler.headers)
         body = _parse_object(raw)
-        request = RecordedRequest(method=handler.command, path=path, provider=provider, body=body or {},
-                                  headers={k.lower(): v for k, v in handler.headers.items()}, raw_body=raw)
+        request = RecordedRequest(
+            method=handler.command,
+            path=path,
+            provider=provider,
+            body=body or {},
+            headers={k.lower(): v for k, v in handler.headers.items()},
+            raw_body=raw,
+        )
         with self._lock:
             self._requests.append(request)
         if route is None:
@@ -189,7 +202,7 @@ class LLMServer:
         except Exception as exc:  # a broken script must fail the call visibly, not hang the client
             return _send_error(handler, provider, 500, f"script failed: {exc!r}")
         if reply.error_status is not None:
-            message = reply.error_message or HTTPStatus(reply.error_status).phrase
+            message = reply.error_message or _phrase(reply.error_status)
             return _send_error(handler, provider, reply.error_status, message, reply.retry_after_ms)
         if request.stream:
             return _send_events(handler, provider, route.events(turn, body), reply)
@@ -215,14 +228,13 @@ class _HTTPServer(ThreadingHTTPServer):
 
     def __init__(self, address: tuple[str, int], owner: LLMServer) -> None:
         self.owner = owner
-        self.accepted = 0
         self._open: set[socket.socket] = set()
         self._open_lock = threading.Lock()
         super().__init__(address, _Handler)
 
     def track(self, sock: socket.socket) -> None:
         with self._open_lock:
-            self.accepted += 1
+            self.owner._accepted += 1
             self._open.add(sock)
 
     def untrack(self, sock: socket.socket) -> None:
@@ -233,14 +245,13 @@ class _HTTPServer(ThreadingHTTPServer):
         with self._open_lock:
             socks = list(self._open)
         for sock in socks:
-            try:
+            with contextlib.suppress(OSError):  # already closed by the client
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def handle_error(self, request: Any, client_address: Any) -> None:
-        if not isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):  # clients hang up; that is normal
-            super().handle_error(request, client_address)
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return  # clients hang up mid-answer; that is normal, not worth a traceback
+        super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -264,7 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (ConnectionError, TimeoutError):
             self.close_connection = True
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class names it so
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_POST(self) -> None:
@@ -273,7 +284,7 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_PUT = do_PATCH = do_DELETE = do_POST
 
 
-# -- HTTP plumbing --------------------------------------------------------------------------------------------
+# -- HTTP plumbing ---------------------------------------------------------------------------------
 
 
 def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
@@ -305,39 +316,66 @@ def _guess_provider(path: str, headers: Any) -> Provider:
     return "openai"
 
 
+def _phrase(status: int) -> str:
+    """The reason phrase, including Anthropic's non-standard 529 (overloaded) that `HTTPStatus` lacks."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Overloaded" if status == 529 else "Error"
+
+
 def _request_id_header(provider: Provider) -> list[tuple[str, str]]:
     name = "x-request-id" if provider == "openai" else "request-id"
     return [(name, new_id("req_", 24))]
 
 
-def _head(handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], content_type: str) -> bytes:
-    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", f"content-type: {content_type}",
-             *(f"{k}: {v}" for k, v in headers)]
+def _head(
+    handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], content_type: str
+) -> bytes:
+    lines = [
+        f"HTTP/1.1 {status} {_phrase(status)}",
+        f"content-type: {content_type}",
+        *(f"{k}: {v}" for k, v in headers),
+    ]
     if handler.close_connection:
         lines.append("connection: close")
     return ("\r\n".join(lines) + "\r\n").encode("latin-1")
 
 
-def _send(handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], content_type: str,
-          body: bytes) -> None:
+def _send(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    headers: list[tuple[str, str]],
+    content_type: str,
+    body: bytes,
+) -> None:
     """Writes status, headers and body in one send, so neither side's Nagle/delayed-ACK adds latency."""
     head = _head(handler, status, headers, content_type)
     handler.wfile.write(head + b"content-length: %d\r\n\r\n" % len(body) + body)
 
 
-def _send_error(handler: BaseHTTPRequestHandler, provider: Provider, status: int, message: str,
-                retry_after_ms: int | None = None) -> None:
+def _send_error(
+    handler: BaseHTTPRequestHandler,
+    provider: Provider,
+    status: int,
+    message: str,
+    retry_after_ms: int | None = None,
+) -> None:
     headers = _request_id_header(provider)
     if retry_after_ms is not None:
-        headers += [("retry-after-ms", str(retry_after_ms)), ("retry-after", str(max(1, retry_after_ms // 1000)))]
+        headers += [
+            ("retry-after-ms", str(retry_after_ms)),
+            ("retry-after", str(max(1, retry_after_ms // 1000))),
+        ]
     _send(handler, status, headers, "application/json", dumps(_ERROR_BODIES[provider](status, message)))
 
 
-def _send_events(handler: BaseHTTPRequestHandler, provider: Provider, events: list[bytes],
-                 reply: ScriptedReply) -> None:
+def _send_events(
+    handler: BaseHTTPRequestHandler, provider: Provider, events: list[bytes], reply: ScriptedReply
+) -> None:
     """Streams SSE events as HTTP chunks; `stream_error_after` stops early and drops the connection."""
-    head = _head(handler, 200, [*_request_id_header(provider), ("cache-control", "no-cache"),
-                                ("transfer-encoding", "chunked")], "text/event-stream; charset=utf-8") + b"\r\n"
+    headers = [*_request_id_header(provider), ("cache-control", "no-cache"), ("transfer-encoding", "chunked")]
+    head = _head(handler, 200, headers, "text/event-stream; charset=utf-8") + b"\r\n"
     cut = reply.stream_error_after
     chunks = [b"%x\r\n%s\r\n" % (len(event), event) for event in events[:cut]]
     tail = b"0\r\n\r\n" if cut is None else b""
@@ -354,11 +392,11 @@ def _send_events(handler: BaseHTTPRequestHandler, provider: Provider, events: li
         handler.connection.shutdown(socket.SHUT_RDWR)
 
 
-# -- CLI ------------------------------------------------------------------------------------------------------
+# -- CLI -------------------------------------------------------------------------------------------
 
 
 def load_script(path: str | Path) -> list[ScriptedReply]:
-    """Reads a JSON list of replies: `[{"text": ...}, {"tool_calls": [{"name": ..., "arguments": {...}}]}]`."""
+    """Reads a JSON list of replies: `[{"text": "hi"}, {"tool_calls": [{"name": "f", "arguments": {}}]}]`."""
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     if not isinstance(data, list):
         raise ValueError(f"{path}: a script is a JSON list of replies")
@@ -377,7 +415,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     script = load_script(args.script) if args.script else None
     with LLMServer(script, host=args.host, port=args.port) as server:
         print(server.base_url, flush=True)
-        print(f"openai: {server.base_url_openai}  anthropic: {server.base_url_anthropic}", file=sys.stderr, flush=True)
+        print(
+            f"openai: {server.base_url_openai}  anthropic: {server.base_url_anthropic}",
+            file=sys.stderr,
+            flush=True,
+        )
         while not stopping.wait(0.5):  # a timed wait keeps the main thread responsive to signals
             pass
     return 0
