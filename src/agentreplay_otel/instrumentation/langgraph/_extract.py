@@ -21,8 +21,17 @@ BRANCH_PREFIX = "branch:to:"  # a conditional or fixed edge taken
 DEFAULT_GRAPH_NAME = "LangGraph"
 
 
-def graph_name(graph: Any) -> str:
+def graph_name(graph: Any, config: Mapping[str, Any]) -> str:
+    """The caller's ``run_name``, else the compiled graph's name, else an entrypoint's function name."""
+    run_name = config.get("run_name")
+    if isinstance(run_name, str) and run_name:
+        return run_name
     name = getattr(graph, "name", None)
+    if isinstance(name, str) and name and name != DEFAULT_GRAPH_NAME:
+        return name
+    nodes = getattr(graph, "nodes", None)
+    if isinstance(nodes, Mapping) and len(nodes) == 1:  # @entrypoint: one node, named after the function
+        return str(next(iter(nodes)))
     return name if isinstance(name, str) and name else DEFAULT_GRAPH_NAME
 
 

@@ -51,11 +51,12 @@ class _Graph:
         self.context: otel_context.Context | None = None
         self.ended = False
         try:
-            self.name = _extract.graph_name(instance)
+            config = _extract.call_config(args, kwargs)
+            self.name = _extract.graph_name(instance, config)
             self.span = start_run_span(
                 _extract.graph_span_name(self.name),
                 kind=SpanKind.INTERNAL,
-                attributes=_extract.graph_attributes(self.name, _extract.call_config(args, kwargs)),
+                attributes=_extract.graph_attributes(self.name, config),
                 tracer=tracer,
             )
             self.context = trace.set_span_in_context(self.span)
