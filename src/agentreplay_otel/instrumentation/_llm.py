@@ -26,6 +26,7 @@ from agentreplay_otel.runs import start_step_span
 _log = logging.getLogger(__name__)
 
 _NOT_GIVEN_TYPES = ("NotGiven", "Omit")
+_METRIC_SERVER_ATTRIBUTES = (semconv.SERVER_ADDRESS, semconv.SERVER_PORT)
 
 
 def clean_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -76,6 +77,9 @@ class LLMCall:
             semconv.GEN_AI_PROVIDER_NAME: provider,
             **({semconv.GEN_AI_REQUEST_MODEL: model} if model else {}),
         }
+        for key in _METRIC_SERVER_ATTRIBUTES:  # the metrics' recommended server attributes, when known
+            if key in attributes:
+                self.metric_attributes[key] = attributes[key]
         attributes.update(self.metric_attributes)
         if settings.current().capture_content:
             attributes[semconv.REQUEST] = to_json(request)
@@ -103,7 +107,7 @@ class LLMCall:
         finally:
             self.span.end()
 
-    def _set_result(self, result: LLMResult) -> None:
+    def _set_result(self, result: LLMResult, *, error: str | None = None) -> None:
         span = self.span
         span.set_attributes(result.attributes)
         if result.response_model:
@@ -122,20 +126,21 @@ class LLMCall:
                 span.set_attribute(semconv.RESPONSE, result.response_json)
             if result.stream_chunks is not None:
                 span.set_attribute(semconv.RESPONSE_STREAM, "[" + ",".join(result.stream_chunks) + "]")
-        self._record_metrics(result.response_model, result.input_tokens, result.output_tokens, error=None)
+        self._record_metrics(result.response_model, result.input_tokens, result.output_tokens, error=error)
 
     def fail(self, exc: BaseException, *, partial: LLMResult | None = None) -> None:
         """End the span as failed; what arrived before the failure (a partial stream) is kept."""
         if not self._claim_end():
             return
         try:
-            if partial is not None:
-                self._set_result(partial)
+            error = type(exc).__qualname__
+            if partial is not None:  # what arrived is recorded, and counted as a failed operation
+                self._set_result(partial, error=error)
             self.span.record_exception(exc)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-            self.span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
+            self.span.set_attribute(semconv.ERROR_TYPE, error)
             if partial is None:
-                self._record_metrics(None, None, None, error=type(exc).__qualname__)
+                self._record_metrics(None, None, None, error=error)
         except Exception:
             _log.exception("agentreplay: could not record an LLM failure")
         finally:

@@ -6,11 +6,18 @@ still works. It feeds each chunk to a provider's accumulator and ends the call's
 exactly once: when the stream is exhausted, closed, fails, is cancelled, or is dropped
 by a caller that stopped reading early. The span is never made current, so an abandoned
 stream cannot leave a context attached.
+
+The proxy is its own iterator (no generator of ours sits between the caller and the
+stream), so a caller that breaks out of ``for chunk in stream`` leaves nothing behind but
+the proxy itself, and dropping that ends the span.
+
+:func:`tap_sse` keeps each server-sent event's raw JSON as the client library decodes
+it, which is what replay needs to rebuild the stream byte for byte and costs no
+serialisation at all.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
@@ -33,9 +40,12 @@ class StreamAccumulator(Protocol):
 class _StreamEnd:
     """The shared end-of-stream logic, for the sync and async proxies alike."""
 
+    __slots__ = ("call", "accumulator", "ended")
+
     def __init__(self, call: LLMCall, accumulator: StreamAccumulator) -> None:
         self.call = call
         self.accumulator = accumulator
+        self.ended = False  # a fast path only: LLMCall itself ends the span exactly once
 
     def add(self, chunk: Any) -> None:
         try:
@@ -44,10 +54,14 @@ class _StreamEnd:
             _log.exception("agentreplay: could not record a stream chunk")
 
     def done(self) -> None:
-        self.call.finish(self._result())
+        if not self.ended:
+            self.ended = True
+            self.call.finish(self._result())
 
     def fail(self, exc: BaseException) -> None:
-        self.call.fail(exc, partial=self._result())
+        if not self.ended:
+            self.ended = True
+            self.call.fail(exc, partial=self._result())
 
     def _result(self) -> LLMResult:
         try:
@@ -61,31 +75,26 @@ class SyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
     def __init__(self, wrapped: Any, call: LLMCall, accumulator: StreamAccumulator) -> None:
         super().__init__(wrapped)
         self._self_end = _StreamEnd(call, accumulator)
+        self._self_next: Any = None
 
     def __iter__(self) -> Iterator[Any]:
-        end = self._self_end
-        try:
-            for chunk in self.__wrapped__:
-                end.add(chunk)
-                yield chunk
-        except BaseException as exc:
-            if isinstance(exc, GeneratorExit):  # the caller stopped reading early
-                end.done()
-            else:
-                end.fail(exc)
-            raise
-        end.done()
+        return self
 
     def __next__(self) -> Any:
+        end = self._self_end
         try:
-            chunk = next(self.__wrapped__)
+            step = self._self_next
+            if step is None:
+                wrapped = self.__wrapped__
+                step = self._self_next = getattr(wrapped, "__next__", None) or iter(wrapped).__next__
+            chunk = step()
         except StopIteration:
-            self._self_end.done()
+            end.done()
             raise
         except BaseException as exc:
-            self._self_end.fail(exc)
+            end.fail(exc)
             raise
-        self._self_end.add(chunk)
+        end.add(chunk)
         return chunk
 
     def __enter__(self) -> SyncStreamProxy:
@@ -104,39 +113,36 @@ class SyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
         finally:
             self._self_end.done()
 
-    def __del__(self) -> None:
-        self._self_end.done()
+    def __del__(self) -> None:  # abandoned: the caller dropped the stream unread
+        end = getattr(self, "_self_end", None)
+        if end is not None:
+            end.done()
 
 
 class AsyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
     def __init__(self, wrapped: Any, call: LLMCall, accumulator: StreamAccumulator) -> None:
         super().__init__(wrapped)
         self._self_end = _StreamEnd(call, accumulator)
+        self._self_anext: Any = None
 
-    async def __aiter__(self) -> AsyncIterator[Any]:
-        end = self._self_end
-        try:
-            async for chunk in self.__wrapped__:
-                end.add(chunk)
-                yield chunk
-        except BaseException as exc:
-            if isinstance(exc, GeneratorExit):
-                end.done()
-            else:  # including asyncio.CancelledError: the span ends, marked cancelled
-                end.fail(exc)
-            raise
-        end.done()
+    def __aiter__(self) -> AsyncIterator[Any]:
+        return self
 
     async def __anext__(self) -> Any:
+        end = self._self_end
         try:
-            chunk = await self.__wrapped__.__anext__()
+            step = self._self_anext
+            if step is None:
+                wrapped = self.__wrapped__
+                step = self._self_anext = getattr(wrapped, "__anext__", None) or wrapped.__aiter__().__anext__
+            chunk = await step()
         except StopAsyncIteration:
-            self._self_end.done()
+            end.done()
             raise
-        except (Exception, asyncio.CancelledError) as exc:
-            self._self_end.fail(exc)
+        except BaseException as exc:  # including asyncio.CancelledError: the span ends, marked cancelled
+            end.fail(exc)
             raise
-        self._self_end.add(chunk)
+        end.add(chunk)
         return chunk
 
     async def __aenter__(self) -> AsyncStreamProxy:
@@ -156,4 +162,56 @@ class AsyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
             self._self_end.done()
 
     def __del__(self) -> None:
-        self._self_end.done()
+        end = getattr(self, "_self_end", None)
+        if end is not None:
+            end.done()
+
+
+# --- raw events ------------------------------------------------------------------------
+class _SSETap:
+    """Stands in for a client stream's SSE decoder and keeps each event's raw JSON data."""
+
+    __slots__ = ("_inner", "events")
+
+    def __init__(self, inner: Any, events: list[str]) -> None:
+        self._inner = inner
+        self.events = events
+
+    def iter_bytes(self, iterator: Iterator[bytes]) -> Iterator[Any]:
+        events = self.events
+        for sse in self._inner.iter_bytes(iterator):
+            data = sse.data
+            if data[:1] == "{":  # JSON events only: not chat's "[DONE]" sentinel
+                events.append(data)
+            yield sse
+
+    async def aiter_bytes(self, iterator: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+        events = self.events
+        async for sse in self._inner.aiter_bytes(iterator):
+            data = sse.data
+            if data[:1] == "{":
+                events.append(data)
+            yield sse
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def tap_sse(stream: Any) -> list[str] | None:
+    """Record the raw JSON of each event of a not-yet-read OpenAI or Anthropic stream.
+
+    Both libraries decode server-sent events through the stream's ``_decoder``; wrapping it
+    keeps each event's ``data`` exactly as received (including events the library skips,
+    like Anthropic's pings). Returns the list the events land in, or None when the stream
+    has no decoder to tap (then the accumulator dumps the parsed chunks instead).
+    """
+    try:
+        decoder = stream._decoder  # noqa: SLF001
+        if decoder is None or not hasattr(decoder, "iter_bytes"):
+            return None
+        events: list[str] = []
+        stream._decoder = _SSETap(decoder, events)  # noqa: SLF001
+        return events
+    except Exception:  # a stream shaped differently: record the parsed chunks instead
+        _log.debug("agentreplay: cannot tap the raw events of %r", type(stream), exc_info=True)
+        return None

@@ -1,0 +1,57 @@
+"""Anthropic instrumentation: ``messages.create`` (sync and async, ``stream=True``
+included) and the ``messages.stream()`` helper::
+
+    from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
+
+    AnthropicInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
+
+``opentelemetry-instrument`` does this by itself (entry point ``agentreplay_anthropic``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from opentelemetry.instrumentation.utils import unwrap
+from wrapt import wrap_function_wrapper
+
+from agentreplay_otel.instrumentation._wrap import Recorder
+from agentreplay_otel.metrics import GenAIMetrics
+from agentreplay_otel.version import __version__
+
+__all__ = ["AnthropicInstrumentor"]
+
+_MESSAGES = "anthropic.resources.messages.messages"
+
+
+class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Records each Anthropic messages call as a ``chat {model}`` step of the run."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ("anthropic >= 2",)
+
+    def _instrument(self, **kwargs: Any) -> None:
+        import anthropic
+
+        from agentreplay_otel.instrumentation.anthropic import _wrappers
+
+        recorder = Recorder(
+            tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
+            metrics=GenAIMetrics(kwargs.get("meter_provider")),
+        )
+        streams = (anthropic.Stream, anthropic.AsyncStream)
+        wrap_function_wrapper(_MESSAGES, "Messages.create", _wrappers.messages_create(recorder, streams))
+        wrap_function_wrapper(_MESSAGES, "AsyncMessages.create", _wrappers.async_messages_create(recorder, streams))
+        wrap_function_wrapper(_MESSAGES, "Messages.stream", _wrappers.messages_stream(recorder, streams))
+        wrap_function_wrapper(_MESSAGES, "AsyncMessages.stream", _wrappers.async_messages_stream(recorder, streams))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        import anthropic.resources.messages.messages as messages
+
+        unwrap(messages.Messages, "create")
+        unwrap(messages.AsyncMessages, "create")
+        unwrap(messages.Messages, "stream")
+        unwrap(messages.AsyncMessages, "stream")

@@ -1,0 +1,140 @@
+"""Wrapper factories for the Anthropic client methods that are recorded.
+
+``messages.create`` goes through the shared wrappers. ``messages.stream()`` is different:
+it posts the request itself (not through ``create``) when its manager is entered, and
+reads the events through a ``MessageStream``. So the manager it returns is wrapped in a
+proxy whose ``__enter__`` (``__aenter__``) begins the call around the request, then puts
+the shared stream proxy under the ``MessageStream`` in place of its raw event stream. The
+helper's own API (``text_stream``, ``get_final_message()``, ``until_done()``, ...) reads
+through it unchanged, and the span ends when the events end or the manager exits.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import wrapt
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from agentreplay_otel import semconv
+from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
+from agentreplay_otel.instrumentation._stream import AsyncStreamProxy, SyncStreamProxy, tap_sse
+from agentreplay_otel.instrumentation._wrap import Endpoint, Recorder, async_wrapper, begin, sync_wrapper
+from agentreplay_otel.instrumentation.anthropic import _extract
+
+_log = logging.getLogger(__name__)
+
+
+def _endpoint(streams: tuple[type, type], request: Callable[..., Any] = _extract.messages_request) -> Endpoint:
+    return Endpoint(
+        provider=semconv.PROVIDER_ANTHROPIC,
+        request=request,
+        result=_extract.message_result,
+        accumulator=_extract.MessagesStreamAccumulator,
+        sync_stream=streams[0],
+        async_stream=streams[1],
+    )
+
+
+def messages_create(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    """``Messages.create``: a ``Message``, or a ``Stream`` of raw message events."""
+    return sync_wrapper(_endpoint(streams), recorder)
+
+
+def async_messages_create(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    return async_wrapper(_endpoint(streams), recorder)
+
+
+def messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    """``Messages.stream``: a ``MessageStreamManager``, recorded once it is entered."""
+    endpoint = _endpoint(streams, _extract.stream_helper_request)
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        manager = wrapped(*args, **kwargs)
+        return MessageStreamManagerProxy(manager, functools.partial(begin, endpoint, recorder, instance, kwargs))
+
+    return wrapper
+
+
+def async_messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    endpoint = _endpoint(streams, _extract.stream_helper_request)
+
+    def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        manager = wrapped(*args, **kwargs)
+        return AsyncMessageStreamManagerProxy(manager, functools.partial(begin, endpoint, recorder, instance, kwargs))
+
+    return wrapper
+
+
+def _observe(message_stream: Any, call: LLMCall, proxy: type) -> bool:
+    """Put the shared stream proxy under a ``MessageStream``; False if its shape is unknown."""
+    try:
+        raw = message_stream._raw_stream  # noqa: SLF001
+        accumulator = _extract.MessagesStreamAccumulator(tap_sse(raw))
+        message_stream._raw_stream = proxy(raw, call, accumulator)  # noqa: SLF001
+        return True
+    except Exception:
+        _log.exception("agentreplay: could not observe an Anthropic message stream")
+        return False
+
+
+class MessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
+    def __init__(self, manager: Any, begin_call: Callable[[], LLMCall | None]) -> None:
+        super().__init__(manager)
+        self._self_begin = begin_call
+        self._self_call: LLMCall | None = None
+
+    def __enter__(self) -> Any:
+        call = self._self_call = self._self_begin()
+        if call is None:
+            return self.__wrapped__.__enter__()
+        token = otel_context.attach(trace.set_span_in_context(call.span))
+        try:
+            stream = self.__wrapped__.__enter__()
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        finally:
+            otel_context.detach(token)
+        _observe(stream, call, SyncStreamProxy)
+        return stream
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
+        try:
+            return self.__wrapped__.__exit__(exc_type, exc, tb)
+        finally:
+            if self._self_call is not None:  # normally the stream proxy has ended it already: a no-op
+                self._self_call.finish(LLMResult())
+
+
+class AsyncMessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
+    def __init__(self, manager: Any, begin_call: Callable[[], LLMCall | None]) -> None:
+        super().__init__(manager)
+        self._self_begin = begin_call
+        self._self_call: LLMCall | None = None
+
+    async def __aenter__(self) -> Any:
+        call = self._self_call = self._self_begin()
+        if call is None:
+            return await self.__wrapped__.__aenter__()
+        token = otel_context.attach(trace.set_span_in_context(call.span))
+        try:
+            stream = await self.__wrapped__.__aenter__()
+        except BaseException as exc:
+            call.fail(exc)
+            raise
+        finally:
+            otel_context.detach(token)
+        _observe(stream, call, AsyncStreamProxy)
+        return stream
+
+    async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
+        try:
+            return await self.__wrapped__.__aexit__(exc_type, exc, tb)
+        finally:
+            if self._self_call is not None:
+                self._self_call.finish(LLMResult())

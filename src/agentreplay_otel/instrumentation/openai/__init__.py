@@ -1,0 +1,60 @@
+"""OpenAI instrumentation: ``chat.completions.create`` and ``responses.create``, sync and
+async, streamed or not, against OpenAI or any OpenAI-compatible server::
+
+    from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
+
+    OpenAIInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
+
+``opentelemetry-instrument`` does this by itself (entry point ``agentreplay_openai``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
+from opentelemetry.instrumentation.utils import unwrap
+from wrapt import wrap_function_wrapper
+
+from agentreplay_otel.instrumentation._wrap import Recorder
+from agentreplay_otel.metrics import GenAIMetrics
+from agentreplay_otel.version import __version__
+
+__all__ = ["OpenAIInstrumentor"]
+
+_CHAT = "openai.resources.chat.completions.completions"
+_RESPONSES = "openai.resources.responses.responses"
+
+
+class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+    """Records each OpenAI chat or responses call as a ``chat {model}`` step of the run."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ("openai >= 3",)
+
+    def _instrument(self, **kwargs: Any) -> None:
+        import openai
+
+        from agentreplay_otel.instrumentation.openai import _wrappers
+
+        recorder = Recorder(
+            tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
+            metrics=GenAIMetrics(kwargs.get("meter_provider")),
+        )
+        streams = (openai.Stream, openai.AsyncStream)
+        wrap_function_wrapper(_CHAT, "Completions.create", _wrappers.chat_create(recorder, streams))
+        wrap_function_wrapper(_CHAT, "AsyncCompletions.create", _wrappers.async_chat_create(recorder, streams))
+        wrap_function_wrapper(_RESPONSES, "Responses.create", _wrappers.responses_create(recorder, streams))
+        wrap_function_wrapper(_RESPONSES, "AsyncResponses.create",
+                              _wrappers.async_responses_create(recorder, streams))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        import openai.resources.chat.completions.completions as chat
+        import openai.resources.responses.responses as responses
+
+        unwrap(chat.Completions, "create")
+        unwrap(chat.AsyncCompletions, "create")
+        unwrap(responses.Responses, "create")
+        unwrap(responses.AsyncResponses, "create")

@@ -1,0 +1,424 @@
+"""Attributes of OpenAI calls: pure functions from call kwargs and responses to span data.
+
+Messages are turned into the GenAI semantic conventions' shape (``role`` + ``parts``) by
+reference: the content strings are shared with the request, never copied, and each
+structure is serialised once, by :class:`~agentreplay_otel.instrumentation._llm.LLMCall`.
+The response is recorded as the API's own JSON (a parsed model dumps only the fields the
+body had), a stream as the raw JSON of each event as it arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from agentreplay_otel import semconv
+from agentreplay_otel.instrumentation._llm import LLMResult
+from agentreplay_otel.instrumentation._wrap import CallRequest, server_attributes
+
+# OpenAI's finish reasons, as the GenAI conventions name them in output messages.
+_FINISH = {"tool_calls": "tool_call", "function_call": "tool_call"}
+
+_CHAT_REQUEST = (
+    ("temperature", semconv.GEN_AI_REQUEST_TEMPERATURE),
+    ("top_p", semconv.GEN_AI_REQUEST_TOP_P),
+    ("seed", semconv.GEN_AI_REQUEST_SEED),
+    ("frequency_penalty", semconv.GEN_AI_REQUEST_FREQUENCY_PENALTY),
+    ("presence_penalty", semconv.GEN_AI_REQUEST_PRESENCE_PENALTY),
+)
+_RESPONSES_REQUEST = (
+    ("temperature", semconv.GEN_AI_REQUEST_TEMPERATURE),
+    ("top_p", semconv.GEN_AI_REQUEST_TOP_P),
+    ("max_output_tokens", semconv.GEN_AI_REQUEST_MAX_TOKENS),
+)
+
+
+def _base_attributes(resource: Any, kwargs: Mapping[str, Any], pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
+    client = getattr(resource, "_client", None)
+    attrs = server_attributes(client.base_url) if client is not None else {}
+    for key, name in pairs:
+        value = kwargs.get(key)
+        if value is not None:
+            attrs[name] = value
+    attrs[semconv.GEN_AI_REQUEST_STREAM] = bool(kwargs.get("stream"))
+    return attrs
+
+
+def _model(kwargs: Mapping[str, Any]) -> str | None:
+    model = kwargs.get("model")
+    return model if isinstance(model, str) else None
+
+
+def response_json(model: Any) -> str:
+    """The response body's JSON: the fields the API sent (``exclude_unset``), nothing added."""
+    return model.model_dump_json(exclude_unset=True, warnings=False)
+
+
+# --- chat.completions ------------------------------------------------------------------
+def chat_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
+    attrs = _base_attributes(resource, kwargs, _CHAT_REQUEST)
+    max_tokens = kwargs.get("max_completion_tokens", kwargs.get("max_tokens"))
+    if max_tokens is not None:
+        attrs[semconv.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
+    stop = kwargs.get("stop")
+    if stop is not None:
+        attrs[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] = [stop] if isinstance(stop, str) else list(stop)
+    n = kwargs.get("n")
+    if n is not None and n != 1:
+        attrs[semconv.GEN_AI_REQUEST_CHOICE_COUNT] = n
+    messages = kwargs.get("messages")
+    return CallRequest(
+        model=_model(kwargs),
+        attributes=attrs,
+        input_messages=chat_input_messages(messages) if messages is not None else None,
+    )
+
+
+def chat_input_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
+    """Chat ``messages`` in the GenAI shape; system and developer messages stay in place."""
+    out = []
+    for message in messages:
+        if not isinstance(message, Mapping):
+            message = _as_dict(message)
+        role = message.get("role", "user")
+        if role == "tool" or role == "function":
+            parts: list[Any] = [{
+                "type": "tool_call_response",
+                "id": message.get("tool_call_id") or message.get("name"),
+                "response": _text_of(message.get("content")),
+            }]
+            role = "tool"
+        else:
+            parts = _content_parts(message.get("content"))
+            for call in message.get("tool_calls") or ():
+                parts.append(_tool_call_part(call))
+            if message.get("function_call"):
+                fn = message["function_call"]
+                parts.append({"type": "tool_call", "id": None, "name": fn.get("name"),
+                              "arguments": fn.get("arguments")})
+        entry: dict[str, Any] = {"role": role, "parts": parts}
+        if message.get("name") and role != "tool":
+            entry["name"] = message["name"]
+        out.append(entry)
+    return out
+
+
+def _tool_call_part(call: Any) -> dict[str, Any]:
+    if not isinstance(call, Mapping):
+        call = _as_dict(call)
+    fn = call.get("function") or call.get("custom") or {}
+    return {"type": "tool_call", "id": call.get("id"), "name": fn.get("name"),
+            "arguments": fn.get("arguments", fn.get("input"))}
+
+
+def _content_parts(content: Any) -> list[Any]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [{"type": "text", "content": content}]
+    parts: list[Any] = []
+    for part in content:
+        if isinstance(part, str):
+            parts.append({"type": "text", "content": part})
+            continue
+        if not isinstance(part, Mapping):
+            part = _as_dict(part)
+        kind = part.get("type")
+        if kind in ("text", "input_text", "output_text"):
+            parts.append({"type": "text", "content": part.get("text")})
+        elif kind == "refusal":
+            parts.append({"type": "refusal", "content": part.get("refusal")})
+        elif kind in ("image_url", "input_image"):
+            image = part.get("image_url")
+            url = image.get("url") if isinstance(image, Mapping) else image
+            parts.append({"type": "uri", "modality": "image", "uri": url})
+        elif kind == "input_audio":
+            audio = part.get("input_audio") or {}
+            parts.append({"type": "blob", "modality": "audio",
+                          "mime_type": f"audio/{audio.get('format', 'wav')}", "content": audio.get("data")})
+        else:  # files and anything newer: kept as sent, under its own type
+            parts.append(dict(part))
+    return parts
+
+
+def _text_of(content: Any) -> Any:
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, Mapping) and "text" in p]
+        return "".join(texts) if len(texts) == len(content) else content
+    return content
+
+
+def _as_dict(value: Any) -> Mapping[str, Any]:
+    dump = getattr(value, "model_dump", None)
+    return dump(mode="json", exclude_unset=True) if callable(dump) else {}
+
+
+def chat_result(completion: Any) -> LLMResult:
+    choices = completion.choices or ()
+    attrs: dict[str, Any] = {}
+    if completion.id:
+        attrs[semconv.GEN_AI_RESPONSE_ID] = completion.id
+    reasons = [c.finish_reason for c in choices if c.finish_reason]
+    if reasons:
+        attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
+    result = LLMResult(
+        attributes=attrs,
+        response_model=completion.model,
+        output_messages=[_chat_output_message(c.message, c.finish_reason) for c in choices],
+        response_json=response_json(completion),
+    )
+    _chat_usage(result, completion.usage)
+    return result
+
+
+def _chat_output_message(message: Any, finish_reason: str | None) -> dict[str, Any]:
+    parts: list[Any] = []
+    if message.content:
+        parts.append({"type": "text", "content": message.content})
+    if getattr(message, "refusal", None):
+        parts.append({"type": "refusal", "content": message.refusal})
+    for call in message.tool_calls or ():
+        fn = getattr(call, "function", None) or getattr(call, "custom", None)
+        parts.append({"type": "tool_call", "id": call.id, "name": getattr(fn, "name", None),
+                      "arguments": getattr(fn, "arguments", getattr(fn, "input", None))})
+    return {"role": message.role or "assistant", "parts": parts,
+            "finish_reason": _FINISH.get(finish_reason or "", finish_reason or "")}
+
+
+def _chat_usage(result: LLMResult, usage: Any) -> None:
+    if usage is None:
+        return
+    result.input_tokens = usage.prompt_tokens
+    result.output_tokens = usage.completion_tokens
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None)
+    if cached:
+        result.attributes[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
+
+
+class _StreamedChoice:
+    __slots__ = ("role", "text", "refusal", "tools", "finish_reason")
+
+    def __init__(self) -> None:
+        self.role = "assistant"
+        self.text: list[str] = []
+        self.refusal: list[str] = []
+        self.tools: dict[int, list[Any]] = {}  # index -> [id, name, argument fragments]
+        self.finish_reason: str | None = None
+
+
+class ChatStreamAccumulator:
+    """Keeps a chat stream's chunks; folds them once, when the stream ends."""
+
+    __slots__ = ("chunks", "raw", "add")
+
+    def __init__(self, raw: list[str] | None) -> None:
+        self.chunks: list[Any] = []
+        self.raw = raw
+        self.add = self.chunks.append
+
+    def result(self) -> LLMResult:
+        return chat_stream_result(self.chunks, self.raw)
+
+
+def chat_stream_result(chunks: list[Any], raw: list[str] | None) -> LLMResult:
+    response_id = model = usage = None
+    choices: dict[int, _StreamedChoice] = {}
+    for chunk in chunks:
+        response_id = response_id or chunk.id
+        model = model or chunk.model
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            state = choices.get(choice.index)
+            if state is None:
+                state = choices[choice.index] = _StreamedChoice()
+            delta = choice.delta
+            if delta is not None:
+                if delta.role:
+                    state.role = delta.role
+                if delta.content:
+                    state.text.append(delta.content)
+                if getattr(delta, "refusal", None):
+                    state.refusal.append(delta.refusal)
+                for call in delta.tool_calls or ():
+                    entry = state.tools.get(call.index)
+                    if entry is None:
+                        entry = state.tools[call.index] = [None, None, []]
+                    if call.id:
+                        entry[0] = call.id
+                    fn = call.function
+                    if fn is not None:
+                        if fn.name:
+                            entry[1] = fn.name
+                        if fn.arguments:
+                            entry[2].append(fn.arguments)
+            if choice.finish_reason:
+                state.finish_reason = choice.finish_reason
+    attrs: dict[str, Any] = {}
+    if response_id:
+        attrs[semconv.GEN_AI_RESPONSE_ID] = response_id
+    ordered = [choices[i] for i in sorted(choices)]
+    reasons = [c.finish_reason for c in ordered if c.finish_reason]
+    if reasons:
+        attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
+    result = LLMResult(
+        attributes=attrs,
+        response_model=model,
+        output_messages=[_streamed_message(c) for c in ordered],
+        stream_chunks=raw if raw is not None else [response_json(c) for c in chunks],
+    )
+    _chat_usage(result, usage)
+    return result
+
+
+def _streamed_message(choice: _StreamedChoice) -> dict[str, Any]:
+    parts: list[Any] = []
+    if choice.text:
+        parts.append({"type": "text", "content": "".join(choice.text)})
+    if choice.refusal:
+        parts.append({"type": "refusal", "content": "".join(choice.refusal)})
+    for index in sorted(choice.tools):
+        call_id, name, fragments = choice.tools[index]
+        parts.append({"type": "tool_call", "id": call_id, "name": name, "arguments": "".join(fragments)})
+    reason = choice.finish_reason or ""
+    return {"role": choice.role, "parts": parts, "finish_reason": _FINISH.get(reason, reason)}
+
+
+# --- responses ---------------------------------------------------------------------------
+def responses_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
+    attrs = _base_attributes(resource, kwargs, _RESPONSES_REQUEST)
+    instructions = kwargs.get("instructions")
+    items = kwargs.get("input")
+    return CallRequest(
+        model=_model(kwargs),
+        attributes=attrs,
+        input_messages=responses_input_messages(items) if items is not None else None,
+        system_instructions=[{"type": "text", "content": instructions}] if instructions else None,
+    )
+
+
+def responses_input_messages(items: Any) -> list[dict[str, Any]]:
+    """Responses ``input`` (a string, or a list of items) in the GenAI message shape."""
+    if isinstance(items, str):
+        return [{"role": "user", "parts": [{"type": "text", "content": items}]}]
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if not isinstance(item, Mapping):
+            item = _as_dict(item)
+        kind = item.get("type", "message")
+        if kind == "message":
+            out.append({"role": item.get("role", "user"), "parts": _content_parts(item.get("content"))})
+        elif kind == "function_call":
+            out.append({"role": "assistant", "parts": [{
+                "type": "tool_call", "id": item.get("call_id"), "name": item.get("name"),
+                "arguments": item.get("arguments")}]})
+        elif kind == "function_call_output":
+            out.append({"role": "tool", "parts": [{
+                "type": "tool_call_response", "id": item.get("call_id"), "response": item.get("output")}]})
+        else:  # reasoning, built-in tool items, ...: kept as sent
+            out.append({"role": item.get("role", "assistant"), "parts": [dict(item)]})
+    return out
+
+
+def responses_result(response: Any, *, raw: list[str] | None = None) -> LLMResult:
+    attrs: dict[str, Any] = {}
+    if response.id:
+        attrs[semconv.GEN_AI_RESPONSE_ID] = response.id
+    reason = _responses_finish(response)
+    attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [reason]
+    parts = _responses_output_parts(response.output or ())
+    result = LLMResult(
+        attributes=attrs,
+        response_model=response.model,
+        output_messages=[{"role": "assistant", "parts": parts, "finish_reason": reason}],
+        response_json=None if raw is not None else response_json(response),
+        stream_chunks=raw,
+    )
+    usage = response.usage
+    if usage is not None:
+        result.input_tokens = usage.input_tokens
+        result.output_tokens = usage.output_tokens
+        cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None)
+        if cached:
+            attrs[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
+    return result
+
+
+def _responses_finish(response: Any) -> str:
+    status = response.status
+    if status == "incomplete":
+        reason = getattr(response.incomplete_details, "reason", None)
+        return "length" if reason == "max_output_tokens" else (reason or "incomplete")
+    if status == "failed":
+        return "error"
+    if any(getattr(item, "type", None) == "function_call" for item in response.output or ()):
+        return "tool_call"
+    return "stop"
+
+
+def _responses_output_parts(output: Iterable[Any]) -> list[Any]:
+    parts: list[Any] = []
+    for item in output:
+        kind = getattr(item, "type", None)
+        if kind == "message":
+            for content in item.content or ():
+                if content.type == "output_text":
+                    parts.append({"type": "text", "content": content.text})
+                elif content.type == "refusal":
+                    parts.append({"type": "refusal", "content": content.refusal})
+        elif kind == "function_call":
+            parts.append({"type": "tool_call", "id": item.call_id, "name": item.name, "arguments": item.arguments})
+        elif kind == "reasoning":
+            text = "".join(s.text for s in (getattr(item, "summary", None) or ()))
+            parts.append({"type": "reasoning", "content": text})
+        elif kind is not None:
+            parts.append({"type": kind})
+    return parts
+
+
+_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
+
+
+class ResponsesStreamAccumulator:
+    """Keeps a Responses stream's events; the terminal event carries the whole response."""
+
+    __slots__ = ("events", "raw", "add")
+
+    def __init__(self, raw: list[str] | None) -> None:
+        self.events: list[Any] = []
+        self.raw = raw
+        self.add = self.events.append
+
+    def result(self) -> LLMResult:
+        return responses_stream_result(self.events, self.raw)
+
+
+def responses_stream_result(events: list[Any], raw: list[str] | None) -> LLMResult:
+    chunks = raw if raw is not None else [response_json(e) for e in events]
+    last_response = None
+    text: list[str] = []
+    calls: list[Any] = []
+    for event in events:
+        kind = getattr(event, "type", None)
+        if kind in _TERMINAL_EVENTS:
+            return responses_result(event.response, raw=chunks)
+        if kind == "response.output_text.delta":
+            text.append(event.delta)
+        elif kind == "response.output_item.done" and getattr(event.item, "type", None) == "function_call":
+            item = event.item
+            calls.append({"type": "tool_call", "id": item.call_id, "name": item.name, "arguments": item.arguments})
+        response = getattr(event, "response", None)
+        if response is not None:
+            last_response = response
+    # The stream ended before its terminal event: what arrived.
+    attrs: dict[str, Any] = {}
+    if last_response is not None and last_response.id:
+        attrs[semconv.GEN_AI_RESPONSE_ID] = last_response.id
+    parts: list[Any] = ([{"type": "text", "content": "".join(text)}] if text else []) + calls
+    return LLMResult(
+        attributes=attrs,
+        response_model=getattr(last_response, "model", None),
+        output_messages=[{"role": "assistant", "parts": parts, "finish_reason": ""}] if parts else None,
+        stream_chunks=chunks,
+    )

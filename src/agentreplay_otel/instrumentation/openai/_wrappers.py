@@ -1,0 +1,50 @@
+"""Wrapper factories for the OpenAI client methods that are recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from agentreplay_otel import semconv
+from agentreplay_otel.instrumentation._wrap import Endpoint, Recorder, async_wrapper, sync_wrapper
+from agentreplay_otel.instrumentation.openai import _extract
+
+
+def _chat_endpoint(streams: tuple[type, type]) -> Endpoint:
+    return Endpoint(
+        provider=semconv.PROVIDER_OPENAI,
+        request=_extract.chat_request,
+        result=_extract.chat_result,
+        accumulator=_extract.ChatStreamAccumulator,
+        sync_stream=streams[0],
+        async_stream=streams[1],
+    )
+
+
+def _responses_endpoint(streams: tuple[type, type]) -> Endpoint:
+    return Endpoint(
+        provider=semconv.PROVIDER_OPENAI,
+        request=_extract.responses_request,
+        result=_extract.responses_result,
+        accumulator=_extract.ResponsesStreamAccumulator,
+        sync_stream=streams[0],
+        async_stream=streams[1],
+    )
+
+
+def chat_create(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    """``Completions.create``: a ``ChatCompletion``, or a ``Stream`` of chunks."""
+    return sync_wrapper(_chat_endpoint(streams), recorder)
+
+
+def async_chat_create(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    return async_wrapper(_chat_endpoint(streams), recorder)
+
+
+def responses_create(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    """``Responses.create``: a ``Response``, or a ``Stream`` of response events."""
+    return sync_wrapper(_responses_endpoint(streams), recorder)
+
+
+def async_responses_create(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    return async_wrapper(_responses_endpoint(streams), recorder)
