@@ -20,6 +20,7 @@ import pytest
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
+from langgraph.config import get_stream_writer
 from langgraph.types import Command, Send, interrupt
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
@@ -221,6 +222,21 @@ def test_stream_updates_mode_is_one_graph_span(instrumented: Any) -> None:
     assert_chain_intact(instrumented, spans)
 
 
+def test_stream_custom_mode_runs_nodes_beside_the_stream_waiter(instrumented: Any) -> None:
+    def shout(state: State) -> dict:
+        get_stream_writer()({"progress": "half"})
+        return {"log": ["shout"]}
+
+    graph = StateGraph(State)
+    graph.add_node("shout", shout)
+    graph.add_edge(START, "shout")
+    with agentreplay_otel.run("agent"):
+        chunks = list(graph.compile(name="loud").stream({"x": 0, "log": []}, stream_mode=["custom", "updates"]))
+    assert ("custom", {"progress": "half"}) in chunks
+    tree = Tree(instrumented.spans())
+    assert tree.parent(tree.one("graph_node shout")) is tree.one("invoke_workflow loud")
+
+
 def test_stream_abandoned_early_ends_the_graph_span(instrumented: Any) -> None:
     with agentreplay_otel.run("agent") as run:
         stream = build_graph().stream({"x": 1, "log": []}, stream_mode="updates")
@@ -247,7 +263,8 @@ async def test_ainvoke_records_graph_and_node_spans_in_the_run(instrumented: Any
     spans = instrumented.spans()
     tree = Tree(spans)
     assert_booking_tree(tree, branch="b", tool="alookup")
-    assert json.loads(state_events(tree.one("graph_node a"))[0][semconv.STATE_UPDATE]) == {"x": 10, "log": ["a"]}
+    (event,) = state_events(tree.one("graph_node a"))
+    assert json.loads(event[semconv.STATE_UPDATE]) == {"x": 10, "log": ["a"]}
     assert_chain_intact(instrumented, spans)
 
 
@@ -561,7 +578,9 @@ def test_uninstrument_restores_langgraph(recorder: Any) -> None:
     originals = (Pregel.stream, Pregel.astream, runner.run_with_retry, runner.arun_with_retry)
     instrumentor = LangGraphInstrumentor()
     instrumentor.instrument(tracer_provider=recorder.provider)
-    wrapped = (Pregel.__dict__["stream"], Pregel.__dict__["astream"], runner.run_with_retry, runner.arun_with_retry)
+    wrapped = (
+        Pregel.__dict__["stream"], Pregel.__dict__["astream"], runner.run_with_retry, runner.arun_with_retry
+    )
     assert all(hasattr(f, "__wrapped__") for f in wrapped)
     instrumentor.uninstrument()
     assert (Pregel.stream, Pregel.astream, runner.run_with_retry, runner.arun_with_retry) == originals
@@ -582,7 +601,9 @@ def test_channel_names_are_langgraphs() -> None:
 
 
 def test_state_update_of_writes() -> None:
-    writes = [("x", 1), ("log", ["a"]), ("branch:to:b", None), ("join:a+b:c", "a"), ("__pregel_tasks", Send("w", 1))]
+    writes = [
+        ("x", 1), ("log", ["a"]), ("branch:to:b", None), ("join:a+b:c", "a"), ("__pregel_tasks", Send("w", 1))
+    ]
     assert _extract.state_update(writes) == ({"x": 1, "log": ["a"]}, ["b", "w"])
     # a channel written twice: one-key mappings, as LangGraph's "updates" stream shows it
     assert _extract.state_update([("log", ["a"]), ("log", ["b"])]) == ([{"log": ["a"]}, {"log": ["b"]}], [])

@@ -76,9 +76,11 @@ class _Graph:
             otel_context.detach(tokens[0])  # type: ignore[arg-type]
 
     def finish(self, exc: BaseException | None, interrupts: Interrupts) -> None:
-        if self.span is None or self.ended:
+        if self.ended:
             return
         self.ended = True
+        if self.span is None:
+            return
         try:
             if exc is not None:
                 _record_outcome(self.span, exc, interrupts)
@@ -111,7 +113,12 @@ def stream_wrapper(tracer: trace.Tracer, interrupts: Interrupts) -> Callable[...
 
 
 def _traced_stream(
-    tracer: trace.Tracer, interrupts: Interrupts, inner: Iterator[Any], instance: Any, args: tuple, kwargs: dict
+    tracer: trace.Tracer,
+    interrupts: Interrupts,
+    inner: Iterator[Any],
+    instance: Any,
+    args: tuple,
+    kwargs: dict,
 ) -> Iterator[Any]:
     graph = _Graph(tracer, instance, args, kwargs)  # runs at the first next(), as LangGraph's own body does
     inner = iter(inner)
@@ -245,7 +252,9 @@ class _Node:
     def use(self) -> AbstractContextManager[Any]:
         if self.span is None:
             return nullcontext()
-        return trace.use_span(self.span, end_on_exit=False, record_exception=False, set_status_on_exception=False)
+        return trace.use_span(
+            self.span, end_on_exit=False, record_exception=False, set_status_on_exception=False
+        )
 
 
 def _task_of(args: tuple, kwargs: dict) -> Any:
