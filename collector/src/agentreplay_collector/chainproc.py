@@ -1,0 +1,261 @@
+"""``agentreplay_chain``: verify each run's hash chain and seal as its spans arrive.
+
+Spans reach the collector in any order and over many exports, so a run is judged only
+once it has gone quiet: its run span has arrived and nothing came for ``quiet_period``
+(or, without a run span, nothing for ``incomplete_after``). Its spans wait in memory
+until then, up to ``max_buffered_spans`` in all; past that the oldest runs' spans are
+dropped from memory and the run is verified from the store instead. A run first seen
+part-way (a restart, a straggler after its verdict) fails in memory and is re-verified
+from the store, which holds every acknowledged span. Verdicts go to the ``runs`` table;
+a new run gets a ``pending`` row at once, so a restart finds and finishes it.
+
+Nothing here is on the acknowledgement path: exports are acknowledged when their rows
+are written, and this processor sees them after that.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_collector.auth import KeyRing
+from agentreplay_collector.config import ChainConfig
+from agentreplay_collector.errors import StoreError
+from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+from agentreplay_collector.store import Store, run_cost
+from agentreplay_otel import semconv
+from agentreplay_otel.canonical import SpanRecord
+from agentreplay_otel.chain import ChainProblem, ChainReport, verify
+
+_log = logging.getLogger(__name__)
+_TICK_S = 0.1
+_KEY_MISS_TTL_S = 30.0
+
+
+@dataclass(slots=True)
+class _Run:
+    run_id: str
+    first_seen: float
+    last_seen: float
+    records: list[SpanRecord] | None = field(default_factory=list)  # None: verify from the store
+    root_seen: bool = False
+    announced: bool = False
+
+
+class ChainProcessor:
+    """Tracks runs in flight and writes each one's chain status when it goes quiet."""
+
+    def __init__(self, config: ChainConfig, store: Store, keys: KeyRing,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.config = config
+        self.store = store
+        self.keys = keys
+        self._clock = clock
+        self._runs: dict[str, _Run] = {}
+        self._buffered = 0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._key_misses: dict[str, float] = {}
+        self.verified_runs = 0
+        self.verified_spans = 0
+
+    # --- intake (writer thread) --------------------------------------------------------------
+    def observe(self, records: Iterable[SpanRecord]) -> None:
+        """Spans that were just written; cheap, so the writer is not held up."""
+        now = self._clock()
+        budget = self.config.max_buffered_spans
+        with self._lock:
+            for record in records:
+                run = self._runs.get(record.trace_id)
+                if run is None:
+                    run = self._runs[record.trace_id] = _Run(record.trace_id, now, now)
+                run.last_seen = now
+                if record.is_root:
+                    run.root_seen = True
+                if run.records is not None:
+                    run.records.append(record)
+                    self._buffered += 1
+            if self._buffered > budget:
+                self._shed(budget)
+
+    def _shed(self, budget: int) -> None:
+        """Drop buffered spans, oldest runs first, until under budget (those verify from the store)."""
+        for run in self._runs.values():
+            if self._buffered <= budget:
+                break
+            if run.records:
+                self._buffered -= len(run.records)
+                run.records = None
+
+    def resume(self, run_ids: Iterable[str]) -> None:
+        """Runs a previous process left ``pending``: judge them from the store."""
+        now = self._clock()
+        with self._lock:
+            for run_id in run_ids:
+                self._runs.setdefault(run_id, _Run(run_id, now, now, records=None, announced=True))
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="agentreplay-chain", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Judge every run whose run span has arrived, leave the rest pending, and stop."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        try:
+            self.tick(final=True)
+        except StoreError as exc:
+            _log.warning("agentreplay_chain: could not write run statuses at shutdown: %s", exc)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.tick()
+            except StoreError as exc:
+                _log.warning("agentreplay_chain: store unavailable, will retry: %s", exc)
+                self._stop.wait(1.0)
+            except Exception:  # a bug here must not stop verification of later runs
+                _log.exception("agentreplay_chain: verification failed")
+            self._wake.wait(_TICK_S)
+            self._wake.clear()
+
+    # --- judging --------------------------------------------------------------------------------
+    def tick(self, *, final: bool = False) -> int:
+        """Announce new runs, judge the quiet ones; returns how many runs were judged."""
+        now = self._clock()
+        with self._lock:
+            new = [r for r in self._runs.values() if not r.announced]
+            for run in new:
+                run.announced = True
+            due = [r for r in self._runs.values() if self._is_due(r, now, final)]
+            for run in due:
+                del self._runs[run.run_id]
+                self._buffered -= len(run.records or ())
+        self._persist_keys()
+        wall = time.time_ns()
+        judged_ids = {r.run_id for r in due}
+        pending = [self._summary(r.run_id, r.records or [], None) for r in new if r.run_id not in judged_ids]
+        judged: list[RunSummary] = []
+        for run in due:
+            summary = self._judge(run, now, final)
+            if summary is None:
+                continue
+            (pending if summary.chain.status is ChainState.PENDING else judged).append(summary)
+        self.store.upsert_runs(pending + self._carry_over(judged), wall)
+        return len(judged)
+
+    def _is_due(self, run: _Run, now: float, final: bool) -> bool:
+        if final:
+            return run.root_seen
+        wait = self.config.quiet_period_s if run.root_seen else self.config.incomplete_after_s
+        return now - run.last_seen >= wait
+
+    def _judge(self, run: _Run, now: float, final: bool) -> RunSummary | None:
+        records = run.records
+        report = None
+        if records:
+            report = verify(records, keys=self._key)
+        if report is None or not report.intact:
+            records = self.store.get_run_spans(run.run_id)  # authoritative: every acked span
+            report = verify(records, keys=self._key) if records else None
+        if report is None:
+            return None
+        if report.problem is ChainProblem.TRUNCATED and not final and (
+            now - run.last_seen < self.config.incomplete_after_s
+        ):
+            # No run span yet, but the run may still be going: look again later.
+            with self._lock:
+                # (if spans arrived meanwhile, their entry stands and is judged in its turn)
+                self._runs.setdefault(run.run_id, _Run(run.run_id, run.first_seen, run.last_seen,
+                                                       records=None, announced=True))
+            return None
+        self.verified_runs += 1
+        self.verified_spans += report.span_count
+        return self._summary(run.run_id, records, report)
+
+    def _key(self, kid: str) -> Ed25519PublicKey | None:
+        key = self.keys.lookup(kid)
+        if key is not None or not kid:
+            return key
+        missed = self._key_misses.get(kid)
+        if missed is not None and self._clock() - missed < _KEY_MISS_TTL_S:
+            return None
+        key = self.store.get_agent_key(kid)
+        if key is None:
+            self._key_misses[kid] = self._clock()
+        return key
+
+    def _persist_keys(self) -> None:
+        new = self.keys.drain_new()
+        if new:
+            self.store.insert_agent_keys(new, time.time_ns())
+
+    def _carry_over(self, judged: list[RunSummary]) -> list[RunSummary]:
+        """Keep what other components wrote into a run's row (halted, classification)."""
+        if not judged:
+            return judged
+        rows = self.store.query(
+            f"SELECT RunId, Halted, Classification FROM {self.store.database}.runs FINAL"
+            " WHERE RunId IN {ids:Array(String)} AND (Halted != 0 OR Classification != '')",
+            {"ids": [r.run_id for r in judged]},
+        )
+        if not rows:
+            return judged
+        extra = {r[0]: (bool(r[1]), r[2]) for r in rows}
+        out = []
+        for run in judged:
+            if run.run_id in extra:
+                halted, classification = extra[run.run_id]
+                run = dataclasses.replace(run, halted=halted, classification=classification)
+            out.append(run)
+        return out
+
+    @staticmethod
+    def _summary(run_id: str, records: list[SpanRecord], report: ChainReport | None) -> RunSummary:
+        roots = [r for r in records if r.is_root]
+        root = roots[-1] if roots else None
+        first = root or (records[0] if records else None)
+        resource = first.resource if first else {}
+        attrs = root.attributes if root else {}
+        children = [r for r in records if not r.is_root]
+        cost = run_cost(children) or (run_cost([root]) if root else 0.0)
+        if report is None:
+            chain = ChainStatus(run_id=run_id, status=ChainState.PENDING, seal="", span_count=len(records))
+        else:
+            chain = ChainStatus.from_report(report, time.time_ns())
+        return RunSummary(
+            run_id=run_id,
+            agent_id=resource.get(semconv.AGENT_ID, ""),
+            agent_name=attrs.get(semconv.GEN_AI_AGENT_NAME, ""),
+            service_name=resource.get(semconv.SERVICE_NAME, ""),
+            run_kind=attrs.get(semconv.RUN_KIND, semconv.RUN_KIND_RECORD if root else ""),
+            name=root.name if root else "",
+            start_ns=min((r.start_ns for r in records), default=0),
+            end_ns=max((r.end_ns for r in records), default=0),
+            span_count=chain.span_count,
+            status_code=root.status_code if root else "Unset",
+            cost_usd=cost,
+            chain=chain,
+            manifest_sha256=attrs.get(semconv.MANIFEST_SHA256, ""),
+            replay_of=attrs.get(semconv.REPLAY_OF, ""),
+        )
+
+    @property
+    def runs_in_flight(self) -> int:
+        return len(self._runs)
+
+    @property
+    def buffered_spans(self) -> int:
+        return self._buffered
+

@@ -1,0 +1,100 @@
+"""A client for the collector's read API, with the :class:`~agentreplay_collector.store.RunReader` methods.
+
+Standard library only (urllib), so a reader needs nothing the collector does not.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_collector.errors import StoreError, StoreUnavailable
+from agentreplay_collector.models import ChainStatus, RunSummary, span_from_json
+from agentreplay_otel.canonical import SpanRecord
+
+
+class CollectorClient:
+    """Reads runs through a running collector (``http://127.0.0.1:4320`` by default)."""
+
+    def __init__(self, url: str = "http://127.0.0.1:4320", *, timeout_s: float = 30.0) -> None:
+        if "://" not in url:
+            url = f"http://{url}"
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        # A collector is a local service: never send its reads through an HTTP proxy.
+        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+    def _get(self, path: str, params: dict[str, Any] | None = None, *, timeout_s: float | None = None,
+             missing_ok: bool = False) -> Any:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        url = f"{self.url}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        try:
+            with self._opener.open(url, timeout=timeout_s or self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404 and missing_ok:
+                return None
+            detail = _error_text(exc)
+            if exc.code == 503:
+                raise StoreUnavailable(f"collector at {self.url}: {detail}") from exc
+            raise StoreError(f"collector at {self.url} answered {exc.code}: {detail}") from exc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise StoreUnavailable(f"no collector answers at {self.url}: {exc}") from exc
+
+    def healthy(self, *, timeout_s: float = 0.5) -> bool:
+        try:
+            doc = self._get("/v1/health", timeout_s=timeout_s)
+        except StoreError:
+            return False
+        return isinstance(doc, dict) and doc.get("status") == "ok"
+
+    def list_runs(
+        self, *, agent: str | None = None, status: str | None = None, since_ns: int | None = None,
+        until_ns: int | None = None, limit: int = 100,
+    ) -> list[RunSummary]:
+        doc = self._get("/v1/runs", {"agent": agent, "status": status, "since": since_ns, "until": until_ns,
+                                     "limit": limit})
+        return [RunSummary.from_json(r) for r in doc["runs"]]
+
+    def get_run(self, run_id: str) -> RunSummary | None:
+        doc = self._get(f"/v1/runs/{urllib.parse.quote(run_id)}", missing_ok=True)
+        return None if doc is None else RunSummary.from_json(doc)
+
+    def get_run_spans(self, run_id: str) -> list[SpanRecord]:
+        doc = self._get(f"/v1/runs/{urllib.parse.quote(run_id)}/spans")
+        return [span_from_json(s) for s in doc["spans"]]
+
+    def get_chain_status(self, run_id: str) -> ChainStatus | None:
+        doc = self._get(f"/v1/runs/{urllib.parse.quote(run_id)}/chain", missing_ok=True)
+        return None if doc is None else ChainStatus.from_json(doc)
+
+    def get_agent_key(self, kid: str) -> Ed25519PublicKey | None:
+        doc = self._get(f"/v1/keys/{urllib.parse.quote(kid)}", missing_ok=True)
+        if doc is None:
+            return None
+        return Ed25519PublicKey.from_public_bytes(base64.b64decode(doc["public_key"]))
+
+    def stats(self) -> dict[str, Any]:
+        return self._get("/v1/stats")
+
+    def close(self) -> None:
+        """Nothing to release (one connection per request); present for the RunReader interface."""
+
+    def __enter__(self) -> CollectorClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _error_text(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read()).get("error", exc.reason))
+    except (ValueError, AttributeError, OSError):
+        return str(exc.reason)

@@ -1,0 +1,499 @@
+"""The collector's config: the OpenTelemetry Collector grammar, validated into frozen dataclasses.
+
+The file has the shape an ``otelcol`` user already knows (``receivers``, ``processors``,
+``exporters``, ``extensions``, ``service.pipelines.traces``), ``${env:VAR}`` and
+``${env:VAR:-default}`` are substituted in values, and every key is checked on start:
+an unknown key or a bad value raises :class:`ConfigError` naming the key's dotted path
+and what was expected, so a typo never silently becomes a default.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentreplay_collector.errors import ConfigError
+
+TOP_LEVEL = ("receivers", "processors", "exporters", "extensions", "service")
+PIPELINE_ORDER = ("agentreplay_auth", "agentreplay_chain", "agentreplay_scope", "batch")
+"""Where each processor may stand in ``service.pipelines.traces.processors``.
+
+``agentreplay_scope`` (signed manifests, spend, kill switch) is reserved for the
+control-plane issue: its place is fixed here, between the chain check and the batch.
+"""
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoint:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def is_loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrpcReceiverConfig:
+    endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4317)
+    max_recv_msg_size_mib: int = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class HttpReceiverConfig:
+    endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4318)
+    max_request_body_size: int = 16 * MIB
+
+
+@dataclass(frozen=True, kw_only=True)
+class OtlpReceiverConfig:
+    grpc: GrpcReceiverConfig | None = None
+    http: HttpReceiverConfig | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuthConfig:
+    insecure: bool = False
+    org_public_key: Path | None = None
+    token_cache_size: int = 1024
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainConfig:
+    quiet_period_s: float = 2.0
+    incomplete_after_s: float = 300.0
+    max_buffered_spans: int = 200_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class BatchConfig:
+    timeout_s: float = 0.005
+    send_batch_size: int = 8192
+    send_batch_max_size: int = 65536
+    max_queued_spans: int = 262_144
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClickHouseConfig:
+    endpoint: str = "chdb://./.agentreplay/store"
+    database: str = "agentreplay"
+    create_schema: bool = True
+    ttl_s: int = 0
+    cluster_name: str | None = None
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    timeout_s: float = 10.0
+
+    @property
+    def is_chdb(self) -> bool:
+        return self.endpoint.startswith("chdb://")
+
+    @property
+    def chdb_path(self) -> str:
+        return self.endpoint[len("chdb://"):]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControlConfig:
+    endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4320)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TracesPipeline:
+    receivers: tuple[str, ...]
+    processors: tuple[str, ...]
+    exporters: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectorConfig:
+    """The validated config. Only the components the traces pipeline uses are kept."""
+
+    otlp: OtlpReceiverConfig
+    auth: AuthConfig | None
+    chain: ChainConfig | None
+    batch: BatchConfig
+    clickhouse: ClickHouseConfig
+    control: ControlConfig | None
+    pipeline: TracesPipeline
+    log_level: str = "info"
+
+
+# --- substitution ------------------------------------------------------------------
+_ENV_REF = re.compile(r"\$\$|\$\{env:([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def substitute(value: Any, path: str, environ: Mapping[str, str]) -> Any:
+    """Expand ``${env:VAR}`` / ``${env:VAR:-default}`` in every string, ``$$`` for a literal ``$``.
+
+    As in the OpenTelemetry Collector, a value that is exactly one reference takes the
+    YAML type of what it expands to (``insecure: ${env:X}`` with ``X=true`` is a bool).
+    """
+    if isinstance(value, dict):
+        return {k: substitute(v, _join(path, str(k)), environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute(v, f"{path}[{i}]", environ) for i, v in enumerate(value)]
+    if not isinstance(value, str) or "$" not in value:
+        return value
+
+    def expand(match: re.Match[str]) -> str:
+        if match.group(0) == "$$":
+            return "$"
+        name, default = match.group(1), match.group(2)
+        if name in environ:
+            return environ[name]
+        if default is not None:
+            return default
+        raise ConfigError(path, f"environment variable {name} to be set (or a default: ${{env:{name}:-value}})")
+
+    expanded = _ENV_REF.sub(expand, value)
+    whole = _ENV_REF.fullmatch(value)
+    if whole and whole.group(0) != "$$":
+        try:
+            return yaml.safe_load(expanded) if expanded.strip() else expanded
+        except yaml.YAMLError:
+            return expanded
+    return expanded
+
+
+# --- a section reader that refuses unknown keys ---------------------------------------
+class _Section:
+    """Reads typed values out of one mapping; :meth:`done` rejects any key it did not read."""
+
+    def __init__(self, path: str, raw: Any) -> None:
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, dict):
+            raise ConfigError(path, "a mapping", raw)
+        self.path = path
+        self.raw = raw
+        self.seen: set[str] = set()
+
+    def at(self, key: str) -> str:
+        return _join(self.path, key)
+
+    def has(self, key: str) -> bool:
+        return key in self.raw
+
+    def get(self, key: str) -> Any:
+        self.seen.add(key)
+        return self.raw.get(key)
+
+    def section(self, key: str) -> _Section:
+        return _Section(self.at(key), self.get(key))
+
+    def string(self, key: str, default: str | None = None) -> str | None:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, str) or not value:
+            raise ConfigError(self.at(key), "a non-empty string", value)
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise ConfigError(self.at(key), "true or false", value)
+        return value
+
+    def integer(self, key: str, default: int, *, minimum: int = 0, maximum: int | None = None) -> int:
+        value = self.get(key)
+        if value is None:
+            return default
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
+            maximum is not None and value > maximum
+        ):
+            bound = f" between {minimum} and {maximum}" if maximum is not None else f" >= {minimum}"
+            raise ConfigError(self.at(key), f"an integer{bound}", value)
+        return value
+
+    def duration(self, key: str, default: float) -> float:
+        value = self.get(key)
+        if value is None:
+            return default
+        seconds = parse_duration(value)
+        if seconds is None:
+            raise ConfigError(self.at(key), "a duration like 200ms, 5s, 1m30s or 720h", value)
+        return seconds
+
+    def endpoint(self, key: str, default: Endpoint) -> Endpoint:
+        value = self.get(key)
+        if value is None:
+            return default
+        parsed = parse_endpoint(value)
+        if parsed is None:
+            raise ConfigError(self.at(key), "host:port, e.g. 127.0.0.1:4317 (port 0 picks a free one)", value)
+        return parsed
+
+    def string_list(self, key: str) -> tuple[str, ...]:
+        value = self.get(key)
+        if value is None:
+            return ()
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(self.at(key), "a list of component ids", value)
+        return tuple(value)
+
+    def done(self) -> None:
+        for key in self.raw:
+            if key not in self.seen:
+                raise ConfigError(self.at(str(key)), f"one of the keys {sorted(self.seen) or 'none'}; unknown key")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_S = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(value: Any) -> float | None:
+    """Seconds in a Go duration string (``200ms``, ``1m30s``); ``0`` is zero. None if not one."""
+    if value == 0 or value == "0":
+        return 0.0
+    if not isinstance(value, str) or not value:
+        return None
+    pos, total = 0, 0.0
+    for match in _DURATION_PART.finditer(value):
+        if match.start() != pos:
+            return None
+        total += float(match.group(1)) * _UNIT_S[match.group(2)]
+        pos = match.end()
+    return total if pos == len(value) else None
+
+
+def parse_endpoint(value: Any) -> Endpoint | None:
+    if not isinstance(value, str) or ":" not in value:
+        return None
+    host, _, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port.isdigit() or int(port) > 65535:
+        return None
+    return Endpoint(host=host, port=int(port))
+
+
+# --- components -----------------------------------------------------------------------
+def _component_type(component_id: str) -> str:
+    return component_id.split("/", 1)[0]
+
+
+def _parse_otlp(sec: _Section) -> OtlpReceiverConfig:
+    protocols = sec.section("protocols")
+    grpc = http = None
+    if protocols.has("grpc"):
+        g = protocols.section("grpc")
+        grpc = GrpcReceiverConfig(
+            endpoint=g.endpoint("endpoint", GrpcReceiverConfig.endpoint),
+            max_recv_msg_size_mib=g.integer("max_recv_msg_size_mib", 16, minimum=1, maximum=2047),
+        )
+        g.done()
+    if protocols.has("http"):
+        h = protocols.section("http")
+        http = HttpReceiverConfig(
+            endpoint=h.endpoint("endpoint", HttpReceiverConfig.endpoint),
+            max_request_body_size=h.integer("max_request_body_size", 16 * MIB, minimum=1),
+        )
+        h.done()
+    protocols.done()
+    sec.done()
+    if grpc is None and http is None:
+        raise ConfigError(protocols.path, "at least one of the protocols grpc, http")
+    return OtlpReceiverConfig(grpc=grpc, http=http)
+
+
+def _parse_auth(sec: _Section) -> AuthConfig:
+    insecure = sec.boolean("insecure", False)
+    key = sec.string("org_public_key")
+    cache = sec.integer("token_cache_size", 1024, minimum=1)
+    sec.done()
+    if not insecure and key is None:
+        raise ConfigError(sec.at("org_public_key"), "the path of the org's Ed25519 public key (or insecure: true)")
+    if insecure and key is not None:
+        raise ConfigError(sec.at("insecure"), "false when org_public_key is set (choose one)", True)
+    if key is not None and not Path(key).is_file():
+        raise ConfigError(sec.at("org_public_key"), "an existing PEM file", key)
+    return AuthConfig(insecure=insecure, org_public_key=Path(key) if key else None, token_cache_size=cache)
+
+
+def _parse_chain(sec: _Section) -> ChainConfig:
+    cfg = ChainConfig(
+        quiet_period_s=sec.duration("quiet_period", 2.0),
+        incomplete_after_s=sec.duration("incomplete_after", 300.0),
+        max_buffered_spans=sec.integer("max_buffered_spans", 200_000, minimum=0),
+    )
+    sec.done()
+    return cfg
+
+
+def _parse_batch(sec: _Section) -> BatchConfig:
+    size = sec.integer("send_batch_size", 8192, minimum=1)
+    cfg = BatchConfig(
+        timeout_s=sec.duration("timeout", 0.005),
+        send_batch_size=size,
+        send_batch_max_size=sec.integer("send_batch_max_size", max(65536, size), minimum=0),
+        max_queued_spans=sec.integer("max_queued_spans", 262_144, minimum=1),
+    )
+    sec.done()
+    if cfg.send_batch_max_size and cfg.send_batch_max_size < size:
+        raise ConfigError(sec.at("send_batch_max_size"), f"0 or at least send_batch_size ({size})",
+                          cfg.send_batch_max_size)
+    return cfg
+
+
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _parse_clickhouse(sec: _Section) -> ClickHouseConfig:
+    endpoint = sec.string("endpoint")
+    if endpoint is None:
+        raise ConfigError(sec.at("endpoint"), "chdb://PATH or http(s)://HOST:PORT")
+    if not re.match(r"(chdb://.+|https?://[^/\s]+)", endpoint):
+        raise ConfigError(sec.at("endpoint"), "chdb://PATH or http(s)://HOST:PORT", endpoint)
+    database = sec.string("database", "agentreplay")
+    cluster = sec.string("cluster_name")
+    for key, name in (("database", database), ("cluster_name", cluster)):
+        if name is not None and not _IDENT.fullmatch(name):
+            raise ConfigError(sec.at(key), "an identifier (letters, digits, _)", name)
+    ttl = sec.duration("ttl", 0.0)
+    cfg = ClickHouseConfig(
+        endpoint=endpoint,
+        database=database or "agentreplay",
+        create_schema=sec.boolean("create_schema", True),
+        ttl_s=int(ttl),
+        cluster_name=cluster,
+        username=sec.string("username"),
+        password=sec.get("password") if sec.get("password") is None else str(sec.get("password")),
+        timeout_s=sec.duration("timeout", 10.0),
+    )
+    sec.done()
+    if cluster and endpoint.startswith("chdb://"):
+        raise ConfigError(sec.at("cluster_name"), "no cluster with the embedded chdb:// store (use http(s)://)",
+                          cluster)
+    return cfg
+
+
+def _parse_control(sec: _Section) -> ControlConfig:
+    cfg = ControlConfig(endpoint=sec.endpoint("endpoint", ControlConfig.endpoint))
+    sec.done()
+    return cfg
+
+
+_RECEIVERS = {"otlp": _parse_otlp}
+_PROCESSORS = {"agentreplay_auth": _parse_auth, "agentreplay_chain": _parse_chain, "batch": _parse_batch}
+_EXPORTERS = {"clickhouse": _parse_clickhouse}
+_EXTENSIONS = {"agentreplay_control": _parse_control}
+
+
+def _components(root: _Section, kind: str, parsers: Mapping[str, Any]) -> dict[str, Any]:
+    sec = root.section(kind)
+    out: dict[str, Any] = {}
+    for component_id in list(sec.raw):
+        ctype = _component_type(str(component_id))
+        if ctype == "agentreplay_scope" and kind == "processors":
+            raise ConfigError(sec.at(str(component_id)),
+                              "a processor available in this version; agentreplay_scope comes with the control plane")
+        if ctype not in parsers:
+            raise ConfigError(sec.at(str(component_id)), f"a {kind[:-1]} type among {sorted(parsers)}")
+        out[str(component_id)] = parsers[ctype](sec.section(str(component_id)))
+    return out
+
+
+def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> CollectorConfig:
+    """Validate a parsed YAML document into a :class:`CollectorConfig` (or raise ConfigError)."""
+    env = os.environ if environ is None else environ
+    doc = substitute(raw, "", env)
+    root = _Section("", doc)
+    receivers = _components(root, "receivers", _RECEIVERS)
+    processors = _components(root, "processors", _PROCESSORS)
+    exporters = _components(root, "exporters", _EXPORTERS)
+    extensions = _components(root, "extensions", _EXTENSIONS)
+    service = root.section("service")
+    ext_ids = service.string_list("extensions")
+    for i, ext in enumerate(ext_ids):
+        if ext not in extensions:
+            raise ConfigError(f"{service.at('extensions')}[{i}]", f"an extension defined under extensions {sorted(extensions)}", ext)
+    telemetry = service.section("telemetry")
+    logs = telemetry.section("logs")
+    level = logs.string("level", "info") or "info"
+    if level.lower() not in ("debug", "info", "warn", "warning", "error"):
+        raise ConfigError(logs.at("level"), "one of debug, info, warn, error", level)
+    logs.done()
+    telemetry.done()
+    pipelines = service.section("pipelines")
+    if not pipelines.has("traces"):
+        raise ConfigError(pipelines.at("traces"), "a traces pipeline")
+    traces = pipelines.section("traces")
+    pipeline = TracesPipeline(
+        receivers=traces.string_list("receivers"),
+        processors=traces.string_list("processors"),
+        exporters=traces.string_list("exporters"),
+    )
+    traces.done()
+    pipelines.done()
+    service.done()
+    root.done()
+    _check_pipeline(traces, pipeline, receivers, processors, exporters)
+
+    def used(table: dict[str, Any], ids: tuple[str, ...], ctype: str) -> Any:
+        return next((table[i] for i in ids if _component_type(i) == ctype), None)
+
+    control = next((extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_control"), None)
+    return CollectorConfig(
+        otlp=used(receivers, pipeline.receivers, "otlp"),
+        auth=used(processors, pipeline.processors, "agentreplay_auth"),
+        chain=used(processors, pipeline.processors, "agentreplay_chain"),
+        batch=used(processors, pipeline.processors, "batch") or BatchConfig(),
+        clickhouse=used(exporters, pipeline.exporters, "clickhouse"),
+        control=control,
+        pipeline=pipeline,
+        log_level="warning" if level.lower() == "warn" else level.lower(),
+    )
+
+
+def _check_pipeline(sec: _Section, p: TracesPipeline, receivers: dict, processors: dict, exporters: dict) -> None:
+    for key, ids, defined in (("receivers", p.receivers, receivers), ("processors", p.processors, processors),
+                              ("exporters", p.exporters, exporters)):
+        for i, cid in enumerate(ids):
+            if cid not in defined:
+                raise ConfigError(f"{sec.at(key)}[{i}]", f"a component defined under {key} {sorted(defined)}", cid)
+        types = [_component_type(c) for c in ids]
+        if len(set(types)) != len(types):
+            raise ConfigError(sec.at(key), f"each {key[:-1]} type at most once", list(ids))
+    if not p.receivers:
+        raise ConfigError(sec.at("receivers"), "at least one receiver (otlp)")
+    if len(p.exporters) != 1:
+        raise ConfigError(sec.at("exporters"), "exactly one exporter (clickhouse)", list(p.exporters))
+    ranks = [PIPELINE_ORDER.index(_component_type(c)) for c in p.processors]
+    if ranks != sorted(ranks):
+        raise ConfigError(sec.at("processors"), f"processors in the order {list(PIPELINE_ORDER)}", list(p.processors))
+
+
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> CollectorConfig:
+    """Read, substitute and validate a config file."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError("", f"a readable config file at {path} ({exc.strerror})") from exc
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError("", f"valid YAML ({exc})") from exc
+    return parse_config(raw, environ)

@@ -1,0 +1,161 @@
+"""What the read side returns, and its JSON form (shared by the read API and its client).
+
+Nanosecond times travel as decimal strings in JSON (as OTLP/JSON does with 64-bit
+integers) so that no reader in between rounds them to a float.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from agentreplay_otel.canonical import EventRecord, SpanRecord
+from agentreplay_otel.chain import ChainProblem, ChainReport, SealStatus
+
+
+class ChainState(enum.StrEnum):
+    """A run's chain status as the collector last found it."""
+
+    PENDING = "pending"  # spans are arriving; not judged yet
+    INTACT = "intact"  # every link checks; see ``seal`` for whether the run is sealed
+    UNSEALED = "unsealed"  # every link checks, but no seal (or spans ended after the seal)
+    BROKEN = "broken"  # a link fails: ``problem`` and ``seq`` say where
+    INCOMPLETE = "incomplete"  # the run span never arrived (a cut tail, or an agent that died)
+
+
+def chain_state(report: ChainReport) -> ChainState:
+    """Map the verifier's report onto the status a run carries."""
+    if report.problem is ChainProblem.TRUNCATED:
+        return ChainState.INCOMPLETE
+    if report.problem is not None:
+        return ChainState.BROKEN
+    if report.seal is SealStatus.ABSENT or report.unsealed_spans:
+        return ChainState.UNSEALED
+    return ChainState.INTACT
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChainStatus:
+    """The stored verdict on one run (from the ``runs`` table)."""
+
+    run_id: str
+    status: ChainState
+    seal: str  # SealStatus value, or "" while pending
+    span_count: int
+    problem: str = ""  # ChainProblem value
+    seq: int | None = None
+    span_id: str = ""
+    detail: str = ""
+    unsealed_spans: int = 0
+    verified_at_ns: int = 0
+
+    @property
+    def intact(self) -> bool:
+        return self.status in (ChainState.INTACT, ChainState.UNSEALED)
+
+    @classmethod
+    def from_report(cls, report: ChainReport, verified_at_ns: int = 0) -> ChainStatus:
+        return cls(
+            run_id=report.run_id,
+            status=chain_state(report),
+            seal=str(report.seal),
+            span_count=report.span_count,
+            problem=str(report.problem) if report.problem else "",
+            seq=report.seq,
+            span_id=report.span_id or "",
+            detail=report.detail,
+            unsealed_spans=report.unsealed_spans,
+            verified_at_ns=verified_at_ns,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "status": str(self.status), "seal": self.seal, "span_count": self.span_count,
+            "problem": self.problem, "seq": self.seq, "span_id": self.span_id, "detail": self.detail,
+            "unsealed_spans": self.unsealed_spans, "verified_at_ns": str(self.verified_at_ns),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ChainStatus:
+        return cls(
+            run_id=doc["run_id"], status=ChainState(doc["status"]), seal=doc["seal"], span_count=int(doc["span_count"]),
+            problem=doc.get("problem", ""), seq=doc.get("seq"), span_id=doc.get("span_id", ""),
+            detail=doc.get("detail", ""), unsealed_spans=int(doc.get("unsealed_spans", 0)),
+            verified_at_ns=int(doc.get("verified_at_ns", 0)),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSummary:
+    """One row of the run list: who ran what, when, what it cost, and its chain status."""
+
+    run_id: str
+    agent_id: str
+    agent_name: str
+    service_name: str
+    run_kind: str
+    name: str
+    start_ns: int
+    end_ns: int
+    span_count: int
+    status_code: str
+    cost_usd: float
+    chain: ChainStatus
+    halted: bool = False
+    classification: str = ""
+    manifest_sha256: str = ""
+    replay_of: str = ""
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id, "agent_id": self.agent_id, "agent_name": self.agent_name,
+            "service_name": self.service_name, "run_kind": self.run_kind, "name": self.name,
+            "start_ns": str(self.start_ns), "end_ns": str(self.end_ns), "span_count": self.span_count,
+            "status_code": self.status_code, "cost_usd": self.cost_usd, "chain": self.chain.to_json(),
+            "halted": self.halted, "classification": self.classification,
+            "manifest_sha256": self.manifest_sha256, "replay_of": self.replay_of,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RunSummary:
+        return cls(
+            run_id=doc["run_id"], agent_id=doc["agent_id"], agent_name=doc["agent_name"],
+            service_name=doc["service_name"], run_kind=doc["run_kind"], name=doc["name"],
+            start_ns=int(doc["start_ns"]), end_ns=int(doc["end_ns"]), span_count=int(doc["span_count"]),
+            status_code=doc["status_code"], cost_usd=float(doc["cost_usd"]),
+            chain=ChainStatus.from_json(doc["chain"]), halted=bool(doc.get("halted", False)),
+            classification=doc.get("classification", ""), manifest_sha256=doc.get("manifest_sha256", ""),
+            replay_of=doc.get("replay_of", ""),
+        )
+
+
+def span_to_json(record: SpanRecord) -> dict[str, Any]:
+    return {
+        "trace_id": record.trace_id, "span_id": record.span_id, "parent_span_id": record.parent_span_id,
+        "name": record.name, "kind": record.kind, "start_ns": str(record.start_ns), "end_ns": str(record.end_ns),
+        "status_code": record.status_code, "status_message": record.status_message,
+        "attributes": dict(record.attributes),
+        "events": [
+            {"name": e.name, "time_ns": str(e.time_ns), "attributes": dict(e.attributes)} for e in record.events
+        ],
+        "resource": dict(record.resource),
+    }
+
+
+def span_from_json(doc: Mapping[str, Any]) -> SpanRecord:
+    return SpanRecord(
+        trace_id=doc["trace_id"], span_id=doc["span_id"], parent_span_id=doc["parent_span_id"], name=doc["name"],
+        kind=doc["kind"], start_ns=int(doc["start_ns"]), end_ns=int(doc["end_ns"]), status_code=doc["status_code"],
+        status_message=doc["status_message"], attributes=dict(doc["attributes"]),
+        events=tuple(
+            EventRecord(name=e["name"], time_ns=int(e["time_ns"]), attributes=dict(e["attributes"]))
+            for e in doc["events"]
+        ),
+        resource=dict(doc["resource"]),
+    )

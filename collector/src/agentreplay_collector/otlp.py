@@ -1,0 +1,353 @@
+"""OTLP trace requests (protobuf or JSON) to Arrow columns for ``otel_traces`` and SpanRecords.
+
+One pass over the request fills flat Python lists, one per column (map columns as flat
+key and value lists plus offsets), which Arrow turns into arrays in bulk: no per-span
+dict is built for the store. Spans that belong to an AgentReplay run (the resource names
+an agent, or the span carries a chain link) are also reduced to a
+:class:`~agentreplay_otel.canonical.SpanRecord` for the chain processor, with every
+attribute value converted exactly as :func:`~agentreplay_otel.canonical.stored_string`
+does, so the hash computed here equals the recorder's.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from agentreplay_collector.errors import MalformedRequest
+from agentreplay_otel import semconv
+from agentreplay_otel.canonical import EventRecord, SpanRecord, kind_name, status_name, stored_string
+
+# OTLP's SpanKind counts from UNSPECIFIED=0; the SDK's (and kind_name's) from INTERNAL=0.
+_OTLP_KINDS = ("Unspecified", *(kind_name(i) for i in range(5)))
+_MAP = pa.map_(pa.string(), pa.string())
+_TS = pa.timestamp("ns")
+_U64_MASK = (1 << 64) - 1
+
+TRACE_ARROW_SCHEMA = pa.schema(
+    [
+        ("Timestamp", _TS),
+        ("TraceId", pa.string()),
+        ("SpanId", pa.string()),
+        ("ParentSpanId", pa.string()),
+        ("TraceState", pa.string()),
+        ("SpanName", pa.string()),
+        ("SpanKind", pa.string()),
+        ("ServiceName", pa.string()),
+        ("ResourceAttributes", _MAP),
+        ("ScopeName", pa.string()),
+        ("ScopeVersion", pa.string()),
+        ("SpanAttributes", _MAP),
+        ("Duration", pa.uint64()),
+        ("StatusCode", pa.string()),
+        ("StatusMessage", pa.string()),
+        ("Events.Timestamp", pa.list_(_TS)),
+        ("Events.Name", pa.list_(pa.string())),
+        ("Events.Attributes", pa.list_(_MAP)),
+        ("Links.TraceId", pa.list_(pa.string())),
+        ("Links.SpanId", pa.list_(pa.string())),
+        ("Links.TraceState", pa.list_(pa.string())),
+        ("Links.Attributes", pa.list_(_MAP)),
+    ]
+)
+
+
+@dataclass(slots=True)
+class ConvertedRequest:
+    """One export request, ready to store: the rows as Arrow and the run spans as records."""
+
+    table: pa.Table
+    records: list[SpanRecord] = field(default_factory=list)
+    agent_ids: frozenset[str] = frozenset()
+    resource_agent_ids: tuple[str | None, ...] = ()
+
+    @property
+    def span_count(self) -> int:
+        return self.table.num_rows
+
+
+# --- parsing ---------------------------------------------------------------------------
+def parse_protobuf(body: bytes) -> ExportTraceServiceRequest:
+    request = ExportTraceServiceRequest()
+    try:
+        request.ParseFromString(body)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise MalformedRequest(f"not an OTLP ExportTraceServiceRequest protobuf: {exc}") from exc
+    return request
+
+
+_ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "parent_span_id")
+
+
+def parse_json(body: bytes) -> ExportTraceServiceRequest:
+    """OTLP/JSON: lowerCamelCase names, ids in hex (not base64), 64-bit ints possibly as strings."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedRequest(f"not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise MalformedRequest("an OTLP/JSON request is a JSON object")
+    _hex_ids_to_base64(doc)
+    request = ExportTraceServiceRequest()
+    try:
+        json_format.ParseDict(doc, request, ignore_unknown_fields=True)
+    except (json_format.ParseError, ValueError, TypeError) as exc:
+        raise MalformedRequest(f"not an OTLP/JSON ExportTraceServiceRequest: {exc}") from exc
+    return request
+
+
+def _hex_ids_to_base64(node: Any) -> None:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in _ID_FIELDS and isinstance(value, str):
+                try:
+                    node[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
+                except ValueError as exc:
+                    raise MalformedRequest(f"{key} must be hex: {value!r}") from exc
+            else:
+                _hex_ids_to_base64(value)
+    elif isinstance(node, list):
+        for item in node:
+            _hex_ids_to_base64(item)
+
+
+# --- attribute values ----------------------------------------------------------------------
+def any_value(value: Any) -> Any:
+    """An OTLP AnyValue as the Python value the SDK held (str, bool, int, float, bytes, list, dict)."""
+    which = value.WhichOneof("value")
+    if which is None:
+        return None
+    if which == "array_value":
+        return [any_value(v) for v in value.array_value.values]
+    if which == "kvlist_value":
+        return {kv.key: any_value(kv.value) for kv in value.kvlist_value.values}
+    return getattr(value, which)
+
+
+def stored_attributes(kvs: Iterable[Any]) -> dict[str, str]:
+    """KeyValues as the store keeps them; equals ``{k: stored_string(v)}`` of the Python values."""
+    out: dict[str, str] = {}
+    for kv in kvs:
+        value = kv.value
+        which = value.WhichOneof("value")
+        if which == "string_value":
+            out[kv.key] = value.string_value
+        elif which == "int_value":
+            out[kv.key] = str(value.int_value)
+        elif which == "bool_value":
+            out[kv.key] = "true" if value.bool_value else "false"
+        elif which == "double_value":
+            out[kv.key] = repr(value.double_value)
+        elif which == "array_value":
+            out[kv.key] = _array_string(value.array_value.values)
+        else:
+            out[kv.key] = stored_string(any_value(value))
+    return out
+
+
+_SCALARS = frozenset({"string_value", "int_value", "bool_value", "double_value"})
+
+
+def _array_string(values: Any) -> str:
+    """``stored_string`` of an array; arrays of scalars (the common case) skip the generic walk."""
+    items = []
+    for v in values:
+        which = v.WhichOneof("value")
+        if which not in _SCALARS:
+            return stored_string([any_value(v) for v in values])
+        items.append(getattr(v, which))
+    return json.dumps(items, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+
+
+# --- conversion ---------------------------------------------------------------------------
+def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
+    """Flatten a request into ``otel_traces`` columns (and run records), validating ids."""
+    ts: list[int] = []
+    dur: list[int] = []
+    trace_ids: list[str] = []
+    span_ids: list[str] = []
+    parent_ids: list[str] = []
+    trace_states: list[str] = []
+    names: list[str] = []
+    kinds: list[str] = []
+    services: list[str] = []
+    scope_names: list[str] = []
+    scope_versions: list[str] = []
+    status_codes: list[str] = []
+    status_msgs: list[str] = []
+    res_off = [0]
+    res_k: list[str] = []
+    res_v: list[str] = []
+    attr_off = [0]
+    attr_k: list[str] = []
+    attr_v: list[str] = []
+    ev = _Nested()
+    ln = _Nested()
+    records: list[SpanRecord] = []
+    agents: set[str] = set()
+    resource_agents: list[str | None] = []
+
+    for rs in request.resource_spans:
+        resource = stored_attributes(rs.resource.attributes)
+        service = resource.get(semconv.SERVICE_NAME, "")
+        agent = resource.get(semconv.AGENT_ID)
+        resource_agents.append(agent)
+        if agent is not None:
+            agents.add(agent)
+        rkeys = list(resource)
+        rvals = list(resource.values())
+        for ss in rs.scope_spans:
+            scope_name = ss.scope.name
+            scope_version = ss.scope.version
+            for sp in ss.spans:
+                trace_id = sp.trace_id
+                span_id = sp.span_id
+                parent = sp.parent_span_id
+                if len(trace_id) != 16 or len(span_id) != 8 or len(parent) not in (0, 8):
+                    raise MalformedRequest(
+                        f"span {sp.name!r}: trace_id must be 16 bytes, span_id 8, parent_span_id 0 or 8"
+                    )
+                start = sp.start_time_unix_nano
+                end = sp.end_time_unix_nano
+                tid = trace_id.hex()
+                sid = span_id.hex()
+                pid = parent.hex()
+                attrs = stored_attributes(sp.attributes)
+                kind = _OTLP_KINDS[sp.kind] if 0 <= sp.kind < 6 else "Unspecified"
+                status = status_name(sp.status.code)
+                message = sp.status.message
+
+                ts.append(start)
+                # end - start modulo 2**64: a span that ends "before" it starts (a wall clock
+                # stepped back) still round-trips its exact end time through UInt64 Duration.
+                dur.append((end - start) & _U64_MASK)
+                trace_ids.append(tid)
+                span_ids.append(sid)
+                parent_ids.append(pid)
+                trace_states.append(sp.trace_state)
+                names.append(sp.name)
+                kinds.append(kind)
+                services.append(service)
+                scope_names.append(scope_name)
+                scope_versions.append(scope_version)
+                status_codes.append(status)
+                status_msgs.append(message)
+                res_k.extend(rkeys)
+                res_v.extend(rvals)
+                res_off.append(len(res_k))
+                attr_k.extend(attrs)
+                attr_v.extend(attrs.values())
+                attr_off.append(len(attr_k))
+
+                event_records = ev.add_events(sp.events)
+                ln.add_links(sp.links)
+                if agent is not None or semconv.CHAIN_SEQ in attrs:
+                    records.append(
+                        SpanRecord(
+                            trace_id=tid, span_id=sid, parent_span_id=pid, name=sp.name, kind=kind,
+                            start_ns=start, end_ns=end, status_code=status, status_message=message,
+                            attributes=attrs, events=event_records, resource=resource,
+                        )
+                    )
+    try:
+        table = pa.Table.from_arrays(
+            [
+                pa.array(ts, _TS),
+                pa.array(trace_ids, pa.string()),
+                pa.array(span_ids, pa.string()),
+                pa.array(parent_ids, pa.string()),
+                pa.array(trace_states, pa.string()),
+                pa.array(names, pa.string()),
+                pa.array(kinds, pa.string()),
+                pa.array(services, pa.string()),
+                _map_array(res_off, res_k, res_v),
+                pa.array(scope_names, pa.string()),
+                pa.array(scope_versions, pa.string()),
+                _map_array(attr_off, attr_k, attr_v),
+                pa.array(dur, pa.uint64()),
+                pa.array(status_codes, pa.string()),
+                pa.array(status_msgs, pa.string()),
+                *ev.event_arrays(),
+                *ln.link_arrays(),
+            ],
+            schema=TRACE_ARROW_SCHEMA,
+        )
+    except (pa.ArrowInvalid, OverflowError) as exc:
+        raise MalformedRequest(f"a span time is out of range: {exc}") from exc
+    return ConvertedRequest(
+        table=table, records=records, agent_ids=frozenset(agents), resource_agent_ids=tuple(resource_agents)
+    )
+
+
+def _map_array(offsets: list[int], keys: list[str], values: list[str]) -> pa.MapArray:
+    return pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
+    )
+
+
+class _Nested:
+    """Columns of one Nested(...) group (events or links): a list offset per span, flat items."""
+
+    __slots__ = ("off", "a", "b", "c", "m_off", "m_k", "m_v")
+
+    def __init__(self) -> None:
+        self.off = [0]
+        self.a: list[Any] = []
+        self.b: list[str] = []
+        self.c: list[str] = []
+        self.m_off = [0]
+        self.m_k: list[str] = []
+        self.m_v: list[str] = []
+
+    def _attrs(self, kvs: Iterable[Any]) -> dict[str, str]:
+        attrs = stored_attributes(kvs)
+        self.m_k.extend(attrs)
+        self.m_v.extend(attrs.values())
+        self.m_off.append(len(self.m_k))
+        return attrs
+
+    def add_events(self, events: Any) -> tuple[EventRecord, ...]:
+        if not events:
+            self.off.append(len(self.a))
+            return ()
+        out = []
+        for e in events:
+            attrs = self._attrs(e.attributes)
+            self.a.append(e.time_unix_nano)
+            self.b.append(e.name)
+            out.append(EventRecord(name=e.name, time_ns=e.time_unix_nano, attributes=attrs))
+        self.off.append(len(self.a))
+        return tuple(out)
+
+    def add_links(self, links: Any) -> None:
+        for link in links:
+            self._attrs(link.attributes)
+            self.a.append(link.trace_id.hex())
+            self.b.append(link.span_id.hex())
+            self.c.append(link.trace_state)
+        self.off.append(len(self.a))
+
+    def _lists(self, values: pa.Array) -> pa.ListArray:
+        return pa.ListArray.from_arrays(pa.array(self.off, pa.int32()), values)
+
+    def _maps(self) -> pa.ListArray:
+        return self._lists(_map_array(self.m_off, self.m_k, self.m_v))
+
+    def event_arrays(self) -> list[pa.Array]:
+        return [self._lists(pa.array(self.a, _TS)), self._lists(pa.array(self.b, pa.string())), self._maps()]
+
+    def link_arrays(self) -> list[pa.Array]:
+        return [
+            self._lists(pa.array(self.a, pa.string())),
+            self._lists(pa.array(self.b, pa.string())),
+            self._lists(pa.array(self.c, pa.string())),
+            self._maps(),
+        ]

@@ -1,0 +1,134 @@
+"""The read API on the control endpoint (default 127.0.0.1:4320), JSON over HTTP.
+
+    GET /v1/health                      {"status": "ok"}
+    GET /v1/runs?agent=&status=&since=&until=&limit=
+                                        {"runs": [RunSummary...]}  newest first
+    GET /v1/runs/{run_id}               RunSummary                 404 if unknown
+    GET /v1/runs/{run_id}/spans         {"run_id", "spans": [SpanRecord...]}
+    GET /v1/runs/{run_id}/chain         ChainStatus                404 if unknown
+    GET /v1/keys/{kid}                  {"kid", "public_key"}      base64 raw Ed25519
+    GET /v1/stats                       the pipeline's counters
+
+``since``/``until`` take nanoseconds since the epoch or an ISO 8601 time. chDB lets one
+process open a store, so while the collector runs this is how every other reader (the
+CLI) reads it. Store calls are blocking; they run on a small thread pool of their own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import datetime as dt
+import re
+from collections.abc import Callable
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from agentreplay_collector.errors import StoreUnavailable
+from agentreplay_collector.models import span_to_json
+from agentreplay_collector.store import Store
+from agentreplay_otel.identity import public_key_bytes
+
+_RUN_ID = re.compile(r"[0-9a-f]{32}")
+MAX_LIMIT = 10_000
+
+
+class BadQuery(ValueError):
+    pass
+
+
+def parse_time_ns(value: str | None, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if value.isdigit():
+        return int(value)
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise BadQuery(f"{name} must be nanoseconds since the epoch or an ISO 8601 time") from exc
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.UTC)
+    return int(parsed.timestamp()) * 1_000_000_000 + parsed.microsecond * 1000
+
+
+def build_app(store: Store, stats: Callable[[], dict[str, Any]], workers: int = 2) -> Starlette:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentreplay-read")
+
+    async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, lambda: fn(*args, **kwargs))
+
+    def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> JSONResponse:
+            try:
+                return await handler(request)
+            except BadQuery as exc:
+                return JSONResponse({"error": str(exc)}, status_code=400)
+            except StoreUnavailable as exc:
+                return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+        return endpoint
+
+    def run_id(request: Request) -> str:
+        value = request.path_params["run_id"].lower()
+        if not _RUN_ID.fullmatch(value):
+            raise BadQuery("a run id is a trace id: 32 hex digits")
+        return value
+
+    async def health(request: Request) -> JSONResponse:
+        return JSONResponse({"status": "ok", "service": "agentreplay-collector"})
+
+    async def runs(request: Request) -> JSONResponse:
+        q = request.query_params
+        limit_raw = q.get("limit", "100")
+        if not limit_raw.isdigit() or int(limit_raw) > MAX_LIMIT:
+            raise BadQuery(f"limit must be an integer from 0 to {MAX_LIMIT}")
+        found = await call(
+            store.list_runs, agent=q.get("agent") or None, status=q.get("status") or None,
+            since_ns=parse_time_ns(q.get("since"), "since"), until_ns=parse_time_ns(q.get("until"), "until"),
+            limit=int(limit_raw),
+        )
+        return JSONResponse({"runs": [r.to_json() for r in found]})
+
+    async def run(request: Request) -> JSONResponse:
+        found = await call(store.get_run, run_id(request))
+        if found is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        return JSONResponse(found.to_json())
+
+    async def spans(request: Request) -> JSONResponse:
+        rid = run_id(request)
+        records = await call(store.get_run_spans, rid)
+        return JSONResponse({"run_id": rid, "spans": [span_to_json(r) for r in records]})
+
+    async def chain(request: Request) -> JSONResponse:
+        status = await call(store.get_chain_status, run_id(request))
+        if status is None:
+            return JSONResponse({"error": "no such run"}, status_code=404)
+        return JSONResponse(status.to_json())
+
+    async def key(request: Request) -> JSONResponse:
+        kid = request.path_params["kid"]
+        public = await call(store.get_agent_key, kid)
+        if public is None:
+            return JSONResponse({"error": "no such key"}, status_code=404)
+        return JSONResponse({"kid": kid, "public_key": base64.b64encode(public_key_bytes(public)).decode("ascii")})
+
+    async def stats_endpoint(request: Request) -> JSONResponse:
+        return JSONResponse(stats())
+
+    routes = [
+        Route("/v1/health", guarded(health)),
+        Route("/v1/runs", guarded(runs)),
+        Route("/v1/runs/{run_id}", guarded(run)),
+        Route("/v1/runs/{run_id}/spans", guarded(spans)),
+        Route("/v1/runs/{run_id}/chain", guarded(chain)),
+        Route("/v1/keys/{kid}", guarded(key)),
+        Route("/v1/stats", guarded(stats_endpoint)),
+    ]
+    app = Starlette(routes=routes)
+    app.state.pool = pool
+    return app

@@ -1,0 +1,74 @@
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+
+The method is registered with no deserializer, so the handler gets the raw bytes and a
+body that is not an ExportTraceServiceRequest is answered INVALID_ARGUMENT (grpcio
+itself would answer INTERNAL). grpcio enforces ``max_recv_msg_size_mib`` and answers
+RESOURCE_EXHAUSTED before the handler runs.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import grpc
+from grpc import aio
+
+from agentreplay_collector.config import GrpcReceiverConfig
+from agentreplay_collector.errors import CollectorError, RequestError, StoreUnavailable
+from agentreplay_collector.pipeline import Pipeline
+
+_log = logging.getLogger(__name__)
+
+SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+_EMPTY_RESPONSE = b""  # ExportTraceServiceResponse with no partial_success: zero bytes on the wire
+
+
+class GrpcReceiver:
+    def __init__(self, config: GrpcReceiverConfig, pipeline: Pipeline) -> None:
+        self.config = config
+        self.pipeline = pipeline
+        self.server: aio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        limit = self.config.max_recv_msg_size_mib * 1024 * 1024
+        self.server = aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", 4 * 1024 * 1024),
+                ("grpc.so_reuseport", 0),
+            ],
+            maximum_concurrent_rpcs=None,
+        )
+        handler = grpc.unary_unary_rpc_method_handler(self._export)  # raw bytes in and out
+        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
+        address = str(self.config.endpoint)
+        self.port = self.server.add_insecure_port(address)
+        if not self.port:
+            raise OSError(f"cannot bind the OTLP/gRPC receiver to {address}")
+        await self.server.start()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        if self.server is not None:
+            await self.server.stop(grace_s)
+
+    async def _export(self, body: bytes, context: aio.ServicerContext) -> bytes:
+        authorization = None
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                authorization = value if isinstance(value, str) else value.decode("latin-1")
+        try:
+            await self.pipeline.export_protobuf(body, authorization)
+            return _EMPTY_RESPONSE
+        except RequestError as exc:
+            code, message = getattr(grpc.StatusCode, exc.grpc_code), str(exc)
+        except StoreUnavailable as exc:
+            # No RetryInfo on purpose: the SDK then backs off exponentially (1, 2, 4 ... s)
+            # within its timeout instead of retrying at a fixed short delay six times.
+            code, message = grpc.StatusCode.UNAVAILABLE, str(exc)
+        except CollectorError as exc:
+            code, message = grpc.StatusCode.INTERNAL, str(exc)
+        except Exception as exc:  # a bug: answer, log, keep serving
+            _log.exception("OTLP/gRPC export failed")
+            code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
+        await context.abort(code, message)

@@ -1,0 +1,126 @@
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with a protobuf or JSON body (optionally gzip).
+
+Statuses follow the OTLP/HTTP spec: 200 with an ExportTraceServiceResponse in the
+request's encoding; 400 for a body that does not parse; 401/403 from auth; 413 for a
+body over ``max_request_body_size`` (checked on Content-Length and while reading, and
+again after gunzip); 415 for another content type; 503 with ``Retry-After`` when the
+store is down. Error bodies are a ``google.rpc.Status`` in the request's encoding.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import zlib
+
+from google.rpc import status_pb2
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from agentreplay_collector.asgi import AsgiServer
+from agentreplay_collector.config import HttpReceiverConfig
+from agentreplay_collector.errors import (
+    CollectorError,
+    MalformedRequest,
+    RequestError,
+    RequestTooLarge,
+    StoreUnavailable,
+    UnsupportedMediaType,
+)
+from agentreplay_collector.pipeline import Pipeline
+
+_log = logging.getLogger(__name__)
+
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+_GRPC_CODES = {"INVALID_ARGUMENT": 3, "RESOURCE_EXHAUSTED": 8, "UNAUTHENTICATED": 16, "PERMISSION_DENIED": 7,
+               "UNAVAILABLE": 14, "INTERNAL": 13}
+
+
+def build_app(pipeline: Pipeline, config: HttpReceiverConfig) -> Starlette:
+    limit = config.max_request_body_size
+
+    async def traces(request: Request) -> Response:
+        media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        try:
+            if media not in (PROTOBUF, JSON):
+                raise UnsupportedMediaType(f"content type must be {PROTOBUF} or {JSON}, not {media or 'none'!r}")
+            body = await _read_body(request, limit)
+            authorization = request.headers.get("authorization")
+            if media == PROTOBUF:
+                await pipeline.export_protobuf(body, authorization)
+                return Response(b"", media_type=PROTOBUF)
+            await pipeline.export_json(body, authorization)
+            return Response(b"{}", media_type=JSON)
+        except StoreUnavailable as exc:
+            retry = str(max(1, math.ceil(exc.retry_after_s)))
+            return _error(media, 503, "UNAVAILABLE", str(exc), {"Retry-After": retry})
+        except RequestError as exc:
+            return _error(media, exc.http_status, exc.grpc_code, str(exc))
+        except CollectorError as exc:
+            return _error(media, 500, "INTERNAL", str(exc))
+        except Exception as exc:  # a bug: answer, log, keep serving
+            _log.exception("OTLP/HTTP export failed")
+            return _error(media, 500, "INTERNAL", f"internal error: {type(exc).__name__}")
+
+    return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestTooLarge(f"body of {declared} bytes is over the limit of {limit}")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLarge(f"body is over the limit of {limit} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding == "gzip":
+        return _gunzip(body, limit)
+    if encoding not in ("", "identity"):
+        raise UnsupportedMediaType(f"content encoding must be gzip or identity, not {encoding!r}")
+    return body
+
+
+def _gunzip(body: bytes, limit: int) -> bytes:
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        out = inflater.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise MalformedRequest(f"body is not valid gzip: {exc}") from exc
+    if len(out) > limit or inflater.unconsumed_tail:
+        raise RequestTooLarge(f"body is over the limit of {limit} bytes once decompressed")
+    return out
+
+
+def _error(media: str, http_status: int, grpc_code: str, message: str,
+           headers: dict[str, str] | None = None) -> Response:
+    code = _GRPC_CODES.get(grpc_code, 2)
+    if media == PROTOBUF:
+        body = status_pb2.Status(code=code, message=message).SerializeToString()
+        return Response(body, status_code=http_status, media_type=PROTOBUF, headers=headers)
+    return Response(json.dumps({"code": code, "message": message}), status_code=http_status, media_type=JSON,
+                    headers=headers)
+
+
+class HttpReceiver:
+    def __init__(self, config: HttpReceiverConfig, pipeline: Pipeline) -> None:
+        self.config = config
+        self._server = AsgiServer(build_app(pipeline, config), config.endpoint, "otlp-http")
+
+    @property
+    def port(self) -> int:
+        return self._server.port
+
+    async def start(self) -> None:
+        await self._server.start()
+
+    async def stop(self) -> None:
+        await self._server.stop()

@@ -1,0 +1,310 @@
+"""Every DDL statement of the store, in one module.
+
+``otel_traces``, ``otel_traces_trace_id_ts`` and its materialized view keep the column
+names and types of the OpenTelemetry Collector (contrib) ClickHouse exporter, so
+Grafana's ClickHouse plugin trace view works on them as is. Two deliberate differences:
+
+* ``otel_traces`` is a ReplacingMergeTree whose sorting key ends in
+  ``(TraceId, SpanId, chain hash)``: an export retried after the collector wrote it but
+  died before acknowledging it collapses into one row (readers dedupe the same way until
+  the merge happens). Two *different* spans claiming one span id are both kept, so the
+  verifier sees a forgery instead of the store hiding it.
+* the AgentReplay tables (runs, decisions, alerts, halts, classifications,
+  trust_scores, agent_keys) sit beside them.
+
+With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
+``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
+table over it sharded by ``cityHash64`` of the trace (run) id, so queries are the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agentreplay_otel import semconv
+
+TRACES = "otel_traces"
+TRACE_ID_TS = "otel_traces_trace_id_ts"
+TRACE_ID_TS_MV = "otel_traces_trace_id_ts_mv"
+RUNS = "runs"
+DECISIONS = "decisions"
+ALERTS = "alerts"
+HALTS = "halts"
+CLASSIFICATIONS = "classifications"
+TRUST_SCORES = "trust_scores"
+AGENT_KEYS = "agent_keys"
+
+CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
+"""Part of the span identity: the same span retried is one row, a forged twin is another."""
+
+SPAN_DEDUPE_KEY = f"TraceId, SpanId, {CHAIN_HASH_KEY}"
+"""Readers ``LIMIT 1 BY`` this until background merges have collapsed duplicates."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Table:
+    name: str
+    columns: str
+    engine: str  # MergeTree family name without "Replicated", e.g. "ReplacingMergeTree"
+    engine_args: str = ""  # e.g. the version column of a ReplacingMergeTree
+    tail: str = ""  # PARTITION BY / PRIMARY KEY / ORDER BY
+    ttl_column: str | None = None
+    settings: str = "index_granularity = 8192"
+    shard_key: str = "rand()"
+
+
+_TRACES = _Table(
+    name=TRACES,
+    columns="""
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    TraceId String CODEC(ZSTD(1)),
+    SpanId String CODEC(ZSTD(1)),
+    ParentSpanId String CODEC(ZSTD(1)),
+    TraceState String CODEC(ZSTD(1)),
+    SpanName LowCardinality(String) CODEC(ZSTD(1)),
+    SpanKind LowCardinality(String) CODEC(ZSTD(1)),
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    ResourceAttributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    ScopeName String CODEC(ZSTD(1)),
+    ScopeVersion String CODEC(ZSTD(1)),
+    SpanAttributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    Duration UInt64 CODEC(ZSTD(1)),
+    StatusCode LowCardinality(String) CODEC(ZSTD(1)),
+    StatusMessage String CODEC(ZSTD(1)),
+    Events Nested (
+        Timestamp DateTime64(9),
+        Name LowCardinality(String),
+        Attributes Map(LowCardinality(String), String)
+    ) CODEC(ZSTD(1)),
+    Links Nested (
+        TraceId String,
+        SpanId String,
+        TraceState String,
+        Attributes Map(LowCardinality(String), String)
+    ) CODEC(ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_res_attr_key mapKeys(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_res_attr_value mapValues(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_span_attr_key mapKeys(SpanAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_span_attr_value mapValues(SpanAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_duration Duration TYPE minmax GRANULARITY 1""",
+    engine="ReplacingMergeTree",
+    tail=(
+        "PARTITION BY toDate(Timestamp)\n"
+        "PRIMARY KEY (ServiceName, SpanName, toDateTime(Timestamp))\n"
+        f"ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp, {SPAN_DEDUPE_KEY})"
+    ),
+    ttl_column="Timestamp",
+    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+    shard_key="cityHash64(TraceId)",
+)
+
+_TRACE_ID_TS = _Table(
+    name=TRACE_ID_TS,
+    columns="""
+    TraceId String CODEC(ZSTD(1)),
+    Start DateTime64(9) CODEC(Delta, ZSTD(1)),
+    End DateTime64(9) CODEC(Delta, ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.01) GRANULARITY 1""",
+    engine="MergeTree",
+    tail="PARTITION BY toDate(Start)\nORDER BY (Start)",
+    ttl_column="Start",
+    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+    shard_key="cityHash64(TraceId)",
+)
+
+_RUNS = _Table(
+    name=RUNS,
+    columns="""
+    RunId String CODEC(ZSTD(1)),
+    AgentId LowCardinality(String) CODEC(ZSTD(1)),
+    AgentName LowCardinality(String) CODEC(ZSTD(1)),
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    RunKind LowCardinality(String) CODEC(ZSTD(1)),
+    RunSpanName String CODEC(ZSTD(1)),
+    Start DateTime64(9) CODEC(Delta, ZSTD(1)),
+    End DateTime64(9) CODEC(Delta, ZSTD(1)),
+    SpanCount UInt32,
+    StatusCode LowCardinality(String),
+    CostUsd Float64,
+    ChainStatus LowCardinality(String),
+    ChainProblem LowCardinality(String),
+    ChainSeq Int64,
+    ChainSpanId String,
+    ChainDetail String,
+    SealStatus LowCardinality(String),
+    UnsealedSpans UInt32,
+    Halted UInt8,
+    Classification LowCardinality(String),
+    ManifestSha256 String,
+    ReplayOf String,
+    UpdatedAt DateTime64(9),
+    INDEX idx_agent AgentId TYPE bloom_filter(0.01) GRANULARITY 1""",
+    engine="ReplacingMergeTree",
+    engine_args="UpdatedAt",
+    tail="ORDER BY (RunId)",
+    ttl_column="Start",
+    shard_key="cityHash64(RunId)",
+)
+
+_DECISIONS = _Table(
+    name=DECISIONS,
+    columns="""
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    RunId String,
+    SpanId String,
+    AgentId LowCardinality(String),
+    Tool LowCardinality(String),
+    Decision LowCardinality(String),
+    Rule String,
+    ManifestSha256 String,
+    Detail String CODEC(ZSTD(1))""",
+    engine="MergeTree",
+    tail="PARTITION BY toDate(Timestamp)\nORDER BY (AgentId, Timestamp)",
+    ttl_column="Timestamp",
+    shard_key="cityHash64(RunId)",
+)
+
+_ALERTS = _Table(
+    name=ALERTS,
+    columns="""
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    AlertId String,
+    Severity LowCardinality(String),
+    Kind LowCardinality(String),
+    AgentId LowCardinality(String),
+    RunId String,
+    Message String CODEC(ZSTD(1)),
+    Attributes Map(LowCardinality(String), String) CODEC(ZSTD(1)),
+    Delivered UInt8""",
+    engine="MergeTree",
+    tail="PARTITION BY toDate(Timestamp)\nORDER BY (Timestamp, AlertId)",
+    ttl_column="Timestamp",
+)
+
+_HALTS = _Table(
+    name=HALTS,
+    columns="""
+    Scope LowCardinality(String),
+    TargetId String,
+    Reason String,
+    Actor String,
+    Active UInt8,
+    UpdatedAt DateTime64(9)""",
+    engine="ReplacingMergeTree",
+    engine_args="UpdatedAt",
+    tail="ORDER BY (Scope, TargetId)",
+)
+
+_CLASSIFICATIONS = _Table(
+    name=CLASSIFICATIONS,
+    columns="""
+    RunId String,
+    Classifier LowCardinality(String),
+    FailureMode LowCardinality(String),
+    CulpritSpanId String,
+    Confidence Float32,
+    Model LowCardinality(String),
+    Rationale String CODEC(ZSTD(1)),
+    UpdatedAt DateTime64(9)""",
+    engine="ReplacingMergeTree",
+    engine_args="UpdatedAt",
+    tail="ORDER BY (RunId, Classifier, FailureMode)",
+    shard_key="cityHash64(RunId)",
+)
+
+_TRUST_SCORES = _Table(
+    name=TRUST_SCORES,
+    columns="""
+    AgentId LowCardinality(String),
+    Timestamp DateTime64(9),
+    Score Float64,
+    Tier LowCardinality(String),
+    Runs UInt32,
+    FailureRate Float64,
+    RegressionPassRate Float64,
+    ScopeViolations UInt32""",
+    engine="MergeTree",
+    tail="ORDER BY (AgentId, Timestamp)",
+    shard_key="cityHash64(AgentId)",
+)
+
+_AGENT_KEYS = _Table(
+    name=AGENT_KEYS,
+    columns="""
+    Kid String,
+    AgentId LowCardinality(String),
+    PublicKey String,
+    FirstSeen DateTime64(9)""",
+    engine="ReplacingMergeTree",
+    tail="ORDER BY (Kid)",
+)
+
+TABLES: tuple[_Table, ...] = (
+    _TRACES, _TRACE_ID_TS, _RUNS, _DECISIONS, _ALERTS, _HALTS, _CLASSIFICATIONS, _TRUST_SCORES, _AGENT_KEYS,
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SchemaOptions:
+    database: str = "agentreplay"
+    ttl_s: int = 0
+    cluster_name: str | None = None
+
+
+def ttl_clause(column: str, seconds: int) -> str:
+    """``TTL`` in the largest whole unit, as the contrib exporter writes it."""
+    for unit, size in (("Day", 86400), ("Hour", 3600), ("Minute", 60), ("Second", 1)):
+        if seconds % size == 0:
+            return f"TTL toDateTime({column}) + toInterval{unit}({seconds // size})"
+    raise AssertionError("unreachable")
+
+
+def _engine(table: _Table, replicated: bool) -> str:
+    if not replicated:
+        return f"{table.engine}({table.engine_args})"
+    args = "'/clickhouse/tables/{shard}/{database}/{table}', '{replica}'"
+    if table.engine_args:
+        args += f", {table.engine_args}"
+    return f"Replicated{table.engine}({args})"
+
+
+def _create_table(table: _Table, opts: SchemaOptions) -> list[str]:
+    db = opts.database
+    cluster = f" ON CLUSTER {opts.cluster_name}" if opts.cluster_name else ""
+    local = f"{table.name}_local" if opts.cluster_name else table.name
+    ttl = f"\n{ttl_clause(table.ttl_column, opts.ttl_s)}" if opts.ttl_s and table.ttl_column else ""
+    statements = [
+        f"CREATE TABLE IF NOT EXISTS {db}.{local}{cluster} ({table.columns}\n)"
+        f" ENGINE = {_engine(table, bool(opts.cluster_name))}\n{table.tail}{ttl}\nSETTINGS {table.settings}"
+    ]
+    if opts.cluster_name:
+        statements.append(
+            f"CREATE TABLE IF NOT EXISTS {db}.{table.name}{cluster} AS {db}.{local}"
+            f" ENGINE = Distributed({opts.cluster_name}, {db}, {local}, {table.shard_key})"
+        )
+    return statements
+
+
+def _trace_id_ts_view(opts: SchemaOptions) -> str:
+    db = opts.database
+    cluster = f" ON CLUSTER {opts.cluster_name}" if opts.cluster_name else ""
+    suffix = "_local" if opts.cluster_name else ""
+    # On a cluster the view runs on each shard, from that shard's spans to its lookup rows.
+    return (
+        f"CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.{TRACE_ID_TS_MV}{cluster}\n"
+        f"TO {db}.{TRACE_ID_TS}{suffix}\n"
+        "AS SELECT\n    TraceId,\n    min(Timestamp) AS Start,\n    max(Timestamp) AS End\n"
+        f"FROM {db}.{TRACES}{suffix}\nWHERE TraceId != ''\nGROUP BY TraceId"
+    )
+
+
+def ddl(opts: SchemaOptions) -> list[str]:
+    """Every statement, in the order they must run; each is idempotent (IF NOT EXISTS)."""
+    cluster = f" ON CLUSTER {opts.cluster_name}" if opts.cluster_name else ""
+    statements = [f"CREATE DATABASE IF NOT EXISTS {opts.database}{cluster}"]
+    for table in TABLES:
+        statements.extend(_create_table(table, opts))
+        if table is _TRACE_ID_TS:
+            statements.append(_trace_id_ts_view(opts))
+    return statements

@@ -1,0 +1,168 @@
+"""The collector process: builds the pipeline from the config, serves, and stops cleanly.
+
+Everything network-facing (gRPC, OTLP/HTTP, the control API) runs in one asyncio loop;
+the store writer and the chain verifier each have a thread. If the store cannot be
+reached at start, the receivers still come up and answer UNAVAILABLE (so senders retry)
+while the schema is retried in the background.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from agentreplay_collector import schema
+from agentreplay_collector.auth import AuthProcessor, KeyRing
+from agentreplay_collector.batch import Batcher
+from agentreplay_collector.chainproc import ChainProcessor
+from agentreplay_collector.config import CollectorConfig
+from agentreplay_collector.errors import StoreUnavailable
+from agentreplay_collector.pipeline import Pipeline
+from agentreplay_collector.readapi import build_app as build_read_app
+from agentreplay_collector.receivers.grpc import GrpcReceiver
+from agentreplay_collector.receivers.http import HttpReceiver
+from agentreplay_collector.store import Store
+
+_log = logging.getLogger("agentreplay_collector")
+_SCHEMA_RETRY_S = 2.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Endpoints:
+    """Where a started collector listens (ports resolved when the config said 0)."""
+
+    grpc: str | None
+    http: str | None
+    control: str | None
+
+    def to_json(self) -> dict[str, str | None]:
+        return {"grpc": self.grpc, "http": self.http, "control": self.control}
+
+
+class Collector:
+    def __init__(self, config: CollectorConfig, *, store: Store | None = None) -> None:
+        self.config = config
+        self.store = store or Store.from_config(config.clickhouse)
+        self.keys = KeyRing()
+        self.auth = AuthProcessor(config.auth, self.keys) if config.auth else None
+        if self.auth is None:
+            _log.warning("no agentreplay_auth processor in the pipeline: exports are NOT authenticated")
+        self.chain = ChainProcessor(config.chain, self.store, self.keys) if config.chain else None
+        self.batcher = Batcher(config.batch, self.store, self.chain.observe if self.chain else None)
+        self.pipeline = Pipeline(auth=self.auth, batcher=self.batcher)
+        self.grpc = GrpcReceiver(config.otlp.grpc, self.pipeline) if config.otlp.grpc else None
+        self.http = HttpReceiver(config.otlp.http, self.pipeline) if config.otlp.http else None
+        self._control = None
+        if config.control is not None:
+            from agentreplay_collector.asgi import AsgiServer
+
+            self._control = AsgiServer(build_read_app(self.store, self.stats), config.control.endpoint, "control")
+        self._schema_task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> Endpoints:
+        self.batcher.hold("the store is being opened")
+        self.batcher.start()
+        if not await self._prepare_store():
+            self._schema_task = asyncio.create_task(self._retry_store(), name="store-retry")
+        if self.grpc:
+            await self.grpc.start()
+        if self.http:
+            await self.http.start()
+        if self._control:
+            await self._control.start()
+        for name, endpoint in (("OTLP/gRPC", self.grpc), ("OTLP/HTTP", self.http)):
+            cfg = getattr(self.config.otlp, "grpc" if endpoint is self.grpc else "http")
+            if endpoint and not cfg.endpoint.is_loopback and (self.auth is None or self.auth.insecure):
+                _log.warning("%s listens on %s WITHOUT authentication", name, cfg.endpoint)
+        return self.endpoints
+
+    async def _prepare_store(self) -> bool:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self._open_store)
+        except StoreUnavailable as exc:
+            _log.warning("store %s not ready, exports answer UNAVAILABLE until it is: %s",
+                         self.config.clickhouse.endpoint, exc)
+            self.batcher.hold(str(exc))
+            return False
+        self.batcher.release()
+        return True
+
+    def _open_store(self) -> None:
+        ch = self.config.clickhouse
+        if ch.create_schema:
+            self.store.ensure_schema(
+                schema.SchemaOptions(database=ch.database, ttl_s=ch.ttl_s, cluster_name=ch.cluster_name)
+            )
+        else:
+            self.store.query("SELECT 1")
+        if self.chain is not None:
+            self.chain.resume(self.store.pending_runs())
+            self.chain.start()
+
+    async def _retry_store(self) -> None:
+        while not await self._prepare_store():
+            await asyncio.sleep(_SCHEMA_RETRY_S)
+        _log.info("store %s is ready", self.config.clickhouse.endpoint)
+
+    @property
+    def endpoints(self) -> Endpoints:
+        def at(cfg: Any, port: int) -> str | None:
+            return f"{cfg.endpoint.host}:{port}" if cfg is not None else None
+
+        return Endpoints(
+            grpc=at(self.config.otlp.grpc, self.grpc.port) if self.grpc else None,
+            http=at(self.config.otlp.http, self.http.port) if self.http else None,
+            control=at(self.config.control, self._control.port) if self._control else None,
+        )
+
+    async def stop(self) -> None:
+        """Stop taking exports, write what was accepted, judge finished runs, close the store."""
+        if self._schema_task is not None:
+            self._schema_task.cancel()
+        if self.grpc:
+            await self.grpc.stop()
+        if self.http:
+            await self.http.stop()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.batcher.stop)
+        if self.chain is not None:
+            await loop.run_in_executor(None, self.chain.stop)
+        if self._control:
+            await self._control.stop()
+        self.store.close()
+        self._stopped.set()
+
+    async def serve_forever(self) -> None:
+        """Start, say where it listens (one JSON line on stdout), run until SIGTERM/SIGINT."""
+        endpoints = await self.start()
+        sys.stdout.write("agentreplay-collector ready " + json.dumps(endpoints.to_json()) + "\n")
+        sys.stdout.flush()
+        _log.info("listening: %s", endpoints.to_json())
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        _log.info("stopping")
+        await self.stop()
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "exports": self.pipeline.exports,
+            "accepted_spans": self.pipeline.accepted_spans,
+            "written_spans": self.batcher.written_spans,
+            "inserts": self.batcher.inserts,
+            "queued_spans": self.batcher.queued_spans,
+            "runs_in_flight": self.chain.runs_in_flight if self.chain else 0,
+            "buffered_spans": self.chain.buffered_spans if self.chain else 0,
+            "verified_runs": self.chain.verified_runs if self.chain else 0,
+            "verified_spans": self.chain.verified_spans if self.chain else 0,
+        }
