@@ -67,7 +67,6 @@ class ConvertedRequest:
     table: pa.Table
     records: list[SpanRecord] = field(default_factory=list)
     agent_ids: frozenset[str] = frozenset()
-    resource_agent_ids: tuple[str | None, ...] = ()
 
     @property
     def span_count(self) -> int:
@@ -193,13 +192,11 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
     ln = _Nested()
     records: list[SpanRecord] = []
     agents: set[str] = set()
-    resource_agents: list[str | None] = []
 
     for rs in request.resource_spans:
         resource = stored_attributes(rs.resource.attributes)
         service = resource.get(semconv.SERVICE_NAME, "")
         agent = resource.get(semconv.AGENT_ID)
-        resource_agents.append(agent)
         if agent is not None:
             agents.add(agent)
         rkeys = list(resource)
@@ -282,9 +279,7 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
         )
     except (pa.ArrowInvalid, OverflowError) as exc:
         raise MalformedRequest(f"a span time is out of range: {exc}") from exc
-    return ConvertedRequest(
-        table=table, records=records, agent_ids=frozenset(agents), resource_agent_ids=tuple(resource_agents)
-    )
+    return ConvertedRequest(table=table, records=records, agent_ids=frozenset(agents))
 
 
 def _map_array(offsets: list[int], keys: list[str], values: list[str]) -> pa.MapArray:

@@ -1,0 +1,182 @@
+"""Helpers for tests that need a real collector: a config writer, a subprocess runner, a recorder.
+
+No pytest here, so any test suite (or a script) can use them; the fixtures built on them
+live in ``tests/collector/conftest.py``.
+
+    with CollectorProcess(write_config(tmp / "c.yaml", store=f"chdb://{tmp}/store")) as c:
+        provider = recording_provider(c.grpc, agent_id="a1")
+        ...
+        c.client().list_runs()
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from agentreplay_collector.client import CollectorClient
+
+READY_PREFIX = "agentreplay-collector ready "
+
+
+def write_config(
+    path: Path,
+    *,
+    store: str,
+    grpc: str | None = "127.0.0.1:0",
+    http: str | None = "127.0.0.1:0",
+    control: str | None = "127.0.0.1:0",
+    org_public_key: str | Path | None = None,
+    chain: dict[str, Any] | None = None,
+    batch: dict[str, Any] | None = None,
+    grpc_max_mib: int = 16,
+    http_max_bytes: int = 16 * 1024 * 1024,
+    log_level: str = "info",
+) -> Path:
+    """A collector config on loopback (port 0: the collector picks and reports free ports).
+
+    Auth is insecure unless ``org_public_key`` is given.
+    """
+    protocols: dict[str, Any] = {}
+    if grpc:
+        protocols["grpc"] = {"endpoint": grpc, "max_recv_msg_size_mib": grpc_max_mib}
+    if http:
+        protocols["http"] = {"endpoint": http, "max_request_body_size": http_max_bytes}
+    auth = {"org_public_key": str(org_public_key)} if org_public_key else {"insecure": True}
+    doc: dict[str, Any] = {
+        "receivers": {"otlp": {"protocols": protocols}},
+        "processors": {
+            "agentreplay_auth": auth,
+            "agentreplay_chain": chain if chain is not None else {"quiet_period": "300ms"},
+            "batch": batch or {"timeout": "0s"},
+        },
+        "exporters": {"clickhouse": {"endpoint": store, "database": "agentreplay", "create_schema": True}},
+        "extensions": {"agentreplay_control": {"endpoint": control}} if control else {},
+        "service": {
+            "extensions": ["agentreplay_control"] if control else [],
+            "pipelines": {"traces": {"receivers": ["otlp"],
+                                     "processors": ["agentreplay_auth", "agentreplay_chain", "batch"],
+                                     "exporters": ["clickhouse"]}},
+            "telemetry": {"logs": {"level": log_level}},
+        },
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return path
+
+
+class CollectorProcess:
+    """``agentreplay-collector --config PATH`` as a subprocess; knows the ports it bound."""
+
+    def __init__(self, config: Path, *, env: dict[str, str] | None = None, log: Path | None = None) -> None:
+        self.config = config
+        self.env = env
+        self.log_path = log or config.with_suffix(".log")
+        self.proc: subprocess.Popen[str] | None = None
+        self.endpoints: dict[str, str | None] = {}
+        self._log: IO[str] | None = None
+
+    def start(self, timeout_s: float = 60.0) -> CollectorProcess:
+        self._log = open(self.log_path, "a")  # noqa: SIM115 - closed in stop()/kill()
+        env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "agentreplay_collector", "--config", str(self.config)],
+            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+        )
+        deadline = time.monotonic() + timeout_s
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith(READY_PREFIX):
+                self.endpoints = json.loads(line[len(READY_PREFIX):])
+                return self
+            if not line and self.proc.poll() is not None:
+                break
+        self.kill()
+        raise RuntimeError(f"collector did not start; log:\n{self.log_path.read_text()[-4000:]}")
+
+    @property
+    def grpc(self) -> str:
+        return str(self.endpoints["grpc"])
+
+    @property
+    def http(self) -> str:
+        return f"http://{self.endpoints['http']}"
+
+    @property
+    def control(self) -> str:
+        return f"http://{self.endpoints['control']}"
+
+    def client(self) -> CollectorClient:
+        return CollectorClient(self.control)
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM and wait: the collector writes what it accepted and judges finished runs."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close()
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: no flushing, no goodbye (what a crash looks like)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close()
+
+    def _close(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> CollectorProcess:
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def recording_provider(
+    grpc_endpoint: str,
+    *,
+    agent_id: str,
+    signing_key: Any = None,
+    token: str | None = None,
+    service_name: str = "agentreplay-test",
+    max_queue_size: int = 65536,
+    export_timeout_s: float = 30.0,
+) -> Any:
+    """A TracerProvider recording chained spans to a collector over OTLP/gRPC, as the SDK would."""
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from agentreplay_otel import semconv
+    from agentreplay_otel.chain import ChainSpanProcessor
+
+    headers = {"authorization": f"Bearer {token}"} if token else None
+    exporter = OTLPSpanExporter(endpoint=grpc_endpoint, insecure=True, headers=headers, timeout=export_timeout_s)
+    provider = TracerProvider(
+        resource=Resource.create({semconv.SERVICE_NAME: service_name, semconv.AGENT_ID: agent_id})
+    )
+    batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size, max_export_batch_size=512,
+                               schedule_delay_millis=50)
+    provider.add_span_processor(ChainSpanProcessor(batch, signing_key=signing_key))
+    return provider
