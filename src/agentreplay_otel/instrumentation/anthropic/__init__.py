@@ -6,10 +6,18 @@ included) and the ``messages.stream()`` helper::
     AnthropicInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
 
 ``opentelemetry-instrument`` does this by itself (entry point ``agentreplay_anthropic``).
+
+The ``anthropic`` library also traces its own API calls (a ``CLIENT`` span per call,
+``gen_ai.operation.name=chat``), which would count every call twice. While this
+instrumentor is on, clients created without an explicit ``open_telemetry`` option get
+that tracing off, through the library's own switch (``ANTHROPIC_OPEN_TELEMETRY=false``,
+unless the environment already sets it); ``instrument(native_spans=True)`` keeps it, and
+then its spans are children of the ``chat`` span.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection
 from typing import Any
 
@@ -25,10 +33,13 @@ from agentreplay_otel.version import __version__
 __all__ = ["AnthropicInstrumentor"]
 
 _MESSAGES = "anthropic.resources.messages.messages"
+_NATIVE_TRACING_ENV = "ANTHROPIC_OPEN_TELEMETRY"  # the library's switch, read when a client is created
 
 
 class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """Records each Anthropic messages call as a ``chat {model}`` step of the run."""
+
+    _native_tracing_switched_off = False
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("anthropic >= 2",)
@@ -47,6 +58,9 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wrap_function_wrapper(_MESSAGES, "AsyncMessages.create", _wrappers.async_messages_create(recorder, streams))
         wrap_function_wrapper(_MESSAGES, "Messages.stream", _wrappers.messages_stream(recorder, streams))
         wrap_function_wrapper(_MESSAGES, "AsyncMessages.stream", _wrappers.async_messages_stream(recorder, streams))
+        if not kwargs.get("native_spans", False) and _NATIVE_TRACING_ENV not in os.environ:
+            os.environ[_NATIVE_TRACING_ENV] = "false"
+            self._native_tracing_switched_off = True
 
     def _uninstrument(self, **kwargs: Any) -> None:
         import anthropic.resources.messages.messages as messages
@@ -55,3 +69,7 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         unwrap(messages.AsyncMessages, "create")
         unwrap(messages.Messages, "stream")
         unwrap(messages.AsyncMessages, "stream")
+        if self._native_tracing_switched_off:
+            if os.environ.get(_NATIVE_TRACING_ENV) == "false":
+                del os.environ[_NATIVE_TRACING_ENV]
+            self._native_tracing_switched_off = False
