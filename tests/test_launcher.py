@@ -90,8 +90,8 @@ def test_agent_under_opentelemetry_instrument_exports_a_sealed_chained_run(tmp_p
         proc, key = _run_agent(tmp_path, port, llm)
         assert llm.request_count == 3
     assert "confirmation ABC123" in proc.stdout
-    records = servicer.records()
-    names = [r.name for r in sorted(records, key=lambda r: int(r.attributes[semconv.CHAIN_SEQ]))]
+    records = sorted(servicer.records(), key=lambda r: int(r.attributes[semconv.CHAIN_SEQ]))
+    names = [r.name for r in records]
     assert names == [
         "chat gpt-4o-mini", "execute_tool book_flight", "chat gpt-4o-mini", "chat claude-sonnet-4-5",
         "invoke_agent booking_agent",
