@@ -26,17 +26,10 @@ from typing import Any
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentreplay_collector.store import Store
-from agentreplay_collector.testing import CollectorProcess, write_config
-from agentreplay_otel import semconv
-from agentreplay_otel.chain import ChainSpanProcessor
+from agentreplay_collector.testing import CollectorProcess, record_request, write_config
 from agentreplay_otel.identity import generate_key, issue_identity, write_public_key
 
 
@@ -92,22 +85,6 @@ def chdb_store(chdb_path: Path) -> Iterator[Store]:
     yield store
     store.command(f"DROP DATABASE IF EXISTS {store.database}")
     store.close()
-
-
-def record_request(runs: int = 2, children: int = 3, key: Ed25519PrivateKey | None = None,
-                   agent_id: str = "agent-1", cost: float = 0.25) -> ExportTraceServiceRequest:
-    """Runs recorded through the SDK's chain processor, as one OTLP export request."""
-    memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({semconv.SERVICE_NAME: "svc", semconv.AGENT_ID: agent_id}))
-    provider.add_span_processor(ChainSpanProcessor(SimpleSpanProcessor(memory), signing_key=key))
-    tracer = provider.get_tracer("test")
-    for _ in range(runs):
-        with tracer.start_as_current_span("invoke_agent booker", attributes={semconv.GEN_AI_AGENT_NAME: "booker"}):
-            for i in range(children):
-                with tracer.start_as_current_span("chat m", attributes={semconv.COST_USD: cost, "i": i}):
-                    pass
-    provider.shutdown()
-    return encode_spans(memory.get_finished_spans())
 
 
 @pytest.fixture

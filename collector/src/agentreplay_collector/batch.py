@@ -6,7 +6,8 @@ returned: a crash can never lose an acknowledged span. Throughput comes from gro
 commit: while one insert runs, the exports arriving meanwhile queue up and go together
 in the next one (``timeout`` can hold a batch open a little longer to fill it).
 
-When the store fails, every export in the failed insert is answered UNAVAILABLE (the
+After the rows are written and before the answer, ``on_written`` (the chain processor)
+sees the batch's run spans. When the store fails, every export in the failed insert is answered UNAVAILABLE (the
 sender retries), and new exports are refused the same way for ``retry_after_s`` instead
 of piling up behind a store that is down.
 """
@@ -140,6 +141,12 @@ class Batcher:
         try:
             table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
             self.store.insert_spans(table)
+            if self.on_written is not None:
+                records = [r for p in batch for r in p.request.records]
+                if records:
+                    # Before the acknowledgement: a run's "pending" row is written in step with
+                    # its first spans, so a crash cannot leave stored spans of a run nobody judges.
+                    self.on_written(records)
         except StoreError as exc:
             _log.warning("store write failed; %d export(s) answered UNAVAILABLE: %s", len(batch), exc)
             with self._cond:
@@ -158,10 +165,3 @@ class Batcher:
         self.written_spans += table.num_rows
         for p in batch:
             p.future.set_result(p.request.span_count)
-        if self.on_written is not None:
-            records = [r for p in batch for r in p.request.records]
-            if records:
-                try:
-                    self.on_written(records)
-                except Exception:  # verification trouble must not affect durability
-                    _log.exception("chain processor intake failed")

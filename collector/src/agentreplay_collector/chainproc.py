@@ -7,10 +7,11 @@ until then, up to ``max_buffered_spans`` in all; past that the oldest runs' span
 dropped from memory and the run is verified from the store instead. A run first seen
 part-way (a restart, a straggler after its verdict) fails in memory and is re-verified
 from the store, which holds every acknowledged span. Verdicts go to the ``runs`` table;
-a new run gets a ``pending`` row at once, so a restart finds and finishes it.
+a new run gets a ``pending`` row before its first spans are acknowledged, so a restart
+finds and finishes every run whose spans are stored.
 
-Nothing here is on the acknowledgement path: exports are acknowledged when their rows
-are written, and this processor sees them after that.
+Only that ``pending`` row is on the acknowledgement path; verification runs on the
+processor's own thread.
 """
 
 from __future__ import annotations
@@ -69,9 +70,15 @@ class ChainProcessor:
 
     # --- intake (writer thread) --------------------------------------------------------------
     def observe(self, records: Iterable[SpanRecord]) -> None:
-        """Spans that were just written; cheap, so the writer is not held up."""
+        """Spans that were just written (called before they are acknowledged).
+
+        Runs new to this process get their ``pending`` row here, synchronously: if that
+        write fails the export is not acknowledged, so no stored run can go unjudged.
+        Everything else is bookkeeping; verification happens on the processor's thread.
+        """
         now = self._clock()
         budget = self.config.max_buffered_spans
+        touched: dict[str, _Run] = {}
         with self._lock:
             for record in records:
                 run = self._runs.get(record.trace_id)
@@ -83,8 +90,15 @@ class ChainProcessor:
                 if run.records is not None:
                     run.records.append(record)
                     self._buffered += 1
+                if not run.announced:
+                    touched[run.run_id] = run
+            firsts = {run_id: list(run.records or ()) for run_id, run in touched.items()}
             if self._buffered > budget:
                 self._shed(budget)
+        if touched:
+            self.store.upsert_runs([self._summary(r, firsts[r], None) for r in touched], time.time_ns())
+            for run in touched.values():
+                run.announced = True
 
     def _shed(self, budget: int) -> None:
         """Drop buffered spans, oldest runs first, until under budget (those verify from the store)."""
@@ -96,11 +110,15 @@ class ChainProcessor:
                 run.records = None
 
     def resume(self, run_ids: Iterable[str]) -> None:
-        """Runs a previous process left ``pending``: judge them from the store."""
+        """Runs a previous process left ``pending``: judge them from the store (after the quiet
+        period if their run span is stored, else once ``incomplete_after`` has passed)."""
+        ids = list(run_ids)
+        rooted = self.store.runs_with_root(ids) if ids else set()
         now = self._clock()
         with self._lock:
-            for run_id in run_ids:
-                self._runs.setdefault(run_id, _Run(run_id, now, now, records=None, announced=True))
+            for run_id in ids:
+                self._runs.setdefault(run_id, _Run(run_id, now, now, records=None, root_seen=run_id in rooted,
+                                                   announced=True))
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -132,27 +150,23 @@ class ChainProcessor:
 
     # --- judging --------------------------------------------------------------------------------
     def tick(self, *, final: bool = False) -> int:
-        """Announce new runs, judge the quiet ones; returns how many runs were judged."""
+        """Judge the runs that went quiet; returns how many runs were judged."""
         now = self._clock()
         with self._lock:
-            new = [r for r in self._runs.values() if not r.announced]
-            for run in new:
-                run.announced = True
             due = [r for r in self._runs.values() if self._is_due(r, now, final)]
             for run in due:
                 del self._runs[run.run_id]
                 self._buffered -= len(run.records or ())
-        self._persist_keys()
-        wall = time.time_ns()
-        judged_ids = {r.run_id for r in due}
-        pending = [self._summary(r.run_id, r.records or [], None) for r in new if r.run_id not in judged_ids]
-        judged: list[RunSummary] = []
-        for run in due:
-            summary = self._judge(run, now, final)
-            if summary is None:
-                continue
-            (pending if summary.chain.status is ChainState.PENDING else judged).append(summary)
-        self.store.upsert_runs(pending + self._carry_over(judged), wall)
+        try:
+            self._persist_keys()
+            judged = [s for s in (self._judge(run, now, final) for run in due) if s is not None]
+            self.store.upsert_runs(self._carry_over(judged), time.time_ns())
+        except StoreError:
+            with self._lock:  # judge them again (from the store) once it is back
+                for run in due:
+                    self._runs.setdefault(run.run_id, _Run(run.run_id, run.first_seen, run.last_seen, records=None,
+                                                           root_seen=run.root_seen, announced=True))
+            raise
         return len(judged)
 
     def _is_due(self, run: _Run, now: float, final: bool) -> bool:

@@ -99,7 +99,7 @@ class Collector:
         ch = self.config.clickhouse
         if ch.create_schema:
             self.store.ensure_schema(
-                schema.SchemaOptions(database=ch.database, ttl_s=ch.ttl_s, cluster_name=ch.cluster_name)
+                schema.SchemaOptions(database=self.store.database, ttl_s=ch.ttl_s, cluster_name=ch.cluster_name)
             )
         else:
             self.store.query("SELECT 1")

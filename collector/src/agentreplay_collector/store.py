@@ -254,6 +254,14 @@ class Store:
         sql = f"SELECT RunId FROM {self.database}.{schema.RUNS} FINAL WHERE ChainStatus = 'pending'"
         return [r[0] for r in self._call("run list", "query", sql).result_rows]
 
+    def runs_with_root(self, run_ids: Sequence[str]) -> set[str]:
+        """Which of these runs have their run (root) span stored."""
+        sql = (
+            f"SELECT DISTINCT TraceId FROM {self.database}.{schema.TRACES}"
+            " WHERE TraceId IN {ids:Array(String)} AND ParentSpanId = ''"
+        )
+        return {r[0] for r in self._call("root lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows}
+
     def count_spans(self, *, distinct: bool = True) -> int:
         """Spans stored; ``distinct`` counts what readers see (a retried span once)."""
         table = f"{self.database}.{schema.TRACES}"

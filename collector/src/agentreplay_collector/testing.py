@@ -180,3 +180,73 @@ def recording_provider(
                                schedule_delay_millis=50)
     provider.add_span_processor(ChainSpanProcessor(batch, signing_key=signing_key))
     return provider
+
+
+def record_request(runs: int = 2, children: int = 3, key: Any = None,
+                   agent_id: str = "agent-1", cost: float = 0.25) -> Any:
+    """Runs recorded through the SDK's chain processor, as one OTLP ExportTraceServiceRequest."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentreplay_otel import semconv
+    from agentreplay_otel.chain import ChainSpanProcessor
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({semconv.SERVICE_NAME: "svc", semconv.AGENT_ID: agent_id}))
+    provider.add_span_processor(ChainSpanProcessor(SimpleSpanProcessor(memory), signing_key=key))
+    tracer = provider.get_tracer("test")
+    for _ in range(runs):
+        with tracer.start_as_current_span("invoke_agent booker", attributes={semconv.GEN_AI_AGENT_NAME: "booker"}):
+            for i in range(children):
+                with tracer.start_as_current_span("chat m", attributes={semconv.COST_USD: cost, "i": i}):
+                    pass
+    provider.shutdown()
+    return encode_spans(memory.get_finished_spans())
+
+
+class InProcessCollector:
+    """A :class:`~agentreplay_collector.service.Collector` served from a background thread's
+    event loop, for tests that swap in their own store (e.g. one that fails on demand)."""
+
+    def __init__(self, config: Any, *, store: Any = None) -> None:
+        import asyncio
+        import threading
+
+        from agentreplay_collector.service import Collector
+
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="collector-loop", daemon=True)
+        self._thread.start()
+        self.collector = Collector(config, store=store)
+        self.endpoints = asyncio.run_coroutine_threadsafe(self.collector.start(), self._loop).result(60)
+
+    @property
+    def grpc(self) -> str:
+        return str(self.endpoints.grpc)
+
+    @property
+    def http(self) -> str:
+        return f"http://{self.endpoints.http}"
+
+    @property
+    def control(self) -> str:
+        return f"http://{self.endpoints.control}"
+
+    def stop(self) -> None:
+        import asyncio
+
+        try:
+            asyncio.run_coroutine_threadsafe(self.collector.stop(), self._loop).result(60)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()
+
+    def __enter__(self) -> InProcessCollector:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
