@@ -1,0 +1,119 @@
+"""A run's spans as a tree in start order, with what a reader wants on each line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentreplay_otel import semconv
+from agentreplay_otel.canonical import SpanRecord
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimelineNode:
+    """One span of the run: its place in the tree and the facts ``show`` prints."""
+
+    span: SpanRecord
+    depth: int
+    children: tuple[TimelineNode, ...] = field(default=())
+
+    @property
+    def duration_ms(self) -> float:
+        return max(0, self.span.end_ns - self.span.start_ns) / 1e6
+
+    @property
+    def failed(self) -> bool:
+        return self.span.status_code == "Error"
+
+    @property
+    def step(self) -> str | None:
+        return self.span.attributes.get(semconv.STEP)
+
+    @property
+    def cost_usd(self) -> float | None:
+        raw = self.span.attributes.get(semconv.COST_USD)
+        try:
+            return float(raw) if raw else None
+        except ValueError:
+            return None
+
+    def walk(self) -> list[TimelineNode]:
+        out = [self]
+        for child in self.children:
+            out.extend(child.walk())
+        return out
+
+    def summary(self) -> str:
+        """What this step did, in a few words: the tool's arguments, the model's tokens."""
+        a = self.span.attributes
+        op = a.get(semconv.GEN_AI_OPERATION_NAME, "")
+        if op == semconv.OP_EXECUTE_TOOL:
+            args = _short(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, ""))
+            result = _short(a.get(semconv.GEN_AI_TOOL_CALL_RESULT, ""))
+            return f"args {args} -> {result}" if result else f"args {args}"
+        if op == semconv.OP_CHAT:
+            tokens_in = a.get(semconv.GEN_AI_USAGE_INPUT_TOKENS, "?")
+            tokens_out = a.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS, "?")
+            return f"{tokens_in} in / {tokens_out} out tokens"
+        if a.get(semconv.GRAPH_NODE):
+            return f"node {a[semconv.GRAPH_NODE]}"
+        return ""
+
+
+def build_timeline(spans: Sequence[SpanRecord]) -> list[TimelineNode]:
+    """Roots (normally one: the run span) with their descendants, each level in start order.
+
+    A span whose parent is not among the spans (lost, or outside the run) is shown as a root.
+    """
+    ids = {s.span_id for s in spans}
+    children: dict[str, list[SpanRecord]] = {}
+    roots: list[SpanRecord] = []
+    for s in sorted(spans, key=lambda s: (s.start_ns, s.span_id)):
+        if s.parent_span_id and s.parent_span_id in ids:
+            children.setdefault(s.parent_span_id, []).append(s)
+        else:
+            roots.append(s)
+
+    def node(span: SpanRecord, depth: int) -> TimelineNode:
+        kids = tuple(node(c, depth + 1) for c in children.get(span.span_id, []))
+        return TimelineNode(span=span, depth=depth, children=kids)
+
+    return [node(r, 0) for r in roots]
+
+
+def _short(text: str, limit: int = 60) -> str:
+    try:
+        text = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
+    except (ValueError, TypeError):
+        pass
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def first_failure(nodes: Sequence[TimelineNode]) -> TimelineNode | None:
+    """The deepest-first earliest failing span: where the run went wrong, not every parent it failed."""
+    failing = [n for root in nodes for n in root.walk() if n.failed]
+    if not failing:
+        return None
+    leaves = [n for n in failing if not any(c.failed for c in n.walk()[1:])]
+    return min(leaves, key=lambda n: n.span.start_ns)
+
+
+def as_json(nodes: Sequence[TimelineNode]) -> list[dict[str, Any]]:
+    return [
+        {
+            "span_id": n.span.span_id,
+            "parent_span_id": n.span.parent_span_id,
+            "name": n.span.name,
+            "depth": n.depth,
+            "step": n.step,
+            "duration_ms": round(n.duration_ms, 3),
+            "status": n.span.status_code,
+            "status_message": n.span.status_message,
+            "cost_usd": n.cost_usd,
+            "summary": n.summary(),
+        }
+        for root in nodes
+        for n in root.walk()
+    ]
