@@ -8,16 +8,19 @@ Exit codes: 0 success, 1 a verification failed, 2 an error (store down, no such 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 
 from agentreplay_collector.errors import StoreError
-from agentreplay_collector.store import DEFAULT_COLLECTOR, DEFAULT_STORE, RunReader, open_reader
+from agentreplay_collector.client import CollectorClient
+from agentreplay_collector.store import DEFAULT_COLLECTOR, DEFAULT_STORE, RunReader, normalize_store, open_reader
 from agentreplay_otel import semconv
 from agentreplay_otel.chain import ChainReport, verify as verify_chain
 from agentreplay_replay import render
@@ -56,8 +59,13 @@ class CLIError(Exception):
 
 @contextmanager
 def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
+    target = normalize_store(store or os.environ.get(semconv.ENV_STORE) or DEFAULT_STORE)
+    path = target.removeprefix("chdb://")
+    if target.startswith("chdb://") and not Path(path).exists() and not _collector_up(collector):
+        raise CLIError(f"no store at {path}: no run has been recorded there (start agentreplay-collector, "
+                       "record a run, or point --store at another store)")
     try:
-        opened = open_reader(store=store, collector=collector)
+        opened = open_reader(store=target, collector=collector)
     except StoreError as exc:
         raise CLIError(f"cannot open the store: {exc}") from exc
     try:
@@ -66,6 +74,12 @@ def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
         raise CLIError(str(exc)) from exc
     finally:
         opened.close()
+
+
+def _collector_up(collector: str | None) -> bool:
+    url = collector or os.environ.get(semconv.ENV_COLLECTOR) or DEFAULT_COLLECTOR
+    with CollectorClient(url) as client:
+        return client.healthy(timeout_s=0.5)
 
 
 def resolve_run(source: RunReader, run_id: str) -> str:

@@ -1,0 +1,145 @@
+"""The agentreplay CLI end to end: an agent under opentelemetry-instrument exports to a collector
+subprocess on chDB; the run is listed, shown and verifies; a row edited in the store makes verify
+fail and name the span. Every CLI call is a real subprocess (chDB allows one process per directory)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_otel import identity, semconv
+from agentreplay_otel.testing.llm_server import LLMServer, load_script
+
+REPO = Path(__file__).resolve().parents[2]
+AGENT = REPO / "examples" / "flight_agent.py"
+SCRIPT = REPO / "examples" / "flight_script.json"
+BIN = Path(sys.executable).parent
+
+
+def agentreplay(*args: str, store: Path, collector: str = "http://127.0.0.1:9") -> subprocess.CompletedProcess:
+    """Port 9 (discard) has no collector: the CLI then opens the store itself."""
+    return subprocess.run(
+        [str(BIN / "agentreplay"), *args, "--store", f"chdb://{store}", "--collector", collector],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One flight-agent run, recorded through a collector with auth on; the collector then stopped."""
+    tmp = tmp_path_factory.mktemp("cli")
+    store = tmp / "store"
+    org, agent = identity.generate_key(), identity.generate_key()
+    identity.write_public_key(org.public_key(), tmp / "org.pub.pem")
+    identity.write_private_key(agent, tmp / "agent.pem")
+    (tmp / "agent.jwt").write_text(
+        identity.issue_identity(org_key=org, agent_id="flight-booker", agent_public_key=agent.public_key())
+    )
+    config = write_config(tmp / "collector.yaml", store=f"chdb://{store}", org_public_key=tmp / "org.pub.pem")
+    with LLMServer(load_script(SCRIPT)) as llm, CollectorProcess(config) as collector:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))} | {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.grpc}",
+            "OTEL_EXPORTER_OTLP_INSECURE": "true",
+            "OPENAI_BASE_URL": llm.base_url_openai,
+            "ANTHROPIC_BASE_URL": llm.base_url_anthropic,
+            semconv.ENV_AGENT_KEY: str(tmp / "agent.pem"),
+            semconv.ENV_IDENTITY: str(tmp / "agent.jwt"),
+        }
+        agent_run = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT)],
+                                   env=env, capture_output=True, text=True, timeout=120)
+        assert agent_run.returncode == 0, agent_run.stderr
+        run_id = _wait_verified(collector)
+        through_collector = agentreplay("runs", "--json", store=store, collector=collector.control)
+    return {"store": store, "run_id": run_id, "through_collector": through_collector}
+
+
+def _wait_verified(collector: CollectorProcess, timeout_s: float = 30) -> str:
+    deadline = time.monotonic() + timeout_s
+    with collector.client() as client:
+        while time.monotonic() < deadline:
+            runs = client.list_runs(limit=5)
+            if runs and runs[0].chain.status.value != "pending":
+                return runs[0].run_id
+            time.sleep(0.2)
+    raise AssertionError("the collector never judged the run")
+
+
+def test_runs_lists_the_run_through_the_collector(recorded):
+    done = recorded["through_collector"]
+    assert done.returncode == 0, done.stderr
+    [run] = json.loads(done.stdout)
+    assert run["run_id"] == recorded["run_id"] and run["agent_id"] == "flight-booker"
+    assert run["chain"]["status"] == "intact" and run["chain"]["seal"] == "valid"
+    assert run["span_count"] == 8 and run["cost_usd"] == pytest.approx(129.0, abs=0.01)
+
+
+def test_runs_reads_the_store_when_no_collector_runs(recorded):
+    done = agentreplay("runs", store=recorded["store"])
+    assert done.returncode == 0, done.stderr
+    assert recorded["run_id"][:12] in done.stdout and "intact" in done.stdout
+
+
+def test_show_prints_the_timeline(recorded):
+    done = agentreplay("show", recorded["run_id"][:10], store=recorded["store"])
+    assert done.returncode == 0, done.stderr
+    for expected in ("invoke_agent flight_agent", "#1 execute_tool search_flights", "#3 execute_tool book_flight",
+                     "$129.00", "chat claude-haiku-4-5"):
+        assert expected in done.stdout
+
+
+def test_show_json_has_every_span_in_tree_order(recorded):
+    done = agentreplay("show", recorded["run_id"], "--json", store=recorded["store"])
+    doc = json.loads(done.stdout)
+    spans = doc["spans"]
+    assert [s["depth"] for s in spans] == [0] + [1] * 7
+    assert [s["step"] for s in spans[1:]] == [str(i) for i in range(7)]
+
+
+def test_verify_passes_with_the_seal(recorded):
+    done = agentreplay("verify", recorded["run_id"], "--require-seal", store=recorded["store"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "intact" in done.stdout and "sealed (signature valid)" in done.stdout
+
+
+def test_unknown_run_is_a_clear_error(recorded):
+    done = agentreplay("show", "ffffffff", store=recorded["store"])
+    assert done.returncode == 2 and "no run matches 'ffffffff'" in done.stderr
+
+
+def test_store_that_does_not_exist_is_a_clear_error(tmp_path):
+    done = agentreplay("runs", store=tmp_path / "nothing-here")
+    assert done.returncode == 2 and "no store at" in done.stderr
+    assert not (tmp_path / "nothing-here").exists()
+
+
+def test_edited_row_fails_verify_and_names_the_span(recorded):
+    """Runs last in this module: it edits the stored run."""
+    # What a tamperer with write access does: rewrite the booking row's arguments (Friday -> Saturday).
+    edit = textwrap.dedent(f"""
+        import clickhouse_connect
+        c = clickhouse_connect.get_client(interface="chdb", path={str(recorded["store"])!r})
+        where = "TraceId = '{recorded["run_id"]}' AND SpanName = 'execute_tool book_flight'"
+        c.command("CREATE TABLE agentreplay.tampered AS agentreplay.otel_traces")
+        c.command("INSERT INTO agentreplay.tampered SELECT * REPLACE (mapUpdate(SpanAttributes, "
+                  "map('gen_ai.tool.call.arguments', '{{\\"flight\\":\\"TP125\\",\\"day\\":\\"Saturday\\"}}'))"
+                  " AS SpanAttributes) FROM agentreplay.otel_traces WHERE " + where)
+        c.command("ALTER TABLE agentreplay.otel_traces DELETE WHERE " + where + " SETTINGS mutations_sync = 2")
+        c.command("INSERT INTO agentreplay.otel_traces SELECT * FROM agentreplay.tampered")
+    """)
+    subprocess.run([sys.executable, "-c", edit], check=True, timeout=120)
+    done = agentreplay("verify", recorded["run_id"], store=recorded["store"])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "BROKEN" in done.stdout and "edited at seq 3" in done.stdout
+    assert "execute_tool book_flight" in done.stdout
+    as_json = json.loads(agentreplay("verify", "--all", "--json", store=recorded["store"]).stdout)
+    assert [(r["problem"], r["seq"], r["span_name"]) for r in as_json] == [
+        ("edited", 3, "execute_tool book_flight")
+    ]
