@@ -488,6 +488,17 @@ def test_chat_completions_create_stream_survives_a_failing_accumulator(telemetry
     assert telemetry.llm_span().end_time is not None
 
 
+def test_chat_completions_create_stream_survives_a_chunk_it_cannot_read(telemetry, server, monkeypatch, caplog):
+    monkeypatch.setattr(_extract, "_fold_choice", lambda *_: 1 / 0)
+    with caplog.at_level(logging.ERROR):
+        chunks = list(client(server).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith("You said:")
+    span = telemetry.llm_span()
+    assert span.status.status_code is StatusCode.UNSET
+    assert len(stream_events(span)) == len(chunks)  # the raw events are still all there
+    assert "could not record a stream chunk" in caplog.text
+
+
 def test_chat_completions_create_without_content_capture(telemetry, server):
     previous = settings.configure(settings.Settings(capture_content=False))
     try:

@@ -108,24 +108,24 @@ class LLMCall:
             self.span.end()
 
     def _set_result(self, result: LLMResult, *, error: str | None = None) -> None:
-        span = self.span
-        span.set_attributes(result.attributes)
+        attrs = dict(result.attributes)  # set in one call: the span takes its lock once
         if result.response_model:
-            span.set_attribute(semconv.GEN_AI_RESPONSE_MODEL, result.response_model)
+            attrs[semconv.GEN_AI_RESPONSE_MODEL] = result.response_model
         if result.input_tokens is not None:
-            span.set_attribute(semconv.GEN_AI_USAGE_INPUT_TOKENS, result.input_tokens)
+            attrs[semconv.GEN_AI_USAGE_INPUT_TOKENS] = result.input_tokens
         if result.output_tokens is not None:
-            span.set_attribute(semconv.GEN_AI_USAGE_OUTPUT_TOKENS, result.output_tokens)
+            attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = result.output_tokens
         cost = cost_usd(result.response_model or self.model, result.input_tokens, result.output_tokens)
         if cost is not None:
-            span.set_attribute(semconv.COST_USD, cost)
+            attrs[semconv.COST_USD] = cost
         if settings.current().capture_content:
             if result.output_messages is not None:
-                span.set_attribute(semconv.GEN_AI_OUTPUT_MESSAGES, to_json(result.output_messages))
+                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(result.output_messages)
             if result.response_json is not None:
-                span.set_attribute(semconv.RESPONSE, result.response_json)
+                attrs[semconv.RESPONSE] = result.response_json
             if result.stream_chunks is not None:
-                span.set_attribute(semconv.RESPONSE_STREAM, "[" + ",".join(result.stream_chunks) + "]")
+                attrs[semconv.RESPONSE_STREAM] = "[" + ",".join(result.stream_chunks) + "]"
+        self.span.set_attributes(attrs)
         self._record_metrics(result.response_model, result.input_tokens, result.output_tokens, error=error)
 
     def fail(self, exc: BaseException, *, partial: LLMResult | None = None) -> None:

@@ -7,9 +7,9 @@ exactly once: when the stream is exhausted, closed, fails, is cancelled, or is d
 by a caller that stopped reading early. The span is never made current, so an abandoned
 stream cannot leave a context attached.
 
-The proxy is its own iterator (no generator of ours sits between the caller and the
-stream), so a caller that breaks out of ``for chunk in stream`` leaves nothing behind but
-the proxy itself, and dropping that ends the span.
+A caller that breaks out of ``for chunk in stream`` drops the sync proxy's generator,
+which closes it and ends the span at once; the async proxy is its own iterator, so there
+is no async generator left for the event loop to close later.
 
 :func:`tap_sse` keeps each server-sent event's raw JSON as the client library decodes
 it, which is what replay needs to rebuild the stream byte for byte and costs no
@@ -75,19 +75,31 @@ class SyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
     def __init__(self, wrapped: Any, call: LLMCall, accumulator: StreamAccumulator) -> None:
         super().__init__(wrapped)
         self._self_end = _StreamEnd(call, accumulator)
-        self._self_next: Any = None
 
     def __iter__(self) -> Iterator[Any]:
-        return self
+        # A generator: resuming one costs less per chunk than a Python __next__ call. A caller
+        # that breaks out of its loop drops it, which closes it (GeneratorExit) and ends the span.
+        end = self._self_end
+        add = end.accumulator.add
+        try:
+            for chunk in self.__wrapped__:
+                try:
+                    add(chunk)
+                except Exception:  # a chunk we cannot read must not break the caller's stream
+                    _log.exception("agentreplay: could not record a stream chunk")
+                yield chunk
+        except GeneratorExit:  # the caller stopped reading early
+            end.done()
+            raise
+        except BaseException as exc:
+            end.fail(exc)
+            raise
+        end.done()
 
     def __next__(self) -> Any:
         end = self._self_end
         try:
-            step = self._self_next
-            if step is None:
-                wrapped = self.__wrapped__
-                step = self._self_next = getattr(wrapped, "__next__", None) or iter(wrapped).__next__
-            chunk = step()
+            chunk = next(self.__wrapped__)
         except StopIteration:
             end.done()
             raise
@@ -120,6 +132,8 @@ class SyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
 
 
 class AsyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
+    # Its own iterator, not an async generator: a dropped async generator is only closed
+    # later, by the event loop, and its span would stay open until then.
     def __init__(self, wrapped: Any, call: LLMCall, accumulator: StreamAccumulator) -> None:
         super().__init__(wrapped)
         self._self_end = _StreamEnd(call, accumulator)

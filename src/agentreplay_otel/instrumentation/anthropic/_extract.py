@@ -178,20 +178,6 @@ def _usage(result: LLMResult, usage: Any) -> None:
         result.attributes[semconv.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = cache_write
 
 
-class MessagesStreamAccumulator:
-    """Keeps a message stream's raw events; folds them once, when the stream ends."""
-
-    __slots__ = ("events", "raw", "add")
-
-    def __init__(self, raw: list[str] | None) -> None:
-        self.events: list[Any] = []
-        self.raw = raw
-        self.add = self.events.append
-
-    def result(self) -> LLMResult:
-        return messages_stream_result(self.events, self.raw)
-
-
 class _StreamedUsage:
     """The usage a stream reports: message_start's, updated by each message_delta."""
 
@@ -210,15 +196,33 @@ class _StreamedUsage:
                 setattr(self, name, value)
 
 
-def messages_stream_result(events: list[Any], raw: list[str] | None) -> LLMResult:
-    message_id = model = stop_reason = None
-    role = "assistant"
-    usage = _StreamedUsage()
-    blocks: dict[int, list[Any]] = {}  # index -> [type, first fields, text/json fragments]
-    for event in events:
+class MessagesStreamAccumulator:
+    """Folds a message stream's raw events as they pass, keeping only strings and numbers.
+
+    Holding on to the event objects themselves until the stream ends would cost more than
+    reading them (allocator and garbage-collector pressure), so nothing else is kept.
+    """
+
+    __slots__ = ("raw", "dumped", "message_id", "model", "role", "stop_reason", "usage", "blocks", "seen")
+
+    def __init__(self, raw: list[str] | None) -> None:
+        self.raw = raw
+        self.dumped: list[str] | None = None if raw is not None else []  # no raw events: dump each event
+        self.message_id: str | None = None
+        self.model: str | None = None
+        self.role = "assistant"
+        self.stop_reason: str | None = None
+        self.usage = _StreamedUsage()
+        self.blocks: dict[int, list[Any]] = {}  # index -> [type, start block, text/json fragments]
+        self.seen = False
+
+    def add(self, event: Any) -> None:
+        if self.dumped is not None:
+            self.dumped.append(response_json(event))
+        self.seen = True
         kind = event.type
         if kind == "content_block_delta":
-            block = blocks.get(event.index)
+            block = self.blocks.get(event.index)
             if block is not None:
                 delta = event.delta
                 dkind = delta.type
@@ -230,29 +234,35 @@ def messages_stream_result(events: list[Any], raw: list[str] | None) -> LLMResul
                     block[2].append(delta.thinking)
         elif kind == "content_block_start":
             start = event.content_block
-            blocks[event.index] = [start.type, start, []]
+            self.blocks[event.index] = [start.type, start, []]
         elif kind == "message_start":
             message = event.message
-            message_id, model, role = message.id, message.model, message.role or role
-            usage.update(message.usage)
+            self.message_id, self.model, self.role = message.id, message.model, message.role or self.role
+            self.usage.update(message.usage)
         elif kind == "message_delta":
-            stop_reason = event.delta.stop_reason or stop_reason
+            self.stop_reason = event.delta.stop_reason or self.stop_reason
             if event.usage is not None:
-                usage.update(event.usage)
-    parts = [_streamed_part(*blocks[i]) for i in sorted(blocks)]
+                self.usage.update(event.usage)
+
+    def result(self) -> LLMResult:
+        return messages_stream_result(self)
+
+
+def messages_stream_result(stream: MessagesStreamAccumulator) -> LLMResult:
+    parts = [_streamed_part(*stream.blocks[i]) for i in sorted(stream.blocks)]
     attrs: dict[str, Any] = {}
-    if message_id:
-        attrs[semconv.GEN_AI_RESPONSE_ID] = message_id
-    if stop_reason:
-        attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [stop_reason]
+    if stream.message_id:
+        attrs[semconv.GEN_AI_RESPONSE_ID] = stream.message_id
+    if stream.stop_reason:
+        attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [stream.stop_reason]
     result = LLMResult(
         attributes=attrs,
-        response_model=model,
-        output_messages=[_output_message(role, parts, stop_reason)] if events else None,
-        stream_chunks=raw if raw is not None else [response_json(e) for e in events],
+        response_model=stream.model,
+        output_messages=[_output_message(stream.role, parts, stream.stop_reason)] if stream.seen else None,
+        stream_chunks=stream.raw if stream.raw is not None else stream.dumped,
     )
-    if message_id is not None:
-        _usage(result, usage)
+    if stream.message_id is not None:
+        _usage(result, stream.usage)
     return result
 
 

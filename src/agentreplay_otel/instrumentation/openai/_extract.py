@@ -208,67 +208,79 @@ class _StreamedChoice:
 
 
 class ChatStreamAccumulator:
-    """Keeps a chat stream's chunks; folds them once, when the stream ends."""
+    """Folds a chat stream's chunks as they pass, keeping only strings and numbers.
 
-    __slots__ = ("chunks", "raw", "add")
+    Holding on to the chunk objects themselves until the stream ends would cost more than
+    reading them (allocator and garbage-collector pressure), so nothing else is kept.
+    """
+
+    __slots__ = ("raw", "dumped", "response_id", "model", "usage", "choices")
 
     def __init__(self, raw: list[str] | None) -> None:
-        self.chunks: list[Any] = []
         self.raw = raw
-        self.add = self.chunks.append
+        self.dumped: list[str] | None = None if raw is not None else []  # no raw events: dump each chunk
+        self.response_id: str | None = None
+        self.model: str | None = None
+        self.usage: Any = None
+        self.choices: dict[int, _StreamedChoice] = {}
+
+    def add(self, chunk: Any) -> None:
+        if self.dumped is not None:
+            self.dumped.append(response_json(chunk))
+        if self.response_id is None:
+            self.response_id, self.model = chunk.id, chunk.model
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        for choice in chunk.choices:
+            _fold_choice(self.choices, choice)
 
     def result(self) -> LLMResult:
-        return chat_stream_result(self.chunks, self.raw)
+        return chat_stream_result(self)
 
 
-def chat_stream_result(chunks: list[Any], raw: list[str] | None) -> LLMResult:
-    response_id = model = usage = None
-    choices: dict[int, _StreamedChoice] = {}
-    for chunk in chunks:
-        response_id = response_id or chunk.id
-        model = model or chunk.model
-        if chunk.usage is not None:
-            usage = chunk.usage
-        for choice in chunk.choices:
-            state = choices.get(choice.index)
-            if state is None:
-                state = choices[choice.index] = _StreamedChoice()
-            delta = choice.delta
-            if delta is not None:
-                if delta.role:
-                    state.role = delta.role
-                if delta.content:
-                    state.text.append(delta.content)
-                if getattr(delta, "refusal", None):
-                    state.refusal.append(delta.refusal)
-                for call in delta.tool_calls or ():
-                    entry = state.tools.get(call.index)
-                    if entry is None:
-                        entry = state.tools[call.index] = [None, None, []]
-                    if call.id:
-                        entry[0] = call.id
-                    fn = call.function
-                    if fn is not None:
-                        if fn.name:
-                            entry[1] = fn.name
-                        if fn.arguments:
-                            entry[2].append(fn.arguments)
-            if choice.finish_reason:
-                state.finish_reason = choice.finish_reason
+def _fold_choice(choices: dict[int, _StreamedChoice], choice: Any) -> None:
+    state = choices.get(choice.index)
+    if state is None:
+        state = choices[choice.index] = _StreamedChoice()
+    delta = choice.delta
+    if delta is not None:
+        if delta.role:
+            state.role = delta.role
+        if delta.content:
+            state.text.append(delta.content)
+        if getattr(delta, "refusal", None):
+            state.refusal.append(delta.refusal)
+        for call in delta.tool_calls or ():
+            entry = state.tools.get(call.index)
+            if entry is None:
+                entry = state.tools[call.index] = [None, None, []]
+            if call.id:
+                entry[0] = call.id
+            fn = call.function
+            if fn is not None:
+                if fn.name:
+                    entry[1] = fn.name
+                if fn.arguments:
+                    entry[2].append(fn.arguments)
+    if choice.finish_reason:
+        state.finish_reason = choice.finish_reason
+
+
+def chat_stream_result(stream: ChatStreamAccumulator) -> LLMResult:
     attrs: dict[str, Any] = {}
-    if response_id:
-        attrs[semconv.GEN_AI_RESPONSE_ID] = response_id
-    ordered = [choices[i] for i in sorted(choices)]
+    if stream.response_id:
+        attrs[semconv.GEN_AI_RESPONSE_ID] = stream.response_id
+    ordered = [stream.choices[i] for i in sorted(stream.choices)]
     reasons = [c.finish_reason for c in ordered if c.finish_reason]
     if reasons:
         attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
     result = LLMResult(
         attributes=attrs,
-        response_model=model,
+        response_model=stream.model,
         output_messages=[_streamed_message(c) for c in ordered],
-        stream_chunks=raw if raw is not None else [response_json(c) for c in chunks],
+        stream_chunks=stream.raw if stream.raw is not None else stream.dumped,
     )
-    _chat_usage(result, usage)
+    _chat_usage(result, stream.usage)
     return result
 
 
@@ -381,44 +393,49 @@ _TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "resp
 
 
 class ResponsesStreamAccumulator:
-    """Keeps a Responses stream's events; the terminal event carries the whole response."""
+    """Folds a Responses stream's events as they pass; the terminal one carries the whole response."""
 
-    __slots__ = ("events", "raw", "add")
+    __slots__ = ("raw", "dumped", "response", "final", "text", "calls")
 
     def __init__(self, raw: list[str] | None) -> None:
-        self.events: list[Any] = []
         self.raw = raw
-        self.add = self.events.append
+        self.dumped: list[str] | None = None if raw is not None else []
+        self.response: Any = None  # the latest response snapshot an event carried
+        self.final = False
+        self.text: list[str] = []
+        self.calls: list[dict[str, Any]] = []
 
-    def result(self) -> LLMResult:
-        return responses_stream_result(self.events, self.raw)
-
-
-def responses_stream_result(events: list[Any], raw: list[str] | None) -> LLMResult:
-    chunks = raw if raw is not None else [response_json(e) for e in events]
-    last_response = None
-    text: list[str] = []
-    calls: list[Any] = []
-    for event in events:
+    def add(self, event: Any) -> None:
+        if self.dumped is not None:
+            self.dumped.append(response_json(event))
         kind = getattr(event, "type", None)
-        if kind in _TERMINAL_EVENTS:
-            return responses_result(event.response, raw=chunks)
         if kind == "response.output_text.delta":
-            text.append(event.delta)
+            self.text.append(event.delta)
         elif kind == "response.output_item.done" and getattr(event.item, "type", None) == "function_call":
             item = event.item
-            calls.append({"type": "tool_call", "id": item.call_id, "name": item.name, "arguments": item.arguments})
-        response = getattr(event, "response", None)
-        if response is not None:
-            last_response = response
+            self.calls.append({"type": "tool_call", "id": item.call_id, "name": item.name, "arguments": item.arguments})
+        elif kind in _TERMINAL_EVENTS:
+            self.response, self.final = event.response, True
+        elif not self.final and getattr(event, "response", None) is not None:
+            self.response = event.response
+
+    def result(self) -> LLMResult:
+        return responses_stream_result(self)
+
+
+def responses_stream_result(stream: ResponsesStreamAccumulator) -> LLMResult:
+    chunks = stream.raw if stream.raw is not None else stream.dumped
+    if stream.final:
+        return responses_result(stream.response, raw=chunks)
     # The stream ended before its terminal event: what arrived.
+    response = stream.response
     attrs: dict[str, Any] = {}
-    if last_response is not None and last_response.id:
-        attrs[semconv.GEN_AI_RESPONSE_ID] = last_response.id
-    parts: list[Any] = ([{"type": "text", "content": "".join(text)}] if text else []) + calls
+    if response is not None and response.id:
+        attrs[semconv.GEN_AI_RESPONSE_ID] = response.id
+    parts: list[Any] = ([{"type": "text", "content": "".join(stream.text)}] if stream.text else []) + stream.calls
     return LLMResult(
         attributes=attrs,
-        response_model=getattr(last_response, "model", None),
+        response_model=getattr(response, "model", None),
         output_messages=[{"role": "assistant", "parts": parts, "finish_reason": ""}] if parts else None,
         stream_chunks=chunks,
     )
