@@ -1,6 +1,7 @@
 """Per-call cost of recording an OpenAI chat call: ours against the official instrumentor.
 
-One process, one local model server, the real ``openai`` client, ~2 KB of messages.
+The real ``openai`` client, ~2 KB of messages, a local model server in its own process
+(so it does not compete with the client for the GIL).
 Three configurations, measured in interleaved rounds so drift hits all alike:
 
 * ``baseline``: no instrumentation;
@@ -18,13 +19,15 @@ and the ratio of what we add to what the official instrumentor adds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +39,6 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from agentreplay_otel import identity, semconv
 from agentreplay_otel.chain import ChainSpanProcessor
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply
 from agentreplay_otel.testing.providers import swap_global_tracer_provider
 
 RESULTS = Path(__file__).parent / "results" / "instrumentation.json"
@@ -53,7 +55,7 @@ class DiscardExporter(SpanExporter):
 
 def messages() -> list[dict[str, str]]:
     """About 2 KB of conversation, like a short agent turn."""
-    system = "You are a travel agent. Book exactly what the customer asks for. " * 6
+    system = "You are a travel agent. Book exactly what the customer asks for, nothing else. " * 10
     history = [
         {"role": "system", "content": system},
         {"role": "user", "content": "I need a flight to Lisbon on Friday morning, one adult, aisle seat. " * 4},
@@ -107,6 +109,24 @@ def official() -> Callable[[], None]:
     return teardown
 
 
+@contextlib.contextmanager
+def model_server() -> Iterator[str]:
+    """The scripted model server as a subprocess; yields its OpenAI base URL."""
+    script = RESULTS.parent / "bench_script.json"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    script.write_text(json.dumps([{"text": REPLY}]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentreplay_otel.testing.llm_server", "--script", str(script)],
+        stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        yield proc.stdout.readline().strip() + "/v1"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
 def measure(client: openai.OpenAI, calls: int, stream: bool) -> list[float]:
     msgs = messages()
     out = []
@@ -139,8 +159,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     except ImportError:
         print("official instrumentor not installed: measuring baseline and agentreplay only", file=sys.stderr)
 
-    with LLMServer([ScriptedReply(text=REPLY)]) as server:
-        client = openai.OpenAI(base_url=server.base_url_openai, api_key="bench", max_retries=0)
+    with model_server() as base_url:
+        client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
         measure(client, 50, stream=False)  # warm the connection and the client
         for round_no in range(args.rounds):
             for config in configs:
