@@ -67,9 +67,26 @@ def _tracer(provider: trace.TracerProvider | None = None) -> trace.Tracer:
     return trace.get_tracer(_TRACER_NAME, __version__, tracer_provider=provider)
 
 
-def run_attributes(name: str, *, input: Any, kind: str, replay_of: str | None) -> dict[str, Any]:
-    from agentreplay_otel import settings  # late: settings reads the environment once configured
+_last_run_id: str | None = None
 
+
+def _remember(state: RunState) -> None:
+    global _last_run_id
+    _last_run_id = state.run_id
+
+
+def last_run_id() -> str | None:
+    """The id of the run most recently opened in this process (the replay report names it)."""
+    return _last_run_id
+
+
+def run_attributes(name: str, *, input: Any, kind: str, replay_of: str | None) -> dict[str, Any]:
+    from agentreplay_otel import replay, settings  # late: both are configured after import
+
+    session = replay.active()
+    if session is not None:  # a replay is a run of its own, hash-linked to the run it replays
+        kind = session.run_kind
+        replay_of = session.recording.run_id
     attrs: dict[str, Any] = {
         semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
         semconv.GEN_AI_AGENT_NAME: name,
@@ -80,6 +97,8 @@ def run_attributes(name: str, *, input: Any, kind: str, replay_of: str | None) -
         attrs[semconv.RUN_INPUT] = to_json(input)
     if replay_of:
         attrs[semconv.REPLAY_OF] = replay_of
+    if session is not None and session.recording.last_hash:
+        attrs[semconv.REPLAY_OF_HASH] = session.recording.last_hash
     manifest = settings.current().manifest_sha256
     if manifest:
         attrs[semconv.MANIFEST_SHA256] = manifest
@@ -120,6 +139,7 @@ class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
         )
         ctx = trace.set_span_in_context(span)
         self._state = RunState(span=span, context=ctx)
+        _remember(self._state)
         self._token = _current.set(self._state)
         self._ctx_token = otel_context.attach(ctx)
         return RunHandle(self._state)
@@ -270,6 +290,7 @@ def _ensure_auto_run() -> RunState:
             )
             _auto_run = RunState(span=span, context=trace.set_span_in_context(span), auto=True)
             atexit.register(end_auto_run)
+            _remember(_auto_run)
         return _auto_run
 
 

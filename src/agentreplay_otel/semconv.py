@@ -63,6 +63,8 @@ RUN_OUTPUT: Final = "agentreplay.run.output"
 RUN_ENTRYPOINT: Final = "agentreplay.run.entrypoint"
 RUN_AUTO: Final = "agentreplay.run.auto"
 REPLAY_OF: Final = "agentreplay.replay.of"
+REPLAY_OF_HASH: Final = "agentreplay.replay.of_hash"  # the replayed run's last chain hash
+REPLAY_SOURCE: Final = "agentreplay.replay.source"  # where a replayed answer came from
 MANIFEST_SHA256: Final = "agentreplay.manifest.sha256"
 
 STEP: Final = "agentreplay.step"

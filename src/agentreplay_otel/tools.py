@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentreplay_otel import semconv, settings
+from agentreplay_otel import replay, semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.runs import start_step_span
 
@@ -76,7 +76,11 @@ def _wrap(func: F, spec: ToolSpec) -> F:
             span, arguments = _start(spec, signature, args, kwargs)
             with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
                 try:
-                    result = await func(*args, **kwargs)
+                    session = replay.active()
+                    if session is None:
+                        result = await func(*args, **kwargs)
+                    else:
+                        result = _sandboxed(session, spec, span, arguments, func)
                 except BaseException as exc:
                     _fail(span, exc)
                     raise
@@ -91,7 +95,11 @@ def _wrap(func: F, spec: ToolSpec) -> F:
         span, arguments = _start(spec, signature, args, kwargs)
         with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
             try:
-                result = func(*args, **kwargs)
+                session = replay.active()
+                if session is None:
+                    result = func(*args, **kwargs)
+                else:
+                    result = _sandboxed(session, spec, span, arguments, func)
             except BaseException as exc:
                 _fail(span, exc)
                 raise
@@ -100,6 +108,14 @@ def _wrap(func: F, spec: ToolSpec) -> F:
 
     wrapper.__agentreplay_tool__ = spec  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def _sandboxed(session: replay.ReplaySession, spec: ToolSpec, span: Span, arguments: dict,
+               func: Callable[..., Any]) -> Any:
+    """In a replay the tool's body never runs: its recorded result (or a mock) stands in."""
+    value, source = session.on_tool_call(spec.name, arguments, func)
+    span.set_attribute(semconv.REPLAY_SOURCE, source)
+    return value
 
 
 def _start(spec: ToolSpec, signature: inspect.Signature, args: tuple, kwargs: dict) -> tuple[Span, dict]:

@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from agentreplay_otel import semconv
+from agentreplay_otel import replay, semconv
 from agentreplay_otel.errors import RunHalted, ScopeViolation
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult, clean_kwargs
 from agentreplay_otel.instrumentation._stream import AsyncStreamProxy, StreamAccumulator, SyncStreamProxy, tap_sse
@@ -103,14 +103,43 @@ def complete(endpoint: Endpoint, call: LLMCall, result: Any) -> Any:
     return result
 
 
+def replay_decision(endpoint: Endpoint, kwargs: dict[str, Any]) -> replay.LLMDecision | None:
+    """In a replay, how this call is answered (recorded, live, or refused); None when recording."""
+    session = replay.active()
+    return None if session is None else session.on_llm_call(endpoint.provider, clean_kwargs(kwargs))
+
+
+def replayed_kwargs(kwargs: dict[str, Any], decision: replay.LLMDecision | None) -> dict[str, Any]:
+    """The kwargs to call with: a fork's fix merged over the caller's (transport options kept)."""
+    if decision is None or not decision.live:
+        return kwargs
+    cleaned = clean_kwargs(kwargs)
+    merged = {k: v for k, v in kwargs.items() if k not in cleaned or k in decision.kwargs}
+    merged.update(decision.kwargs)
+    return merged
+
+
+def refuse(call: LLMCall | None, decision: replay.LLMDecision | None) -> None:
+    """Raise a replay's refusal (a divergence) into the agent, recorded on the call's span."""
+    if decision is not None and decision.error is not None:
+        if call is not None:
+            call.fail(decision.error)
+        raise decision.error
+
+
 def sync_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        decision = replay_decision(endpoint, kwargs)
+        kwargs = replayed_kwargs(kwargs, decision)
         call = begin(endpoint, recorder, instance, kwargs)
+        refuse(call, decision)
         if call is None:
-            return wrapped(*args, **kwargs)
+            with replay.answering(decision):
+                return wrapped(*args, **kwargs)
         token = otel_context.attach(trace.set_span_in_context(call.span))
         try:
-            result = wrapped(*args, **kwargs)
+            with replay.answering(decision):
+                result = wrapped(*args, **kwargs)
         except BaseException as exc:
             call.fail(exc)
             raise
@@ -123,12 +152,17 @@ def sync_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
 
 def async_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        decision = replay_decision(endpoint, kwargs)
+        kwargs = replayed_kwargs(kwargs, decision)
         call = begin(endpoint, recorder, instance, kwargs)
+        refuse(call, decision)
         if call is None:
-            return await wrapped(*args, **kwargs)
+            with replay.answering(decision):
+                return await wrapped(*args, **kwargs)
         token = otel_context.attach(trace.set_span_in_context(call.span))
         try:
-            result = await wrapped(*args, **kwargs)
+            with replay.answering(decision):
+                result = await wrapped(*args, **kwargs)
         except BaseException as exc:  # asyncio.CancelledError included
             call.fail(exc)
             raise

@@ -20,10 +20,19 @@ import wrapt
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from agentreplay_otel import semconv
+from agentreplay_otel import replay, semconv
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
 from agentreplay_otel.instrumentation._stream import AsyncStreamProxy, SyncStreamProxy, tap_sse
-from agentreplay_otel.instrumentation._wrap import Endpoint, Recorder, async_wrapper, begin, sync_wrapper
+from agentreplay_otel.instrumentation._wrap import (
+    Endpoint,
+    Recorder,
+    async_wrapper,
+    begin,
+    refuse,
+    replay_decision,
+    sync_wrapper,
+)
+from agentreplay_otel.replay import LLMDecision
 from agentreplay_otel.instrumentation.anthropic import _extract
 
 _log = logging.getLogger(__name__)
@@ -55,7 +64,8 @@ def messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Callable[
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         manager = wrapped(*args, **kwargs)
-        return MessageStreamManagerProxy(manager, functools.partial(begin, endpoint, recorder, instance, kwargs))
+        return MessageStreamManagerProxy(manager, functools.partial(begin, endpoint, recorder, instance, kwargs),
+                                         functools.partial(replay_decision, endpoint, kwargs))
 
     return wrapper
 
@@ -65,7 +75,8 @@ def async_messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Cal
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         manager = wrapped(*args, **kwargs)
-        return AsyncMessageStreamManagerProxy(manager, functools.partial(begin, endpoint, recorder, instance, kwargs))
+        return AsyncMessageStreamManagerProxy(manager, functools.partial(begin, endpoint, recorder, instance, kwargs),
+                                              functools.partial(replay_decision, endpoint, kwargs))
 
     return wrapper
 
@@ -83,18 +94,24 @@ def _observe(message_stream: Any, call: LLMCall, proxy: type) -> bool:
 
 
 class MessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
-    def __init__(self, manager: Any, begin_call: Callable[[], LLMCall | None]) -> None:
+    def __init__(self, manager: Any, begin_call: Callable[[], LLMCall | None],
+                 decide: Callable[[], LLMDecision | None]) -> None:
         super().__init__(manager)
         self._self_begin = begin_call
+        self._self_decide = decide  # in a replay: where the answer comes from (fixes do not apply here)
         self._self_call: LLMCall | None = None
 
     def __enter__(self) -> Any:
+        decision = self._self_decide()
         call = self._self_call = self._self_begin()
+        refuse(call, decision)
         if call is None:
-            return self.__wrapped__.__enter__()
+            with replay.answering(decision):
+                return self.__wrapped__.__enter__()
         token = otel_context.attach(trace.set_span_in_context(call.span))
         try:
-            stream = self.__wrapped__.__enter__()
+            with replay.answering(decision):
+                stream = self.__wrapped__.__enter__()
         except BaseException as exc:
             call.fail(exc)
             raise
@@ -112,18 +129,24 @@ class MessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
 
 
 class AsyncMessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
-    def __init__(self, manager: Any, begin_call: Callable[[], LLMCall | None]) -> None:
+    def __init__(self, manager: Any, begin_call: Callable[[], LLMCall | None],
+                 decide: Callable[[], LLMDecision | None]) -> None:
         super().__init__(manager)
         self._self_begin = begin_call
+        self._self_decide = decide  # in a replay: where the answer comes from (fixes do not apply here)
         self._self_call: LLMCall | None = None
 
     async def __aenter__(self) -> Any:
+        decision = self._self_decide()
         call = self._self_call = self._self_begin()
+        refuse(call, decision)
         if call is None:
-            return await self.__wrapped__.__aenter__()
+            with replay.answering(decision):
+                return await self.__wrapped__.__aenter__()
         token = otel_context.attach(trace.set_span_in_context(call.span))
         try:
-            stream = await self.__wrapped__.__aenter__()
+            with replay.answering(decision):
+                stream = await self.__wrapped__.__aenter__()
         except BaseException as exc:
             call.fail(exc)
             raise

@@ -1,0 +1,124 @@
+"""A recorded run as replay sees it: its steps (LLM and tool calls) in order, with answers.
+
+Built from a run's stored spans (:func:`recording_from_spans`), written to a JSON bundle
+by the CLI, and read back by the SDK in the agent's process (:func:`load_recording`).
+Each LLM step is matched by position and by a fingerprint of its canonical request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentreplay_otel import semconv
+from agentreplay_otel.canonical import SpanRecord, canonical_json
+
+KIND_LLM = "llm"
+KIND_TOOL = "tool"
+
+
+def request_fingerprint(request: Mapping[str, Any]) -> str:
+    """SHA-256 of the canonical (RFC 8785) JSON of a call's kwargs: equal requests, equal prints."""
+    try:
+        data = canonical_json(_plain(request))
+    except Exception:  # noqa: BLE001 - a value JCS cannot carry (huge int): fall back to sorted JSON
+        data = json.dumps(request, sort_keys=True, separators=(",", ":"), default=repr).encode()
+    return hashlib.sha256(data).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=repr))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordedStep:
+    """One LLM or tool call of the recorded run."""
+
+    step: int
+    kind: str  # KIND_LLM or KIND_TOOL
+    name: str  # the model (LLM) or the tool name
+    span_id: str
+    span_name: str
+    provider: str = ""
+    operation: str = ""
+    request: dict[str, Any] = field(default_factory=dict)  # LLM: call kwargs; tool: arguments
+    fingerprint: str = ""
+    response: str | None = None  # LLM: the response JSON body
+    stream: list[str] | None = None  # LLM: each streamed event's JSON, in order
+    result: str | None = None  # tool: the result JSON
+    failed: bool = False
+    error: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recording:
+    run_id: str
+    agent_id: str
+    last_hash: str
+    entrypoint: list[str]
+    steps: list[RecordedStep]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Recording:
+        doc = json.loads(text)
+        return cls(
+            run_id=doc["run_id"], agent_id=doc["agent_id"], last_hash=doc["last_hash"],
+            entrypoint=list(doc["entrypoint"]), steps=[RecordedStep(**s) for s in doc["steps"]],
+        )
+
+
+def load_recording(path: str | Path) -> Recording:
+    return Recording.from_json(Path(path).read_text())
+
+
+def _json_or(text: str | None, default: Any) -> Any:
+    if text is None:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
+def step_from_span(span: SpanRecord) -> RecordedStep | None:
+    """The step a span records, or None for spans that are not LLM or tool calls."""
+    a = span.attributes
+    raw_step = a.get(semconv.STEP)
+    if raw_step is None or not raw_step.isdigit():
+        return None
+    op = a.get(semconv.GEN_AI_OPERATION_NAME, "")
+    common = dict(step=int(raw_step), span_id=span.span_id, span_name=span.name,
+                  failed=span.status_code == "Error", error=span.status_message, operation=op)
+    if op == semconv.OP_EXECUTE_TOOL:
+        args = _json_or(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS), {})
+        return RecordedStep(kind=KIND_TOOL, name=a.get(semconv.GEN_AI_TOOL_NAME, ""), request=args,
+                            fingerprint=request_fingerprint(args), result=a.get(semconv.GEN_AI_TOOL_CALL_RESULT),
+                            **common)
+    request = _json_or(a.get(semconv.REQUEST), {})
+    return RecordedStep(
+        kind=KIND_LLM, name=a.get(semconv.GEN_AI_REQUEST_MODEL, ""), provider=a.get(semconv.GEN_AI_PROVIDER_NAME, ""),
+        request=request, fingerprint=request_fingerprint(request), response=a.get(semconv.RESPONSE),
+        stream=_json_or(a.get(semconv.RESPONSE_STREAM), None), **common,
+    )
+
+
+def recording_from_spans(spans: Iterable[SpanRecord]) -> Recording:
+    spans = list(spans)
+    roots = [s for s in spans if s.is_root]
+    root = roots[0] if roots else None
+    steps = sorted((s for s in map(step_from_span, spans) if s is not None), key=lambda s: s.step)
+    entry = _json_or(root.attributes.get(semconv.RUN_ENTRYPOINT) if root else None, [])
+    return Recording(
+        run_id=spans[0].trace_id if spans else "",
+        agent_id=(root.resource.get(semconv.AGENT_ID, "") if root else ""),
+        last_hash=(root.attributes.get(semconv.CHAIN_HASH, "") if root else ""),
+        entrypoint=[str(x) for x in entry] if isinstance(entry, list) else [],
+        steps=steps,
+    )
