@@ -15,7 +15,7 @@ from typing import Any
 
 def to_json(value: Any) -> str:
     """Compact JSON of any value; strings stay JSON strings so the type survives replay."""
-    return json.dumps(value, default=_default, ensure_ascii=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def _default(value: Any) -> Any:
@@ -34,3 +34,7 @@ def _default(value: Any) -> Any:
     if hasattr(value, "isoformat"):
         return value.isoformat()
     return repr(value)
+
+
+# One encoder for every call: json.dumps with options builds a new one each time (~1.5 µs).
+_ENCODER = json.JSONEncoder(default=_default, ensure_ascii=False, separators=(",", ":"))
