@@ -383,6 +383,13 @@ async def test_async_chat_completions_create_stream_break_ends_the_span(telemetr
     assert otel_context.get_current() == before
 
 
+async def test_async_chat_completions_create_stream_dropped_after_break_ends_the_span(telemetry, server):
+    async for _chunk in await async_client(server).chat.completions.create(model=MODEL, messages=MESSAGES,
+                                                                           stream=True):
+        break
+    assert telemetry.llm_span().end_time is not None  # no async generator of ours left for the loop to close
+
+
 async def test_async_chat_completions_create_stream_cancelled(telemetry, serve):
     server = serve([ScriptedReply(text="a slow answer in many words", chunk_delay_s=0.05)])
     before = otel_context.get_current()
