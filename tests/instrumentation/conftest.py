@@ -39,7 +39,8 @@ class Telemetry:
 
     def llm_spans(self) -> list[ReadableSpan]:
         """The spans our instrumentors made."""
-        return [s for s in self.spans() if s.instrumentation_scope and s.instrumentation_scope.name in _OUR_SCOPES]
+        return [s for s in self.spans()
+                if s.instrumentation_scope and s.instrumentation_scope.name in _OUR_SCOPES]
 
     def llm_span(self) -> ReadableSpan:
         spans = self.llm_spans()

@@ -25,6 +25,7 @@ MODEL = "claude-sonnet-4-5"
 SYSTEM = "You book flights."
 MESSAGES = [{"role": "user", "content": "Find me a flight to Lisbon on Friday"}]
 WEATHER = ToolCallSpec("get_weather", {"city": "Paris"}, id="toolu_weather")
+ASK: dict[str, Any] = {"model": MODEL, "max_tokens": 100, "messages": MESSAGES}
 
 
 def client(server: LLMServer) -> anthropic.Anthropic:
@@ -55,8 +56,7 @@ def assert_message_recorded(span: Any, message: Any) -> None:
 # --- messages.create --------------------------------------------------------------------------
 def test_messages_create_records_a_chat_span(telemetry, server):
     with agentreplay_otel.run("booker"):
-        message = client(server).messages.create(model=MODEL, max_tokens=100, system=SYSTEM, messages=MESSAGES,
-                                                 stop_sequences=["END"])
+        message = client(server).messages.create(**ASK, system=SYSTEM, stop_sequences=["END"])
 
     span = telemetry.llm_span()
     a = attrs(span)
@@ -84,7 +84,8 @@ def test_messages_create_records_tool_use_and_tool_results(telemetry, serve):
     server = serve([ScriptedReply(text="Checking.", tool_calls=[WEATHER])])
     history = [
         *MESSAGES,
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": 1}}]},
+        {"role": "assistant",
+         "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": 1}}]},
         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "found"}]},
     ]
     client(server).messages.create(model=MODEL, max_tokens=100, messages=history,
@@ -92,11 +93,13 @@ def test_messages_create_records_tool_use_and_tool_results(telemetry, serve):
 
     a = attrs(telemetry.llm_span())
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
-    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{"role": "assistant", "finish_reason": "tool_call", "parts": [
+    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{
+        "role": "assistant", "finish_reason": "tool_call", "parts": [
         {"type": "text", "content": "Checking."},
         {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}]}]
     assert json.loads(a[semconv.GEN_AI_INPUT_MESSAGES])[1:] == [
-        {"role": "assistant", "parts": [{"type": "tool_call", "id": "toolu_1", "name": "lookup", "arguments": {"q": 1}}]},
+        {"role": "assistant",
+         "parts": [{"type": "tool_call", "id": "toolu_1", "name": "lookup", "arguments": {"q": 1}}]},
         {"role": "user", "parts": [{"type": "tool_call_response", "id": "toolu_1", "response": "found"}]},
     ]
 
@@ -104,7 +107,7 @@ def test_messages_create_records_tool_use_and_tool_results(telemetry, serve):
 def test_messages_create_stream(telemetry, serve):
     server = serve([ScriptedReply(text="Lisbon on Friday", tool_calls=[WEATHER])])
     with agentreplay_otel.run("booker"):
-        events = list(client(server).messages.create(model=MODEL, max_tokens=100, messages=MESSAGES, stream=True))
+        events = list(client(server).messages.create(**ASK, stream=True))
 
     span = telemetry.llm_span()
     a = attrs(span)
@@ -115,7 +118,8 @@ def test_messages_create_stream(telemetry, serve):
     assert all("type" in e for e in recorded)
     assert [e for e in recorded if e["type"] != "ping"] == [e.model_dump(mode="json", exclude_unset=True)
                                                             for e in events]
-    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{"role": "assistant", "finish_reason": "tool_call", "parts": [
+    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{
+        "role": "assistant", "finish_reason": "tool_call", "parts": [
         {"type": "text", "content": "Lisbon on Friday"},
         {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}]}]
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
@@ -125,12 +129,12 @@ def test_messages_create_stream(telemetry, serve):
 
 
 async def test_async_messages_create(telemetry, server):
-    message = await async_client(server).messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
+    message = await async_client(server).messages.create(**ASK)
     assert_message_recorded(telemetry.llm_span(), message)
 
 
 async def test_async_messages_create_stream(telemetry, server):
-    stream = await async_client(server).messages.create(model=MODEL, max_tokens=100, messages=MESSAGES, stream=True)
+    stream = await async_client(server).messages.create(**ASK, stream=True)
     assert isinstance(stream, anthropic.AsyncStream)
     events = [event async for event in stream]
 
@@ -144,7 +148,7 @@ async def test_async_messages_create_stream(telemetry, server):
 def test_messages_stream_keeps_the_helper_api(telemetry, serve):
     server = serve([ScriptedReply(text="Lisbon on Friday at nine")])
     with agentreplay_otel.run("booker"):
-        manager = client(server).messages.stream(model=MODEL, max_tokens=100, system=SYSTEM, messages=MESSAGES)
+        manager = client(server).messages.stream(**ASK, system=SYSTEM)
         assert telemetry.llm_spans() == [] and server.request_count == 0  # nothing sent before entering
         with manager as stream:
             assert stream.response.status_code == 200 and stream.request_id
@@ -160,12 +164,12 @@ def test_messages_stream_keeps_the_helper_api(telemetry, serve):
     assert json.loads(a[semconv.GEN_AI_SYSTEM_INSTRUCTIONS]) == [{"type": "text", "content": SYSTEM}]
     assert json.loads(a[semconv.REQUEST]) == {"model": MODEL, "max_tokens": 100, "system": SYSTEM,
                                               "messages": MESSAGES}
-    assert stream_events(span)[0]["type"] == "message_start" and stream_events(span)[-1]["type"] == "message_stop"
+    assert [stream_events(span)[i]["type"] for i in (0, -1)] == ["message_start", "message_stop"]
     assert a[semconv.STEP] == 0
 
 
 def test_messages_stream_until_done_and_events(telemetry, server):
-    with client(server).messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+    with client(server).messages.stream(**ASK) as stream:
         first = next(iter(stream))
         assert first.type == "message_start"
         stream.until_done()
@@ -177,7 +181,7 @@ def test_messages_stream_until_done_and_events(telemetry, server):
 
 def test_messages_stream_break_ends_the_span(telemetry, server):
     before = otel_context.get_current()
-    with client(server).messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+    with client(server).messages.stream(**ASK) as stream:
         for _text in stream.text_stream:
             break
 
@@ -190,7 +194,7 @@ def test_messages_stream_break_ends_the_span(telemetry, server):
 def test_messages_stream_http_error_propagates_unchanged(telemetry, serve):
     server = serve([ScriptedReply(error_status=529, error_message="overloaded")])
     with pytest.raises(anthropic.APIStatusError) as caught:
-        with client(server).messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES):
+        with client(server).messages.stream(**ASK):
             pass
 
     assert caught.value.status_code == 529
@@ -201,14 +205,15 @@ def test_messages_stream_http_error_propagates_unchanged(telemetry, serve):
 
 async def test_async_messages_stream(telemetry, server):
     async with agentreplay_otel.run("booker"):
-        async with async_client(server).messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+        async with async_client(server).messages.stream(**ASK) as stream:
             assert stream.response.status_code == 200
             text = "".join([t async for t in stream.text_stream])
             final = await stream.get_final_message()
 
     span = telemetry.llm_span()
     assert_message_recorded(span, final)
-    assert json.loads(attrs(span)[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"] == [{"type": "text", "content": text}]
+    output = json.loads(attrs(span)[semconv.GEN_AI_OUTPUT_MESSAGES])
+    assert output[0]["parts"] == [{"type": "text", "content": text}]
     assert span.parent.span_id == telemetry.run_span("booker").context.span_id
 
 
@@ -218,7 +223,7 @@ async def test_async_messages_stream_cancelled(telemetry, serve):
     first = asyncio.Event()
 
     async def consume() -> None:
-        async with async_client(server).messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+        async with async_client(server).messages.stream(**ASK) as stream:
             async for _text in stream.text_stream:
                 first.set()
 
@@ -235,7 +240,7 @@ async def test_async_messages_stream_cancelled(telemetry, serve):
 
 
 async def test_async_messages_stream_break_ends_the_span(telemetry, server):
-    async with async_client(server).messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+    async with async_client(server).messages.stream(**ASK) as stream:
         async for _event in stream:
             break
     assert telemetry.llm_span().end_time is not None
@@ -245,7 +250,7 @@ async def test_async_messages_stream_break_ends_the_span(telemetry, server):
 def test_messages_create_http_error_propagates_unchanged(telemetry, serve):
     server = serve([ScriptedReply(error_status=500, error_message="boom")])
     with pytest.raises(anthropic.InternalServerError):
-        client(server).messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
+        client(server).messages.create(**ASK)
 
     span = telemetry.llm_span()
     assert span.status.status_code is StatusCode.ERROR
@@ -257,7 +262,7 @@ async def test_async_messages_create_connection_error(telemetry, server):
     server.stop()
     dead = anthropic.AsyncAnthropic(base_url=f"http://127.0.0.1:{port}", api_key="test", max_retries=0)
     with pytest.raises(anthropic.APIConnectionError):
-        await dead.messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
+        await dead.messages.create(**ASK)
     assert attrs(telemetry.llm_span())[semconv.ERROR_TYPE] == "APIConnectionError"
 
 
@@ -265,7 +270,7 @@ def test_messages_create_stream_cut_midway(telemetry, serve):
     server = serve([ScriptedReply(text="one two three four five", stream_error_after=4)])
     # this client lets its transport's error through mid-stream; it reaches the caller unchanged
     with pytest.raises((anthropic.APIError, httpx2.HTTPError)) as caught:
-        for _event in client(server).messages.create(model=MODEL, max_tokens=100, messages=MESSAGES, stream=True):
+        for _event in client(server).messages.create(**ASK, stream=True):
             pass
 
     span = telemetry.llm_span()
@@ -278,7 +283,7 @@ def test_messages_create_stream_cut_midway(telemetry, serve):
 # --- the client's own spans, metrics -----------------------------------------------------------
 def test_messages_create_is_one_span_per_call_without_the_library_own_span(telemetry, server):
     with agentreplay_otel.run("booker"):
-        client(server).messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
+        client(server).messages.create(**ASK)
 
     assert [s.name for s in telemetry.spans()] == [f"chat {MODEL}", "invoke_agent booker"]
 
@@ -288,7 +293,7 @@ def test_messages_create_library_spans_are_children_of_the_chat_span(telemetry, 
     traced = anthropic.Anthropic(base_url=server.base_url_anthropic, api_key="test", max_retries=0,
                                  open_telemetry={"traces": True})
     with agentreplay_otel.run("booker"):
-        traced.messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
+        traced.messages.create(**ASK)
 
     chat = telemetry.llm_span()
     others = [s for s in telemetry.spans() if s is not chat and s.name != "invoke_agent booker"]
@@ -307,7 +312,7 @@ def test_instrument_switches_the_library_own_tracing_off_and_back(telemetry, mon
 
 
 def test_messages_create_records_duration_and_token_metrics(telemetry, server):
-    message = client(server).messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
+    message = client(server).messages.create(**ASK)
 
     (duration_attrs, duration), = telemetry.points(semconv.METRIC_OPERATION_DURATION)
     assert duration_attrs == {
@@ -324,7 +329,7 @@ def test_messages_create_records_duration_and_token_metrics(telemetry, server):
 
 
 def test_messages_stream_records_token_metrics(telemetry, server):
-    with client(server).messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+    with client(server).messages.stream(**ASK) as stream:
         final = stream.get_final_message()
     tokens = {a[semconv.GEN_AI_TOKEN_TYPE]: p.sum for a, p in telemetry.points(semconv.METRIC_TOKEN_USAGE)}
     assert tokens == {"input": final.usage.input_tokens, "output": final.usage.output_tokens}
@@ -333,14 +338,15 @@ def test_messages_stream_records_token_metrics(telemetry, server):
 # --- instrumentor lifecycle, steps, robustness --------------------------------------------------
 def test_uninstrument_restores_messages_create_and_stream(telemetry, server):
     messages = anthropic.resources.messages.messages
-    targets = [(cls, name) for cls in (messages.Messages, messages.AsyncMessages) for name in ("create", "stream")]
+    classes = (messages.Messages, messages.AsyncMessages)
+    targets = [(cls, name) for cls in classes for name in ("create", "stream")]
     assert all(isinstance(cls.__dict__[name], wrapt.FunctionWrapper) for cls, name in targets)
     AnthropicInstrumentor().uninstrument()
     assert not any(isinstance(cls.__dict__[name], wrapt.ObjectProxy) for cls, name in targets)
 
     c = client(server)
-    c.messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
-    with c.messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+    c.messages.create(**ASK)
+    with c.messages.stream(**ASK) as stream:
         stream.until_done()
     assert telemetry.llm_spans() == []
 
@@ -348,8 +354,8 @@ def test_uninstrument_restores_messages_create_and_stream(telemetry, server):
 def test_instrument_twice_records_one_span_per_call(telemetry, server):
     AnthropicInstrumentor().instrument(tracer_provider=telemetry.provider)
     c = client(server)
-    c.messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
-    with c.messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+    c.messages.create(**ASK)
+    with c.messages.stream(**ASK) as stream:
         stream.until_done()
     assert len(telemetry.llm_spans()) == 2
 
@@ -361,10 +367,10 @@ def test_instrumentation_dependencies():
 def test_messages_create_and_stream_steps_are_numbered_within_a_run(telemetry, server):
     c = client(server)
     with agentreplay_otel.run("booker"):
-        c.messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
-        with c.messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+        c.messages.create(**ASK)
+        with c.messages.stream(**ASK) as stream:
             stream.until_done()
-        list(c.messages.create(model=MODEL, max_tokens=100, messages=MESSAGES, stream=True))
+        list(c.messages.create(**ASK, stream=True))
 
     run = telemetry.run_span("booker")
     assert [attrs(s)[semconv.STEP] for s in telemetry.llm_spans()] == [0, 1, 2]
@@ -378,8 +384,8 @@ async def test_async_messages_concurrent_runs_keep_steps_and_chains_apart(teleme
     async def agent(name: str) -> None:
         async with agentreplay_otel.run(name):
             for _ in range(2):
-                await c.messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
-                async with c.messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+                await c.messages.create(**ASK)
+                async with c.messages.stream(**ASK) as stream:
                     async for _text in stream.text_stream:
                         await asyncio.sleep(0)
 
@@ -397,7 +403,7 @@ async def test_async_messages_concurrent_runs_keep_steps_and_chains_apart(teleme
 def test_messages_create_survives_a_failing_extractor(telemetry, server, monkeypatch, caplog):
     monkeypatch.setattr(_extract, "_output_parts", lambda *_: 1 / 0)
     with caplog.at_level(logging.ERROR):
-        message = client(server).messages.create(model=MODEL, max_tokens=100, messages=MESSAGES)
+        message = client(server).messages.create(**ASK)
     assert message.content[0].text.startswith("You said:")
     assert telemetry.llm_span().end_time is not None
     assert "ZeroDivisionError" in caplog.text
@@ -406,6 +412,6 @@ def test_messages_create_survives_a_failing_extractor(telemetry, server, monkeyp
 def test_messages_stream_survives_a_failing_accumulator(telemetry, server, monkeypatch, caplog):
     monkeypatch.setattr(_extract, "_streamed_part", lambda *_: 1 / 0)
     with caplog.at_level(logging.ERROR):
-        with client(server).messages.stream(model=MODEL, max_tokens=100, messages=MESSAGES) as stream:
+        with client(server).messages.stream(**ASK) as stream:
             assert stream.get_final_text().startswith("You said:")
     assert telemetry.llm_span().end_time is not None

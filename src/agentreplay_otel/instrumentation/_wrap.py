@@ -25,7 +25,12 @@ from opentelemetry import trace
 from agentreplay_otel import replay, semconv
 from agentreplay_otel.errors import RunHalted, ScopeViolation
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult, clean_kwargs
-from agentreplay_otel.instrumentation._stream import AsyncStreamProxy, StreamAccumulator, SyncStreamProxy, tap_sse
+from agentreplay_otel.instrumentation._stream import (
+    AsyncStreamProxy,
+    StreamAccumulator,
+    SyncStreamProxy,
+    tap_sse,
+)
 from agentreplay_otel.metrics import GenAIMetrics
 
 _log = logging.getLogger(__name__)

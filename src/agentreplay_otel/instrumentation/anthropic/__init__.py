@@ -55,9 +55,11 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         )
         streams = (anthropic.Stream, anthropic.AsyncStream)
         wrap_function_wrapper(_MESSAGES, "Messages.create", _wrappers.messages_create(recorder, streams))
-        wrap_function_wrapper(_MESSAGES, "AsyncMessages.create", _wrappers.async_messages_create(recorder, streams))
+        wrap_function_wrapper(_MESSAGES, "AsyncMessages.create",
+                              _wrappers.async_messages_create(recorder, streams))
         wrap_function_wrapper(_MESSAGES, "Messages.stream", _wrappers.messages_stream(recorder, streams))
-        wrap_function_wrapper(_MESSAGES, "AsyncMessages.stream", _wrappers.async_messages_stream(recorder, streams))
+        wrap_function_wrapper(_MESSAGES, "AsyncMessages.stream",
+                              _wrappers.async_messages_stream(recorder, streams))
         if not kwargs.get("native_spans", False) and _NATIVE_TRACING_ENV not in os.environ:
             os.environ[_NATIVE_TRACING_ENV] = "false"
             self._native_tracing_switched_off = True

@@ -136,7 +136,9 @@ def message_result(message: Any) -> LLMResult:
     result = LLMResult(
         attributes=attrs,
         response_model=message.model,
-        output_messages=[_output_message(message.role or "assistant", _output_parts(message.content), stop_reason)],
+        output_messages=[
+            _output_message(message.role or "assistant", _output_parts(message.content), stop_reason)
+        ],
         response_json=response_json(message),
     )
     _usage(result, message.usage)

@@ -38,7 +38,9 @@ from agentreplay_otel.instrumentation.anthropic import _extract
 _log = logging.getLogger(__name__)
 
 
-def _endpoint(streams: tuple[type, type], request: Callable[..., Any] = _extract.messages_request) -> Endpoint:
+def _endpoint(
+    streams: tuple[type, type], request: Callable[..., Any] = _extract.messages_request
+) -> Endpoint:
     return Endpoint(
         provider=semconv.PROVIDER_ANTHROPIC,
         request=request,
@@ -64,7 +66,8 @@ def messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Callable[
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         manager = wrapped(*args, **kwargs)
-        return MessageStreamManagerProxy(manager, functools.partial(begin, endpoint, recorder, instance, kwargs),
+        return MessageStreamManagerProxy(manager,
+                                         functools.partial(begin, endpoint, recorder, instance, kwargs),
                                          functools.partial(replay_decision, endpoint, kwargs))
 
     return wrapper
@@ -75,7 +78,8 @@ def async_messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Cal
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         manager = wrapped(*args, **kwargs)
-        return AsyncMessageStreamManagerProxy(manager, functools.partial(begin, endpoint, recorder, instance, kwargs),
+        return AsyncMessageStreamManagerProxy(manager,
+                                              functools.partial(begin, endpoint, recorder, instance, kwargs),
                                               functools.partial(replay_decision, endpoint, kwargs))
 
     return wrapper

@@ -45,7 +45,8 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         )
         streams = (openai.Stream, openai.AsyncStream)
         wrap_function_wrapper(_CHAT, "Completions.create", _wrappers.chat_create(recorder, streams))
-        wrap_function_wrapper(_CHAT, "AsyncCompletions.create", _wrappers.async_chat_create(recorder, streams))
+        wrap_function_wrapper(_CHAT, "AsyncCompletions.create",
+                              _wrappers.async_chat_create(recorder, streams))
         wrap_function_wrapper(_RESPONSES, "Responses.create", _wrappers.responses_create(recorder, streams))
         wrap_function_wrapper(_RESPONSES, "AsyncResponses.create",
                               _wrappers.async_responses_create(recorder, streams))

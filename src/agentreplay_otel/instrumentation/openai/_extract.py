@@ -33,7 +33,9 @@ _RESPONSES_REQUEST = (
 )
 
 
-def _base_attributes(resource: Any, kwargs: Mapping[str, Any], pairs: Iterable[tuple[str, str]]) -> dict[str, Any]:
+def _base_attributes(
+    resource: Any, kwargs: Mapping[str, Any], pairs: Iterable[tuple[str, str]]
+) -> dict[str, Any]:
     client = getattr(resource, "_client", None)
     attrs = server_attributes(client.base_url) if client is not None else {}
     for key, name in pairs:
@@ -380,13 +382,17 @@ def _responses_output_parts(output: Iterable[Any]) -> list[Any]:
                 elif content.type == "refusal":
                     parts.append({"type": "refusal", "content": content.refusal})
         elif kind == "function_call":
-            parts.append({"type": "tool_call", "id": item.call_id, "name": item.name, "arguments": item.arguments})
+            parts.append(_function_call_part(item))
         elif kind == "reasoning":
             text = "".join(s.text for s in (getattr(item, "summary", None) or ()))
             parts.append({"type": "reasoning", "content": text})
         elif kind is not None:
             parts.append({"type": kind})
     return parts
+
+
+def _function_call_part(item: Any) -> dict[str, Any]:
+    return {"type": "tool_call", "id": item.call_id, "name": item.name, "arguments": item.arguments}
 
 
 _TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
@@ -412,8 +418,7 @@ class ResponsesStreamAccumulator:
         if kind == "response.output_text.delta":
             self.text.append(event.delta)
         elif kind == "response.output_item.done" and getattr(event.item, "type", None) == "function_call":
-            item = event.item
-            self.calls.append({"type": "tool_call", "id": item.call_id, "name": item.name, "arguments": item.arguments})
+            self.calls.append(_function_call_part(event.item))
         elif kind in _TERMINAL_EVENTS:
             self.response, self.final = event.response, True
         elif not self.final and getattr(event, "response", None) is not None:
@@ -432,7 +437,8 @@ def responses_stream_result(stream: ResponsesStreamAccumulator) -> LLMResult:
     attrs: dict[str, Any] = {}
     if response is not None and response.id:
         attrs[semconv.GEN_AI_RESPONSE_ID] = response.id
-    parts: list[Any] = ([{"type": "text", "content": "".join(stream.text)}] if stream.text else []) + stream.calls
+    parts: list[Any] = [{"type": "text", "content": "".join(stream.text)}] if stream.text else []
+    parts += stream.calls
     return LLMResult(
         attributes=attrs,
         response_model=getattr(response, "model", None),
