@@ -20,8 +20,12 @@ EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory, org) -> Iterator[CollectorProcess]:
     tmp = tmp_path_factory.mktemp("auth")
-    config = write_config(tmp / "c.yaml", store=f"chdb://{tmp / 'store'}", org_public_key=org.public_path,
-                          chain={"quiet_period": "200ms"})
+    config = write_config(
+        tmp / "c.yaml",
+        store=f"chdb://{tmp / 'store'}",
+        org_public_key=org.public_path,
+        chain={"quiet_period": "200ms"},
+    )
     with CollectorProcess(config) as proc:
         yield proc
 
@@ -42,7 +46,9 @@ def http_export(proc: CollectorProcess, body: bytes, token: str | None) -> int:
         headers["authorization"] = f"Bearer {token}"
     request = urllib.request.Request(f"{proc.http}/v1/traces", data=body, headers=headers, method="POST")
     try:
-        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10) as response:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+            request, timeout=10
+        ) as response:
             return response.status
     except urllib.error.HTTPError as exc:
         return exc.code
@@ -72,10 +78,17 @@ def test_a_bad_token_is_unauthenticated(secured: CollectorProcess, org, case: st
     agent_key = generate_key()
     token = {
         "missing": None,
-        "forged": issue_identity(org_key=generate_key(), agent_id="agent-1", agent_public_key=agent_key.public_key()),
+        "forged": issue_identity(
+            org_key=generate_key(), agent_id="agent-1", agent_public_key=agent_key.public_key()
+        ),
         "not-bearer": "x",
-        "expired": issue_identity(org_key=org.key, agent_id="agent-1", agent_public_key=agent_key.public_key(),
-                                  ttl_s=1, now=int(time.time()) - 100),
+        "expired": issue_identity(
+            org_key=org.key,
+            agent_id="agent-1",
+            agent_public_key=agent_key.public_key(),
+            ttl_s=1,
+            now=int(time.time()) - 100,
+        ),
     }[case]
     body = record_request(runs=1, children=1, agent_id="agent-1").SerializeToString()
     if case == "not-bearer":

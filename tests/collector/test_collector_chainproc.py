@@ -42,20 +42,25 @@ def written(store: Store, request) -> dict[str, list]:
 
 
 def remember(keys: KeyRing, key, agent: str = "agent-1") -> None:
-    keys.remember(AgentIdentity(agent_id=agent, public_key=key.public_key(), kid=key_id(key),
-                                manifest_sha256="", expires_at=2**40))
+    keys.remember(
+        AgentIdentity(
+            agent_id=agent, public_key=key.public_key(), kid=key_id(key), manifest_sha256="", expires_at=2**40
+        )
+    )
 
 
-def test_a_run_arriving_out_of_order_over_many_exports_is_intact_and_sealed(chdb_store: Store, recorded) -> None:
+def test_a_run_arriving_out_of_order_over_many_exports_is_intact_and_sealed(
+    chdb_store: Store, recorded
+) -> None:
     key = generate_key()
     keys = KeyRing()
     remember(keys, key)
     chain, clock = processor(chdb_store, keys)
-    (run_id, records), = written(chdb_store, recorded(runs=1, children=9, key=key)).items()
+    ((run_id, records),) = written(chdb_store, recorded(runs=1, children=9, key=key)).items()
     shuffled = records[:]
     random.Random(7).shuffle(shuffled)
     for i in range(0, len(shuffled), 3):
-        chain.observe(shuffled[i:i + 3])
+        chain.observe(shuffled[i : i + 3])
         clock.now += 1.0
     chain.tick()
     assert chdb_store.get_chain_status(run_id).status is ChainState.PENDING
@@ -78,7 +83,7 @@ def test_an_edited_span_breaks_the_chain_at_its_seq(chdb_store: Store, recorded)
         if kv.key == "i":
             kv.value.int_value = 99
     chain, clock = processor(chdb_store)
-    (run_id, records), = written(chdb_store, request).items()
+    ((run_id, records),) = written(chdb_store, request).items()
     chain.observe(records)
     clock.now += 5
     chain.tick()
@@ -93,7 +98,7 @@ def test_a_run_without_its_run_span_becomes_incomplete(chdb_store: Store, record
     spans = request.resource_spans[0].scope_spans[0].spans
     root = next(i for i, s in enumerate(spans) if not s.parent_span_id)
     del spans[root]  # the agent died before its run span ended
-    (run_id, records), = written(chdb_store, request).items()
+    ((run_id, records),) = written(chdb_store, request).items()
     chain.observe(records)
     clock.now += 30
     chain.tick()
@@ -117,7 +122,7 @@ def test_past_the_memory_budget_runs_are_verified_from_the_store(chdb_store: Sto
 
 def test_a_run_seen_part_way_is_judged_from_the_store(chdb_store: Store, recorded) -> None:
     chain, clock = processor(chdb_store)
-    (run_id, records), = written(chdb_store, recorded(runs=1, children=6)).items()
+    ((run_id, records),) = written(chdb_store, recorded(runs=1, children=6)).items()
     ordered = sorted(records, key=lambda r: int(r.attributes[semconv.CHAIN_SEQ]))
     chain.observe(ordered[4:])  # the first four were acknowledged before a restart
     clock.now += 3
@@ -126,8 +131,8 @@ def test_a_run_seen_part_way_is_judged_from_the_store(chdb_store: Store, recorde
 
 
 def test_pending_runs_are_resumed_after_a_restart(chdb_store: Store, recorded) -> None:
-    first, clock = processor(chdb_store)
-    (run_id, records), = written(chdb_store, recorded(runs=1, children=3)).items()
+    first, _ = processor(chdb_store)
+    ((run_id, records),) = written(chdb_store, recorded(runs=1, children=3)).items()
     first.observe([r for r in records if not r.is_root])
     first.tick()  # announces the run as pending, then the process dies
     assert chdb_store.pending_runs() == [run_id]
@@ -138,10 +143,12 @@ def test_pending_runs_are_resumed_after_a_restart(chdb_store: Store, recorded) -
     assert chdb_store.get_chain_status(run_id).status is ChainState.UNSEALED
 
 
-def test_an_unknown_key_leaves_the_seal_unchecked_and_a_wrong_one_breaks_it(chdb_store: Store, recorded) -> None:
+def test_an_unknown_key_leaves_the_seal_unchecked_and_a_wrong_one_breaks_it(
+    chdb_store: Store, recorded
+) -> None:
     key = generate_key()
     chain, clock = processor(chdb_store)
-    (run_id, records), = written(chdb_store, recorded(runs=1, children=1, key=key)).items()
+    ((run_id, records),) = written(chdb_store, recorded(runs=1, children=1, key=key)).items()
     chain.observe(records)
     clock.now += 3
     chain.tick()
@@ -161,7 +168,7 @@ def test_an_unknown_key_leaves_the_seal_unchecked_and_a_wrong_one_breaks_it(chdb
 
 def test_halted_and_classification_written_by_others_are_kept(chdb_store: Store, recorded) -> None:
     chain, clock = processor(chdb_store)
-    (run_id, records), = written(chdb_store, recorded(runs=1, children=1)).items()
+    ((run_id, records),) = written(chdb_store, recorded(runs=1, children=1)).items()
     chain.observe(records)
     chain.tick()
     chdb_store.command(

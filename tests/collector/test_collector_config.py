@@ -58,35 +58,85 @@ def test_dollar_dollar_is_a_literal_dollar(raw: dict[str, Any]) -> None:
 @pytest.mark.parametrize(
     ("edit", "path", "expected"),
     [
-        (lambda d: d["exporters"]["clickhouse"].update(endpoint="mysql://x"), "exporters.clickhouse.endpoint",
-         "chdb://PATH or http(s)://HOST:PORT"),
-        (lambda d: d["exporters"]["clickhouse"].update(endpont="x"), "exporters.clickhouse.endpont", "unknown key"),
-        (lambda d: d["receivers"]["otlp"]["protocols"]["grpc"].update(endpoint="localhost"),
-         "receivers.otlp.protocols.grpc.endpoint", "host:port"),
-        (lambda d: d["receivers"]["otlp"]["protocols"]["grpc"].update(max_recv_msg_size_mib=0),
-         "receivers.otlp.protocols.grpc.max_recv_msg_size_mib", "an integer"),
-        (lambda d: d["processors"]["agentreplay_chain"].update(quiet_period="soon"),
-         "processors.agentreplay_chain.quiet_period", "a duration"),
-        (lambda d: d["processors"]["batch"].update(send_batch_size="big"), "processors.batch.send_batch_size",
-         "an integer"),
-        (lambda d: d["processors"].update(agentreplay_scope={}), "processors.agentreplay_scope",
-         "control plane"),
+        (
+            lambda d: d["exporters"]["clickhouse"].update(endpoint="mysql://x"),
+            "exporters.clickhouse.endpoint",
+            "chdb://PATH or http(s)://HOST:PORT",
+        ),
+        (
+            lambda d: d["exporters"]["clickhouse"].update(endpont="x"),
+            "exporters.clickhouse.endpont",
+            "unknown key",
+        ),
+        (
+            lambda d: d["receivers"]["otlp"]["protocols"]["grpc"].update(endpoint="localhost"),
+            "receivers.otlp.protocols.grpc.endpoint",
+            "host:port",
+        ),
+        (
+            lambda d: d["receivers"]["otlp"]["protocols"]["grpc"].update(max_recv_msg_size_mib=0),
+            "receivers.otlp.protocols.grpc.max_recv_msg_size_mib",
+            "an integer",
+        ),
+        (
+            lambda d: d["processors"]["agentreplay_chain"].update(quiet_period="soon"),
+            "processors.agentreplay_chain.quiet_period",
+            "a duration",
+        ),
+        (
+            lambda d: d["processors"]["batch"].update(send_batch_size="big"),
+            "processors.batch.send_batch_size",
+            "an integer",
+        ),
+        (
+            lambda d: d["processors"].update(agentreplay_scope={}),
+            "processors.agentreplay_scope",
+            "control plane",
+        ),
         (lambda d: d["processors"].update(filter={}), "processors.filter", "a processor type"),
-        (lambda d: d["processors"]["agentreplay_auth"].update(insecure=False), "processors.agentreplay_auth.org_public_key",
-         "public key"),
-        (lambda d: d["processors"]["agentreplay_auth"].update(insecure=False, org_public_key="/nonexistent.pem"),
-         "processors.agentreplay_auth.org_public_key", "an existing PEM file"),
-        (lambda d: d["service"]["pipelines"]["traces"].update(processors=["batch", "agentreplay_auth"]),
-         "service.pipelines.traces.processors", "in the order"),
-        (lambda d: d["service"]["pipelines"]["traces"].update(exporters=["kafka"]),
-         "service.pipelines.traces.exporters[0]", "defined under exporters"),
-        (lambda d: d["service"].update(extensions=["zpages"]), "service.extensions[0]", "an extension defined"),
+        (
+            lambda d: d["processors"]["agentreplay_auth"].update(insecure=False),
+            "processors.agentreplay_auth.org_public_key",
+            "public key",
+        ),
+        (
+            lambda d: d["processors"]["agentreplay_auth"].update(
+                insecure=False, org_public_key="/nonexistent.pem"
+            ),
+            "processors.agentreplay_auth.org_public_key",
+            "an existing PEM file",
+        ),
+        (
+            lambda d: d["service"]["pipelines"]["traces"].update(processors=["batch", "agentreplay_auth"]),
+            "service.pipelines.traces.processors",
+            "in the order",
+        ),
+        (
+            lambda d: d["service"]["pipelines"]["traces"].update(exporters=["kafka"]),
+            "service.pipelines.traces.exporters[0]",
+            "defined under exporters",
+        ),
+        (
+            lambda d: d["service"].update(extensions=["zpages"]),
+            "service.extensions[0]",
+            "an extension defined",
+        ),
         (lambda d: d.update(connectors={}), "connectors", "unknown key"),
-        (lambda d: d["exporters"]["clickhouse"].update(cluster_name="c1"), "exporters.clickhouse.cluster_name",
-         "no cluster with the embedded"),
-        (lambda d: d["exporters"]["clickhouse"].update(database="agent-replay"), "exporters.clickhouse.database",
-         "an identifier"),
-        (lambda d: d["service"]["telemetry"]["logs"].update(level="loud"), "service.telemetry.logs.level", "one of"),
+        (
+            lambda d: d["exporters"]["clickhouse"].update(cluster_name="c1"),
+            "exporters.clickhouse.cluster_name",
+            "no cluster with the embedded",
+        ),
+        (
+            lambda d: d["exporters"]["clickhouse"].update(database="agent-replay"),
+            "exporters.clickhouse.database",
+            "an identifier",
+        ),
+        (
+            lambda d: d["service"]["telemetry"]["logs"].update(level="loud"),
+            "service.telemetry.logs.level",
+            "one of",
+        ),
     ],
 )
 def test_a_bad_value_names_its_key(raw: dict[str, Any], edit: Any, path: str, expected: str) -> None:

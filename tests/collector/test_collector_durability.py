@@ -54,9 +54,16 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_nothing(tmp_path: Path)
     runs, children = 200, 99  # 20,000 spans
     store = f"chdb://{tmp_path / 'store'}"
     first = CollectorProcess(write_config(tmp_path / "first.yaml", store=store)).start()
-    grpc_ep, http_ep, control_ep = first.endpoints["grpc"], first.endpoints["http"], first.endpoints["control"]
-    generator = subprocess.Popen([sys.executable, "-c", GENERATOR, grpc_ep, str(runs), str(children)],
-                                 stdout=subprocess.PIPE, text=True)
+    grpc_ep, http_ep, control_ep = (
+        first.endpoints["grpc"],
+        first.endpoints["http"],
+        first.endpoints["control"],
+    )
+    generator = subprocess.Popen(
+        [sys.executable, "-c", GENERATOR, grpc_ep, str(runs), str(children)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert generator.stdout is not None
         for line in generator.stdout:
@@ -64,8 +71,11 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_nothing(tmp_path: Path)
                 break
         time.sleep(0.2)  # exports in flight
         first.kill()
-        second = CollectorProcess(write_config(tmp_path / "second.yaml", store=store, grpc=grpc_ep, http=http_ep,
-                                               control=control_ep)).start()
+        second = CollectorProcess(
+            write_config(
+                tmp_path / "second.yaml", store=store, grpc=grpc_ep, http=http_ep, control=control_ep
+            )
+        ).start()
         rest = generator.stdout.read()
         assert generator.wait(180) == 0 and rest.rstrip().endswith("done")
         assert second.stop() == 0
@@ -105,8 +115,12 @@ def test_a_store_outage_answers_unavailable_and_loses_nothing(tmp_path: Path, ch
         with grpc.insecure_channel(collector.grpc) as channel, pytest.raises(grpc.RpcError) as info:
             channel.unary_unary(EXPORT)(body, timeout=10)
         assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-        request = urllib.request.Request(f"{collector.http}/v1/traces", data=body, method="POST",
-                                         headers={"content-type": "application/x-protobuf"})
+        request = urllib.request.Request(
+            f"{collector.http}/v1/traces",
+            data=body,
+            method="POST",
+            headers={"content-type": "application/x-protobuf"},
+        )
         with pytest.raises(urllib.error.HTTPError) as http_info:
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10)
         assert http_info.value.code == 503 and int(http_info.value.headers["Retry-After"]) >= 1
@@ -136,5 +150,9 @@ def test_a_server_down_at_start_answers_unavailable_and_keeps_serving(tmp_path: 
             with grpc.insecure_channel(collector.grpc) as channel, pytest.raises(grpc.RpcError) as info:
                 channel.unary_unary(EXPORT)(body, timeout=10)
             assert info.value.code() == grpc.StatusCode.UNAVAILABLE
-        assert urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
-            f"{collector.control}/v1/health", timeout=10).status == 200
+        assert (
+            urllib.request.build_opener(urllib.request.ProxyHandler({}))
+            .open(f"{collector.control}/v1/health", timeout=10)
+            .status
+            == 200
+        )

@@ -31,8 +31,9 @@ def test_sdk_to_collector_to_reader(collector_factory, tmp_path: Path) -> None:
     tracer = provider.get_tracer("agent")
     run_ids = []
     for n in range(3):
-        with tracer.start_as_current_span("invoke_agent booker",
-                                          attributes={semconv.GEN_AI_AGENT_NAME: "booker"}) as run:
+        with tracer.start_as_current_span(
+            "invoke_agent booker", attributes={semconv.GEN_AI_AGENT_NAME: "booker"}
+        ) as run:
             run_ids.append(format(run.get_span_context().trace_id, "032x"))
             with tracer.start_as_current_span("chat gpt", attributes={semconv.COST_USD: 0.5}):
                 pass
@@ -46,7 +47,9 @@ def test_sdk_to_collector_to_reader(collector_factory, tmp_path: Path) -> None:
     listed = reader.list_runs(agent="booking-agent")
     assert sorted(r.run_id for r in listed) == sorted(run_ids)
     for run in listed:
-        assert run.chain.status is ChainState.INTACT and run.chain.seal == "unchecked"  # insecure: no key known
+        assert (
+            run.chain.status is ChainState.INTACT and run.chain.seal == "unchecked"
+        )  # insecure: no key known
         assert run.span_count == 3 and run.cost_usd == 0.5 and run.agent_name == "booker"
     spans = reader.get_run_spans(run_ids[0])
     report = verify(spans, keys={key_id(key): key.public_key()})

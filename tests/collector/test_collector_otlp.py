@@ -37,8 +37,16 @@ def record_runs(runs: int = 2, children: int = 3, key: Any = None) -> list[Any]:
         with tracer.start_as_current_span("invoke_agent a", attributes={semconv.GEN_AI_AGENT_NAME: "a"}):
             for i in range(children):
                 with tracer.start_as_current_span(
-                    "chat m", kind=SpanKind.CLIENT,
-                    attributes={"n": i, "f": 0.1 * i, "b": True, "l": ("x", "y"), "li": [1, 2], "s": "é\u2028"},
+                    "chat m",
+                    kind=SpanKind.CLIENT,
+                    attributes={
+                        "n": i,
+                        "f": 0.1 * i,
+                        "b": True,
+                        "l": ("x", "y"),
+                        "li": [1, 2],
+                        "s": "é\u2028",
+                    },
                 ) as span:
                     span.add_event("agentreplay.state", {"k": "v", "n": 3})
                     span.set_status(Status(StatusCode.ERROR, "boom"))
@@ -67,7 +75,9 @@ def test_rows_carry_the_contrib_column_values() -> None:
     rows = convert(parse_protobuf(encode_spans(spans).SerializeToString())).table.to_pylist()
     child = next(r for r in rows if r["ParentSpanId"])
     sdk = next(s for s in spans if s.parent is not None)
-    assert child["SpanKind"] == "Client" and child["StatusCode"] == "Error" and child["StatusMessage"] == "boom"
+    assert (
+        child["SpanKind"] == "Client" and child["StatusCode"] == "Error" and child["StatusMessage"] == "boom"
+    )
     assert child["ServiceName"] == "svc" and child["ScopeName"] == "test" and child["ScopeVersion"] == "1.2"
     assert child["Duration"] == sdk.end_time - sdk.start_time
     assert dict(child["SpanAttributes"])["l"] == '["x","y"]'
@@ -78,12 +88,17 @@ def test_rows_carry_the_contrib_column_values() -> None:
 
 
 scalars = st.one_of(
-    st.text(), st.booleans(), st.integers(min_value=-(2**63), max_value=2**63 - 1),
-    st.floats(allow_nan=False), st.binary(max_size=16),
+    st.text(),
+    st.booleans(),
+    st.integers(min_value=-(2**63), max_value=2**63 - 1),
+    st.floats(allow_nan=False),
+    st.binary(max_size=16),
 )
 values = st.recursive(
     scalars,
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=5), inner, max_size=4)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
     max_leaves=8,
 )
 
@@ -91,7 +106,9 @@ values = st.recursive(
 @settings(max_examples=300, deadline=None)
 @given(st.dictionaries(st.text(min_size=1, max_size=8), values, max_size=6))
 def test_any_value_is_stored_as_stored_string(attributes: dict[str, Any]) -> None:
-    assert stored_attributes(_encode_attributes(attributes)) == {k: stored_string(v) for k, v in attributes.items()}
+    assert stored_attributes(_encode_attributes(attributes)) == {
+        k: stored_string(v) for k, v in attributes.items()
+    }
 
 
 def _otlp_json(body: bytes) -> bytes:
@@ -124,11 +141,27 @@ def test_json_and_protobuf_give_the_same_rows() -> None:
 
 
 def test_json_ignores_unknown_fields_and_takes_enum_ints() -> None:
-    doc = {"resourceSpans": [{"scopeSpans": [{"spans": [{
-        "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174", "name": "s", "kind": 3,
-        "startTimeUnixNano": "1544712660000000000", "endTimeUnixNano": "1544712661000000000",
-        "futureField": {"x": 1},
-    }]}]}]}
+    doc = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            {
+                                "traceId": "5b8efff798038103d269b633813fc60c",
+                                "spanId": "eee19b7ec3c1b174",
+                                "name": "s",
+                                "kind": 3,
+                                "startTimeUnixNano": "1544712660000000000",
+                                "endTimeUnixNano": "1544712661000000000",
+                                "futureField": {"x": 1},
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
     row = convert(parse_json(json.dumps(doc).encode())).table.to_pylist()[0]
     assert row["SpanKind"] == "Client" and row["Duration"] == 10**9
 
@@ -139,8 +172,15 @@ def test_malformed_protobuf_is_refused(body: bytes) -> None:
         parse_protobuf(body)
 
 
-@pytest.mark.parametrize("body", [b"{", b"[]", b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}',
-                                  b'{"resourceSpans": 5}'])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{",
+        b"[]",
+        b'{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}',
+        b'{"resourceSpans": 5}',
+    ],
+)
 def test_malformed_json_is_refused(body: bytes) -> None:
     with pytest.raises(MalformedRequest):
         parse_json(body)

@@ -24,8 +24,13 @@ MALFORMED = b"\x0a\xff\xff\xff\xff\x0f"  # a length-delimited field that claims 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CollectorProcess]:
     tmp = tmp_path_factory.mktemp("receivers")
-    config = write_config(tmp / "c.yaml", store=f"chdb://{tmp / 'store'}", grpc_max_mib=1,
-                          http_max_bytes=1024 * 1024, chain={"quiet_period": "100ms"})
+    config = write_config(
+        tmp / "c.yaml",
+        store=f"chdb://{tmp / 'store'}",
+        grpc_max_mib=1,
+        http_max_bytes=1024 * 1024,
+        chain={"quiet_period": "100ms"},
+    )
     with CollectorProcess(config) as proc:
         yield proc
 
@@ -38,8 +43,12 @@ def export(served: CollectorProcess) -> Iterator[grpc.UnaryUnaryMultiCallable]:
 
 
 def post(served: CollectorProcess, body: bytes, content_type: str, **headers: str) -> tuple[int, dict, bytes]:
-    request = urllib.request.Request(f"{served.http}/v1/traces", data=body, method="POST",
-                                     headers={"content-type": content_type, **headers})
+    request = urllib.request.Request(
+        f"{served.http}/v1/traces",
+        data=body,
+        method="POST",
+        headers={"content-type": content_type, **headers},
+    )
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(request, timeout=10) as response:
@@ -103,8 +112,12 @@ def test_http_protobuf_and_json(served: CollectorProcess, export) -> None:
     assert (status, json.loads(body)) == (200, {})
     run_id = doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["traceId"]
     assert len(served.client().get_run_spans(run_id)) == 2
-    status, _, _ = post(served, gzip.compress(request.SerializeToString()), "application/x-protobuf",
-                        **{"content-encoding": "gzip"})
+    status, _, _ = post(
+        served,
+        gzip.compress(request.SerializeToString()),
+        "application/x-protobuf",
+        **{"content-encoding": "gzip"},
+    )
     assert status == 200
 
 
@@ -119,7 +132,7 @@ def test_http_protobuf_and_json(served: CollectorProcess, export) -> None:
     ids=["malformed-protobuf", "malformed-json", "wrong-content-type", "oversized"],
 )
 def test_http_refusals(served: CollectorProcess, export, body: bytes, content_type: str, status: int) -> None:
-    got, headers, payload = post(served, body, content_type)
+    got, _, payload = post(served, body, content_type)
     assert got == status
     if content_type == "application/x-protobuf":
         error = status_pb2.Status()
@@ -129,7 +142,9 @@ def test_http_refusals(served: CollectorProcess, export, body: bytes, content_ty
 
 
 def test_http_oversized_after_gunzip_is_413(served: CollectorProcess) -> None:
-    status, _, _ = post(served, gzip.compress(oversized()), "application/x-protobuf", **{"content-encoding": "gzip"})
+    status, _, _ = post(
+        served, gzip.compress(oversized()), "application/x-protobuf", **{"content-encoding": "gzip"}
+    )
     assert status == 413
 
 
@@ -140,8 +155,12 @@ def test_http_empty_request_succeeds(served: CollectorProcess) -> None:
 
 def test_read_api_statuses(served: CollectorProcess) -> None:
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    for path, code in (("/v1/runs/not-a-run/spans", 400), (f"/v1/runs/{'0' * 32}/chain", 404),
-                       ("/v1/runs?limit=lots", 400), ("/v1/runs?since=yesterday", 400)):
+    for path, code in (
+        ("/v1/runs/not-a-run/spans", 400),
+        (f"/v1/runs/{'0' * 32}/chain", 404),
+        ("/v1/runs?limit=lots", 400),
+        ("/v1/runs?since=yesterday", 400),
+    ):
         with pytest.raises(urllib.error.HTTPError) as info:
             opener.open(f"{served.control}{path}", timeout=10)
         assert info.value.code == code, path

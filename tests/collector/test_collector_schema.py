@@ -45,15 +45,31 @@ def test_otel_traces_has_the_contrib_columns_in_the_store(chdb_store) -> None:
         {"db": chdb_store.database},
     )
     assert dict(rows) == CONTRIB_TRACES
-    lookup = dict(chdb_store.query(
-        "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = 'otel_traces_trace_id_ts'",
-        {"db": chdb_store.database},
-    ))
+    lookup = dict(
+        chdb_store.query(
+            "SELECT name, type FROM system.columns WHERE database = {db:String} AND table = 'otel_traces_trace_id_ts'",
+            {"db": chdb_store.database},
+        )
+    )
     assert lookup == {"TraceId": "String", "Start": "DateTime64(9)", "End": "DateTime64(9)"}
-    tables = {r[0] for r in chdb_store.query(
-        "SELECT name FROM system.tables WHERE database = {db:String}", {"db": chdb_store.database})}
-    assert tables >= {"otel_traces", "otel_traces_trace_id_ts", "otel_traces_trace_id_ts_mv", "runs", "decisions",
-                      "alerts", "halts", "classifications", "trust_scores", "agent_keys"}
+    tables = {
+        r[0]
+        for r in chdb_store.query(
+            "SELECT name FROM system.tables WHERE database = {db:String}", {"db": chdb_store.database}
+        )
+    }
+    assert tables >= {
+        "otel_traces",
+        "otel_traces_trace_id_ts",
+        "otel_traces_trace_id_ts_mv",
+        "runs",
+        "decisions",
+        "alerts",
+        "halts",
+        "classifications",
+        "trust_scores",
+        "agent_keys",
+    }
 
 
 def test_the_arrow_batch_matches_the_table() -> None:
@@ -67,7 +83,10 @@ def test_single_node_ddl() -> None:
     assert "ENGINE = ReplacingMergeTree()" in traces
     assert "INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1" in traces
     assert "PARTITION BY toDate(Timestamp)" in traces
-    assert f"ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp, {schema.SPAN_DEDUPE_KEY})" in traces
+    assert (
+        f"ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp, {schema.SPAN_DEDUPE_KEY})"
+        in traces
+    )
     assert "TTL" not in traces
     view = _statement(statements, "CREATE MATERIALIZED VIEW")
     assert "TO ar.otel_traces_trace_id_ts\n" in view and "FROM ar.otel_traces\n" in view
@@ -81,12 +100,16 @@ def test_cluster_ddl_is_replicated_and_distributed_by_trace_id() -> None:
     assert statements[0] == "CREATE DATABASE IF NOT EXISTS ar ON CLUSTER prod"
     assert all(" ON CLUSTER prod" in s for s in statements)
     local = _statement(statements, "CREATE TABLE IF NOT EXISTS ar.otel_traces_local ON CLUSTER prod")
-    assert ("ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')"
-            in local)
+    assert (
+        "ENGINE = ReplicatedReplacingMergeTree('/clickhouse/tables/{shard}/{database}/{table}', '{replica}')"
+        in local
+    )
     assert "TTL toDateTime(Timestamp) + toIntervalDay(30)" in local
     dist = _statement(statements, "CREATE TABLE IF NOT EXISTS ar.otel_traces ON CLUSTER prod")
-    assert dist == ("CREATE TABLE IF NOT EXISTS ar.otel_traces ON CLUSTER prod AS ar.otel_traces_local"
-                    " ENGINE = Distributed(prod, ar, otel_traces_local, cityHash64(TraceId))")
+    assert dist == (
+        "CREATE TABLE IF NOT EXISTS ar.otel_traces ON CLUSTER prod AS ar.otel_traces_local"
+        " ENGINE = Distributed(prod, ar, otel_traces_local, cityHash64(TraceId))"
+    )
     lookup = _statement(statements, "CREATE TABLE IF NOT EXISTS ar.otel_traces_trace_id_ts ON CLUSTER prod")
     assert "Distributed(prod, ar, otel_traces_trace_id_ts_local, cityHash64(TraceId))" in lookup
     view = _statement(statements, "CREATE MATERIALIZED VIEW")
@@ -94,7 +117,8 @@ def test_cluster_ddl_is_replicated_and_distributed_by_trace_id() -> None:
     runs = _statement(statements, "CREATE TABLE IF NOT EXISTS ar.runs_local ON CLUSTER prod")
     assert re.search(r"ReplicatedReplacingMergeTree\('[^']+', '\{replica\}', UpdatedAt\)", runs)
     assert "Distributed(prod, ar, runs_local, cityHash64(RunId))" in _statement(
-        statements, "CREATE TABLE IF NOT EXISTS ar.runs ON CLUSTER prod")
+        statements, "CREATE TABLE IF NOT EXISTS ar.runs ON CLUSTER prod"
+    )
     # every local table has its Distributed twin, created after it
     locals_ = [s.split()[5] for s in statements if "_local ON CLUSTER" in s.split(" AS ")[0]]
     assert len(locals_) == len(schema.TABLES)

@@ -57,10 +57,25 @@ def test_a_forged_twin_is_kept_for_the_verifier(chdb_store: Store, recorded) -> 
 
 def _summary(run_id: str, agent: str, start_ns: int, status: ChainState, code: str = "Ok") -> RunSummary:
     return RunSummary(
-        run_id=run_id, agent_id=agent, agent_name="booker", service_name="svc", run_kind="record", name="invoke_agent",
-        start_ns=start_ns, end_ns=start_ns + 10, span_count=3, status_code=code, cost_usd=0.5,
-        chain=ChainStatus(run_id=run_id, status=status, seal="valid", span_count=3,
-                          problem="edited" if status is ChainState.BROKEN else "", seq=2 if status is ChainState.BROKEN else None),
+        run_id=run_id,
+        agent_id=agent,
+        agent_name="booker",
+        service_name="svc",
+        run_kind="record",
+        name="invoke_agent",
+        start_ns=start_ns,
+        end_ns=start_ns + 10,
+        span_count=3,
+        status_code=code,
+        cost_usd=0.5,
+        chain=ChainStatus(
+            run_id=run_id,
+            status=status,
+            seal="valid",
+            span_count=3,
+            problem="edited" if status is ChainState.BROKEN else "",
+            seq=2 if status is ChainState.BROKEN else None,
+        ),
     )
 
 
@@ -72,7 +87,9 @@ def test_list_runs_filters_and_orders(chdb_store: Store) -> None:
         _summary("c" * 32, "agent-1", base + 20, ChainState.PENDING),
     ]
     chdb_store.upsert_runs(runs, time.time_ns())
-    chdb_store.upsert_runs([_summary("c" * 32, "agent-1", base + 20, ChainState.UNSEALED)], time.time_ns() + 1)
+    chdb_store.upsert_runs(
+        [_summary("c" * 32, "agent-1", base + 20, ChainState.UNSEALED)], time.time_ns() + 1
+    )
     assert [r.run_id for r in chdb_store.list_runs()] == ["c" * 32, "b" * 32, "a" * 32]
     assert [r.run_id for r in chdb_store.list_runs(agent="agent-1")] == ["c" * 32, "a" * 32]
     assert [r.run_id for r in chdb_store.list_runs(status="broken")] == ["b" * 32]
@@ -89,7 +106,9 @@ def test_list_runs_filters_and_orders(chdb_store: Store) -> None:
     assert dataclasses.replace(found, chain=runs[0].chain) == runs[0]
 
 
-def test_open_reader_opens_the_store_when_no_collector_answers(chdb_store: Store, chdb_path, recorded) -> None:
+def test_open_reader_opens_the_store_when_no_collector_answers(
+    chdb_store: Store, chdb_path, recorded
+) -> None:
     converted = convert(recorded(runs=1, children=1))
     chdb_store.insert_spans(converted.table)
     reader = open_reader(store=str(chdb_path), collector="http://127.0.0.1:9", database=chdb_store.database)

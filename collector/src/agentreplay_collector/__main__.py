@@ -17,7 +17,9 @@ def main(argv: list[str] | None = None) -> int:
         prog="agentreplay-collector",
         description="OTLP collector for AgentReplay: verifies hash chains and writes runs to ClickHouse or chDB.",
     )
-    parser.add_argument("--config", default="otel-collector.yaml", help="config file (OpenTelemetry Collector grammar)")
+    parser.add_argument(
+        "--config", default="otel-collector.yaml", help="config file (OpenTelemetry Collector grammar)"
+    )
     parser.add_argument("--validate", action="store_true", help="check the config and exit 0 (valid) or 1")
     args = parser.parse_args(argv)
     try:
@@ -29,7 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"agentreplay-collector: {args.config} is valid")
         return 0
     logging.basicConfig(
-        level=config.log_level.upper(), stream=sys.stderr,
+        level=config.log_level.upper(),
+        stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     # The request path allocates many short-lived objects and no cycles worth collecting

@@ -29,8 +29,16 @@ class AsgiServer:
     def __init__(self, app: Any, endpoint: Endpoint, name: str) -> None:
         self.name = name
         config = uvicorn.Config(
-            app, host=endpoint.host, port=endpoint.port, log_level=logging.WARNING, access_log=False,
-            lifespan="off", http="h11", loop="none", timeout_graceful_shutdown=5, server_header=False,
+            app,
+            host=endpoint.host,
+            port=endpoint.port,
+            log_level=logging.WARNING,
+            access_log=False,
+            lifespan="off",
+            http="h11",
+            loop="none",
+            timeout_graceful_shutdown=5,
+            server_header=False,
         )
         self._endpoint = endpoint
         self._server = _Server(config)

@@ -66,8 +66,10 @@ class AuthProcessor:
     def __init__(self, config: AuthConfig, keys: KeyRing) -> None:
         self.insecure = config.insecure
         self.keys = keys
-        self._org_key = None if config.insecure or config.org_public_key is None else load_public_key(
-            config.org_public_key
+        self._org_key = (
+            None
+            if config.insecure or config.org_public_key is None
+            else load_public_key(config.org_public_key)
         )
         self._cache: OrderedDict[str, AgentIdentity] = OrderedDict()
         self._cache_size = config.token_cache_size
@@ -80,7 +82,9 @@ class AuthProcessor:
                 "!!  seals cannot be checked. Use this for local development only.\n" + "!" * 78
             )
 
-    def check(self, authorization: str | None, resource_agent_ids: Sequence[str | None]) -> AgentIdentity | None:
+    def check(
+        self, authorization: str | None, resource_agent_ids: Sequence[str | None]
+    ) -> AgentIdentity | None:
         """Raise Unauthenticated / PermissionDenied, or return the verified identity (None if insecure)."""
         if self.insecure:
             return None
@@ -89,8 +93,9 @@ class AuthProcessor:
             if agent != identity.agent_id:
                 raise PermissionDenied(
                     f"the token is for agent {identity.agent_id!r}; a resource names "
-                    f"{semconv.AGENT_ID}={agent!r}" if agent is not None else
-                    f"the token is for agent {identity.agent_id!r}; a resource has no {semconv.AGENT_ID}"
+                    f"{semconv.AGENT_ID}={agent!r}"
+                    if agent is not None
+                    else f"the token is for agent {identity.agent_id!r}; a resource has no {semconv.AGENT_ID}"
                 )
         return identity
 

@@ -4,7 +4,12 @@ Unlike the OpenTelemetry Collector's batch processor, which acknowledges on rece
 writes later, an export here is answered only when the insert holding its rows has
 returned: a crash can never lose an acknowledged span. Throughput comes from group
 commit: while one insert runs, the exports arriving meanwhile queue up and go together
-in the next one (``timeout`` can hold a batch open a little longer to fill it).
+in the next one. Before an insert the writer also waits for more, up to ``timeout`` or
+``send_batch_size`` spans, but only while other exports are on their way in (received,
+still being parsed and converted: see :meth:`Batcher.incoming`): big inserts cost
+ClickHouse far less per row (measured on chDB: ~49 us a span in inserts of 1,000 rows,
+~21 us in inserts of 20,000), and a lone sender waiting for its acknowledgement is never
+held up by the timeout.
 
 After the rows are written and before the answer, ``on_written`` (the chain processor)
 sees the batch's run spans. When the store fails, every export in the failed insert is answered UNAVAILABLE (the
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.config import BatchConfig
 from agentreplay_collector.errors import StoreError, StoreUnavailable
 from agentreplay_collector.otlp import ConvertedRequest
@@ -45,8 +51,13 @@ class _Pending:
 class Batcher:
     """The exporter side of the pipeline: one writer thread, inserts in Arrow batches."""
 
-    def __init__(self, config: BatchConfig, store: Store, on_written: OnWritten | None = None,
-                 retry_after_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        config: BatchConfig,
+        store: Store,
+        on_written: OnWritten | None = None,
+        retry_after_s: float = 1.0,
+    ) -> None:
         self.config = config
         self.store = store
         self.on_written = on_written
@@ -57,9 +68,11 @@ class Batcher:
         self._stopping = False
         self._down_until = 0.0
         self._down_reason = ""
+        self._incoming = 0
         self._thread: threading.Thread | None = None
         self.written_spans = 0
         self.inserts = 0
+        self.native_thread_id = 0
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="agentreplay-writer", daemon=True)
@@ -73,10 +86,15 @@ class Batcher:
         if self._thread is not None:
             self._thread.join(timeout_s)
 
-    def submit(self, request: ConvertedRequest) -> concurrent.futures.Future[int]:
-        """Queue rows for writing; the future resolves with the span count once written."""
+    def submit(self, request: ConvertedRequest, *, arriving: bool = False) -> concurrent.futures.Future[int]:
+        """Queue rows for writing; the future resolves with the span count once written.
+
+        ``arriving``: this export was announced with ``incoming(1)``; queueing it ends that.
+        """
         now = time.monotonic()
         with self._cond:
+            if arriving:
+                self._incoming -= 1
             if self._stopping:
                 raise StoreUnavailable("the collector is shutting down", self.retry_after_s)
             if now < self._down_until:
@@ -89,6 +107,13 @@ class Batcher:
             self._queued_spans += request.span_count
             self._cond.notify()
         return pending.future
+
+    def incoming(self, delta: int) -> None:
+        """An export was received (+1) / submitted or refused (-1): the writer may wait for it."""
+        with self._cond:
+            self._incoming += delta
+            if delta < 0:
+                self._cond.notify()
 
     def hold(self, reason: str) -> None:
         """Refuse exports (UNAVAILABLE) until :meth:`release`: the store is not ready yet."""
@@ -114,7 +139,7 @@ class Batcher:
             if not self._queue:
                 return None
             deadline = self._queue[0].queued_at + cfg.timeout_s
-            while self._queued_spans < cfg.send_batch_size and not self._stopping:
+            while self._queued_spans < cfg.send_batch_size and self._incoming > 0 and not self._stopping:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
@@ -130,6 +155,8 @@ class Batcher:
             return batch
 
     def _run(self) -> None:
+        name_os_thread("ar-writer")
+        self.native_thread_id = threading.get_native_id()
         while True:
             batch = self._take()
             if batch is None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.auth import KeyRing
 from agentreplay_collector.config import ChainConfig
 from agentreplay_collector.errors import StoreError
@@ -52,8 +53,9 @@ class _Run:
 class ChainProcessor:
     """Tracks runs in flight and writes each one's chain status when it goes quiet."""
 
-    def __init__(self, config: ChainConfig, store: Store, keys: KeyRing,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, config: ChainConfig, store: Store, keys: KeyRing, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.config = config
         self.store = store
         self.keys = keys
@@ -67,6 +69,7 @@ class ChainProcessor:
         self._key_misses: dict[str, float] = {}
         self.verified_runs = 0
         self.verified_spans = 0
+        self.native_thread_id = 0
 
     # --- intake (writer thread) --------------------------------------------------------------
     def observe(self, records: Iterable[SpanRecord]) -> None:
@@ -117,8 +120,9 @@ class ChainProcessor:
         now = self._clock()
         with self._lock:
             for run_id in ids:
-                self._runs.setdefault(run_id, _Run(run_id, now, now, records=None, root_seen=run_id in rooted,
-                                                   announced=True))
+                self._runs.setdefault(
+                    run_id, _Run(run_id, now, now, records=None, root_seen=run_id in rooted, announced=True)
+                )
 
     # --- lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
@@ -137,6 +141,8 @@ class ChainProcessor:
             _log.warning("agentreplay_chain: could not write run statuses at shutdown: %s", exc)
 
     def _loop(self) -> None:
+        name_os_thread("ar-chain")
+        self.native_thread_id = threading.get_native_id()
         while not self._stop.is_set():
             try:
                 self.tick()
@@ -164,8 +170,17 @@ class ChainProcessor:
         except StoreError:
             with self._lock:  # judge them again (from the store) once it is back
                 for run in due:
-                    self._runs.setdefault(run.run_id, _Run(run.run_id, run.first_seen, run.last_seen, records=None,
-                                                           root_seen=run.root_seen, announced=True))
+                    self._runs.setdefault(
+                        run.run_id,
+                        _Run(
+                            run.run_id,
+                            run.first_seen,
+                            run.last_seen,
+                            records=None,
+                            root_seen=run.root_seen,
+                            announced=True,
+                        ),
+                    )
             raise
         return len(judged)
 
@@ -185,14 +200,17 @@ class ChainProcessor:
             report = verify(records, keys=self._key) if records else None
         if report is None:
             return None
-        if report.problem is ChainProblem.TRUNCATED and not final and (
-            now - run.last_seen < self.config.incomplete_after_s
+        if (
+            report.problem is ChainProblem.TRUNCATED
+            and not final
+            and (now - run.last_seen < self.config.incomplete_after_s)
         ):
             # No run span yet, but the run may still be going: look again later.
             with self._lock:
                 # (if spans arrived meanwhile, their entry stands and is judged in its turn)
-                self._runs.setdefault(run.run_id, _Run(run.run_id, run.first_seen, run.last_seen,
-                                                       records=None, announced=True))
+                self._runs.setdefault(
+                    run.run_id, _Run(run.run_id, run.first_seen, run.last_seen, records=None, announced=True)
+                )
             return None
         self.verified_runs += 1
         self.verified_spans += report.span_count
@@ -272,4 +290,3 @@ class ChainProcessor:
     @property
     def buffered_spans(self) -> int:
         return self._buffered
-

@@ -30,8 +30,14 @@ class CollectorClient:
         # A collector is a local service: never send its reads through an HTTP proxy.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
-    def _get(self, path: str, params: dict[str, Any] | None = None, *, timeout_s: float | None = None,
-             missing_ok: bool = False) -> Any:
+    def _get(
+        self,
+        path: str,
+        params: dict[str, Any] | None = None,
+        *,
+        timeout_s: float | None = None,
+        missing_ok: bool = False,
+    ) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         url = f"{self.url}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
         try:
@@ -55,11 +61,18 @@ class CollectorClient:
         return isinstance(doc, dict) and doc.get("status") == "ok"
 
     def list_runs(
-        self, *, agent: str | None = None, status: str | None = None, since_ns: int | None = None,
-        until_ns: int | None = None, limit: int = 100,
+        self,
+        *,
+        agent: str | None = None,
+        status: str | None = None,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        limit: int = 100,
     ) -> list[RunSummary]:
-        doc = self._get("/v1/runs", {"agent": agent, "status": status, "since": since_ns, "until": until_ns,
-                                     "limit": limit})
+        doc = self._get(
+            "/v1/runs",
+            {"agent": agent, "status": status, "since": since_ns, "until": until_ns, "limit": limit},
+        )
         return [RunSummary.from_json(r) for r in doc["runs"]]
 
     def get_run(self, run_id: str) -> RunSummary | None:

@@ -83,7 +83,7 @@ class ChainConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class BatchConfig:
-    timeout_s: float = 0.005
+    timeout_s: float = 0.2
     send_batch_size: int = 8192
     send_batch_max_size: int = 65536
     max_queued_spans: int = 262_144
@@ -106,7 +106,7 @@ class ClickHouseConfig:
 
     @property
     def chdb_path(self) -> str:
-        return self.endpoint[len("chdb://"):]
+        return self.endpoint[len("chdb://") :]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,7 +129,7 @@ class CollectorConfig:
     auth: AuthConfig | None
     chain: ChainConfig | None
     batch: BatchConfig
-    clickhouse: ClickHouseConfig
+    clickhouse: ClickHouseConfig | None  # None with the ``nop`` exporter (receive-only)
     control: ControlConfig | None
     pipeline: TracesPipeline
     log_level: str = "info"
@@ -160,7 +160,9 @@ def substitute(value: Any, path: str, environ: Mapping[str, str]) -> Any:
             return environ[name]
         if default is not None:
             return default
-        raise ConfigError(path, f"environment variable {name} to be set (or a default: ${{env:{name}:-value}})")
+        raise ConfigError(
+            path, f"environment variable {name} to be set (or a default: ${{env:{name}:-value}})"
+        )
 
     expanded = _ENV_REF.sub(expand, value)
     whole = _ENV_REF.fullmatch(value)
@@ -218,8 +220,11 @@ class _Section:
         value = self.get(key)
         if value is None:
             return default
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (
-            maximum is not None and value > maximum
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            or value < minimum
+            or (maximum is not None and value > maximum)
         ):
             bound = f" between {minimum} and {maximum}" if maximum is not None else f" >= {minimum}"
             raise ConfigError(self.at(key), f"an integer{bound}", value)
@@ -254,7 +259,9 @@ class _Section:
     def done(self) -> None:
         for key in self.raw:
             if key not in self.seen:
-                raise ConfigError(self.at(str(key)), f"one of the keys {sorted(self.seen) or 'none'}; unknown key")
+                raise ConfigError(
+                    self.at(str(key)), f"one of the keys {sorted(self.seen) or 'none'}; unknown key"
+                )
 
 
 def _join(path: str, key: str) -> str:
@@ -325,7 +332,9 @@ def _parse_auth(sec: _Section) -> AuthConfig:
     cache = sec.integer("token_cache_size", 1024, minimum=1)
     sec.done()
     if not insecure and key is None:
-        raise ConfigError(sec.at("org_public_key"), "the path of the org's Ed25519 public key (or insecure: true)")
+        raise ConfigError(
+            sec.at("org_public_key"), "the path of the org's Ed25519 public key (or insecure: true)"
+        )
     if insecure and key is not None:
         raise ConfigError(sec.at("insecure"), "false when org_public_key is set (choose one)", True)
     if key is not None and not Path(key).is_file():
@@ -346,15 +355,16 @@ def _parse_chain(sec: _Section) -> ChainConfig:
 def _parse_batch(sec: _Section) -> BatchConfig:
     size = sec.integer("send_batch_size", 8192, minimum=1)
     cfg = BatchConfig(
-        timeout_s=sec.duration("timeout", 0.005),
+        timeout_s=sec.duration("timeout", 0.2),
         send_batch_size=size,
         send_batch_max_size=sec.integer("send_batch_max_size", max(65536, size), minimum=0),
         max_queued_spans=sec.integer("max_queued_spans", 262_144, minimum=1),
     )
     sec.done()
     if cfg.send_batch_max_size and cfg.send_batch_max_size < size:
-        raise ConfigError(sec.at("send_batch_max_size"), f"0 or at least send_batch_size ({size})",
-                          cfg.send_batch_max_size)
+        raise ConfigError(
+            sec.at("send_batch_max_size"), f"0 or at least send_batch_size ({size})", cfg.send_batch_max_size
+        )
     return cfg
 
 
@@ -385,8 +395,9 @@ def _parse_clickhouse(sec: _Section) -> ClickHouseConfig:
     )
     sec.done()
     if cluster and endpoint.startswith("chdb://"):
-        raise ConfigError(sec.at("cluster_name"), "no cluster with the embedded chdb:// store (use http(s)://)",
-                          cluster)
+        raise ConfigError(
+            sec.at("cluster_name"), "no cluster with the embedded chdb:// store (use http(s)://)", cluster
+        )
     return cfg
 
 
@@ -398,7 +409,15 @@ def _parse_control(sec: _Section) -> ControlConfig:
 
 _RECEIVERS = {"otlp": _parse_otlp}
 _PROCESSORS = {"agentreplay_auth": _parse_auth, "agentreplay_chain": _parse_chain, "batch": _parse_batch}
-_EXPORTERS = {"clickhouse": _parse_clickhouse}
+
+
+def _parse_nop(sec: _Section) -> str:
+    """``nop``: acknowledge and drop (as otelcol's nop exporter): measures the receive ceiling."""
+    sec.done()
+    return "nop"
+
+
+_EXPORTERS = {"clickhouse": _parse_clickhouse, "nop": _parse_nop}
 _EXTENSIONS = {"agentreplay_control": _parse_control}
 
 
@@ -408,8 +427,10 @@ def _components(root: _Section, kind: str, parsers: Mapping[str, Any]) -> dict[s
     for component_id in list(sec.raw):
         ctype = _component_type(str(component_id))
         if ctype == "agentreplay_scope" and kind == "processors":
-            raise ConfigError(sec.at(str(component_id)),
-                              "a processor available in this version; agentreplay_scope comes with the control plane")
+            raise ConfigError(
+                sec.at(str(component_id)),
+                "a processor available in this version; agentreplay_scope comes with the control plane",
+            )
         if ctype not in parsers:
             raise ConfigError(sec.at(str(component_id)), f"a {kind[:-1]} type among {sorted(parsers)}")
         out[str(component_id)] = parsers[ctype](sec.section(str(component_id)))
@@ -429,7 +450,11 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
     ext_ids = service.string_list("extensions")
     for i, ext in enumerate(ext_ids):
         if ext not in extensions:
-            raise ConfigError(f"{service.at('extensions')}[{i}]", f"an extension defined under extensions {sorted(extensions)}", ext)
+            raise ConfigError(
+                f"{service.at('extensions')}[{i}]",
+                f"an extension defined under extensions {sorted(extensions)}",
+                ext,
+            )
     telemetry = service.section("telemetry")
     logs = telemetry.section("logs")
     level = logs.string("level", "info") or "info"
@@ -468,22 +493,37 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
     )
 
 
-def _check_pipeline(sec: _Section, p: TracesPipeline, receivers: dict, processors: dict, exporters: dict) -> None:
-    for key, ids, defined in (("receivers", p.receivers, receivers), ("processors", p.processors, processors),
-                              ("exporters", p.exporters, exporters)):
+def _check_pipeline(
+    sec: _Section, p: TracesPipeline, receivers: dict, processors: dict, exporters: dict
+) -> None:
+    for key, ids, defined in (
+        ("receivers", p.receivers, receivers),
+        ("processors", p.processors, processors),
+        ("exporters", p.exporters, exporters),
+    ):
         for i, cid in enumerate(ids):
             if cid not in defined:
-                raise ConfigError(f"{sec.at(key)}[{i}]", f"a component defined under {key} {sorted(defined)}", cid)
+                raise ConfigError(
+                    f"{sec.at(key)}[{i}]", f"a component defined under {key} {sorted(defined)}", cid
+                )
         types = [_component_type(c) for c in ids]
         if len(set(types)) != len(types):
             raise ConfigError(sec.at(key), f"each {key[:-1]} type at most once", list(ids))
     if not p.receivers:
         raise ConfigError(sec.at("receivers"), "at least one receiver (otlp)")
     if len(p.exporters) != 1:
-        raise ConfigError(sec.at("exporters"), "exactly one exporter (clickhouse)", list(p.exporters))
+        raise ConfigError(sec.at("exporters"), "exactly one exporter (clickhouse, or nop)", list(p.exporters))
+    if _component_type(p.exporters[0]) == "nop" and p.processors:
+        raise ConfigError(
+            sec.at("processors"),
+            "no processors with the nop exporter (it measures receiving only)",
+            list(p.processors),
+        )
     ranks = [PIPELINE_ORDER.index(_component_type(c)) for c in p.processors]
     if ranks != sorted(ranks):
-        raise ConfigError(sec.at("processors"), f"processors in the order {list(PIPELINE_ORDER)}", list(p.processors))
+        raise ConfigError(
+            sec.at("processors"), f"processors in the order {list(PIPELINE_ORDER)}", list(p.processors)
+        )
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> CollectorConfig:

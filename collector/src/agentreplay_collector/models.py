@@ -72,17 +72,30 @@ class ChainStatus:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "run_id": self.run_id, "status": str(self.status), "seal": self.seal, "span_count": self.span_count,
-            "problem": self.problem, "seq": self.seq, "span_id": self.span_id, "detail": self.detail,
-            "unsealed_spans": self.unsealed_spans, "verified_at_ns": str(self.verified_at_ns),
+            "run_id": self.run_id,
+            "status": str(self.status),
+            "seal": self.seal,
+            "span_count": self.span_count,
+            "problem": self.problem,
+            "seq": self.seq,
+            "span_id": self.span_id,
+            "detail": self.detail,
+            "unsealed_spans": self.unsealed_spans,
+            "verified_at_ns": str(self.verified_at_ns),
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ChainStatus:
         return cls(
-            run_id=doc["run_id"], status=ChainState(doc["status"]), seal=doc["seal"], span_count=int(doc["span_count"]),
-            problem=doc.get("problem", ""), seq=doc.get("seq"), span_id=doc.get("span_id", ""),
-            detail=doc.get("detail", ""), unsealed_spans=int(doc.get("unsealed_spans", 0)),
+            run_id=doc["run_id"],
+            status=ChainState(doc["status"]),
+            seal=doc["seal"],
+            span_count=int(doc["span_count"]),
+            problem=doc.get("problem", ""),
+            seq=doc.get("seq"),
+            span_id=doc.get("span_id", ""),
+            detail=doc.get("detail", ""),
+            unsealed_spans=int(doc.get("unsealed_spans", 0)),
             verified_at_ns=int(doc.get("verified_at_ns", 0)),
         )
 
@@ -114,35 +127,61 @@ class RunSummary:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "run_id": self.run_id, "agent_id": self.agent_id, "agent_name": self.agent_name,
-            "service_name": self.service_name, "run_kind": self.run_kind, "name": self.name,
-            "start_ns": str(self.start_ns), "end_ns": str(self.end_ns), "span_count": self.span_count,
-            "status_code": self.status_code, "cost_usd": self.cost_usd, "chain": self.chain.to_json(),
-            "halted": self.halted, "classification": self.classification,
-            "manifest_sha256": self.manifest_sha256, "replay_of": self.replay_of,
+            "run_id": self.run_id,
+            "agent_id": self.agent_id,
+            "agent_name": self.agent_name,
+            "service_name": self.service_name,
+            "run_kind": self.run_kind,
+            "name": self.name,
+            "start_ns": str(self.start_ns),
+            "end_ns": str(self.end_ns),
+            "span_count": self.span_count,
+            "status_code": self.status_code,
+            "cost_usd": self.cost_usd,
+            "chain": self.chain.to_json(),
+            "halted": self.halted,
+            "classification": self.classification,
+            "manifest_sha256": self.manifest_sha256,
+            "replay_of": self.replay_of,
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RunSummary:
         return cls(
-            run_id=doc["run_id"], agent_id=doc["agent_id"], agent_name=doc["agent_name"],
-            service_name=doc["service_name"], run_kind=doc["run_kind"], name=doc["name"],
-            start_ns=int(doc["start_ns"]), end_ns=int(doc["end_ns"]), span_count=int(doc["span_count"]),
-            status_code=doc["status_code"], cost_usd=float(doc["cost_usd"]),
-            chain=ChainStatus.from_json(doc["chain"]), halted=bool(doc.get("halted", False)),
-            classification=doc.get("classification", ""), manifest_sha256=doc.get("manifest_sha256", ""),
+            run_id=doc["run_id"],
+            agent_id=doc["agent_id"],
+            agent_name=doc["agent_name"],
+            service_name=doc["service_name"],
+            run_kind=doc["run_kind"],
+            name=doc["name"],
+            start_ns=int(doc["start_ns"]),
+            end_ns=int(doc["end_ns"]),
+            span_count=int(doc["span_count"]),
+            status_code=doc["status_code"],
+            cost_usd=float(doc["cost_usd"]),
+            chain=ChainStatus.from_json(doc["chain"]),
+            halted=bool(doc.get("halted", False)),
+            classification=doc.get("classification", ""),
+            manifest_sha256=doc.get("manifest_sha256", ""),
             replay_of=doc.get("replay_of", ""),
         )
 
 
 def span_to_json(record: SpanRecord) -> dict[str, Any]:
     return {
-        "trace_id": record.trace_id, "span_id": record.span_id, "parent_span_id": record.parent_span_id,
-        "name": record.name, "kind": record.kind, "start_ns": str(record.start_ns), "end_ns": str(record.end_ns),
-        "status_code": record.status_code, "status_message": record.status_message,
+        "trace_id": record.trace_id,
+        "span_id": record.span_id,
+        "parent_span_id": record.parent_span_id,
+        "name": record.name,
+        "kind": record.kind,
+        "start_ns": str(record.start_ns),
+        "end_ns": str(record.end_ns),
+        "status_code": record.status_code,
+        "status_message": record.status_message,
         "attributes": dict(record.attributes),
         "events": [
-            {"name": e.name, "time_ns": str(e.time_ns), "attributes": dict(e.attributes)} for e in record.events
+            {"name": e.name, "time_ns": str(e.time_ns), "attributes": dict(e.attributes)}
+            for e in record.events
         ],
         "resource": dict(record.resource),
     }
@@ -150,9 +189,16 @@ def span_to_json(record: SpanRecord) -> dict[str, Any]:
 
 def span_from_json(doc: Mapping[str, Any]) -> SpanRecord:
     return SpanRecord(
-        trace_id=doc["trace_id"], span_id=doc["span_id"], parent_span_id=doc["parent_span_id"], name=doc["name"],
-        kind=doc["kind"], start_ns=int(doc["start_ns"]), end_ns=int(doc["end_ns"]), status_code=doc["status_code"],
-        status_message=doc["status_message"], attributes=dict(doc["attributes"]),
+        trace_id=doc["trace_id"],
+        span_id=doc["span_id"],
+        parent_span_id=doc["parent_span_id"],
+        name=doc["name"],
+        kind=doc["kind"],
+        start_ns=int(doc["start_ns"]),
+        end_ns=int(doc["end_ns"]),
+        status_code=doc["status_code"],
+        status_message=doc["status_message"],
+        attributes=dict(doc["attributes"]),
         events=tuple(
             EventRecord(name=e["name"], time_ns=int(e["time_ns"]), attributes=dict(e["attributes"]))
             for e in doc["events"]

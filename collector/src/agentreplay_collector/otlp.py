@@ -136,9 +136,13 @@ def stored_attributes(kvs: Iterable[Any]) -> dict[str, str]:
     out: dict[str, str] = {}
     for kv in kvs:
         value = kv.value
+        text = value.string_value  # most values are strings: one lookup instead of two
+        if text:
+            out[kv.key] = text
+            continue
         which = value.WhichOneof("value")
         if which == "string_value":
-            out[kv.key] = value.string_value
+            out[kv.key] = ""
         elif which == "int_value":
             out[kv.key] = str(value.int_value)
         elif which == "bool_value":
@@ -249,9 +253,18 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
                 if agent is not None or semconv.CHAIN_SEQ in attrs:
                     records.append(
                         SpanRecord(
-                            trace_id=tid, span_id=sid, parent_span_id=pid, name=sp.name, kind=kind,
-                            start_ns=start, end_ns=end, status_code=status, status_message=message,
-                            attributes=attrs, events=event_records, resource=resource,
+                            trace_id=tid,
+                            span_id=sid,
+                            parent_span_id=pid,
+                            name=sp.name,
+                            kind=kind,
+                            start_ns=start,
+                            end_ns=end,
+                            status_code=status,
+                            status_message=message,
+                            attributes=attrs,
+                            events=event_records,
+                            resource=resource,
                         )
                     )
     try:
@@ -291,7 +304,7 @@ def _map_array(offsets: list[int], keys: list[str], values: list[str]) -> pa.Map
 class _Nested:
     """Columns of one Nested(...) group (events or links): a list offset per span, flat items."""
 
-    __slots__ = ("off", "a", "b", "c", "m_off", "m_k", "m_v")
+    __slots__ = ("a", "b", "c", "m_k", "m_off", "m_v", "off")
 
     def __init__(self) -> None:
         self.off = [0]

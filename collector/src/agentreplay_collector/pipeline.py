@@ -15,7 +15,7 @@ so the two protocols cannot drift apart.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -34,34 +34,63 @@ class RequestProcessor(Protocol):
 
 
 class Pipeline:
-    def __init__(self, *, auth: AuthProcessor | None, batcher: Batcher,
-                 processors: Sequence[RequestProcessor] = ()) -> None:
+    def __init__(
+        self,
+        *,
+        auth: AuthProcessor | None,
+        batcher: Batcher | None,
+        processors: Sequence[RequestProcessor] = (),
+    ) -> None:
+        """``batcher=None`` is the ``nop`` exporter: requests are parsed, counted and dropped."""
         self.auth = auth
         self.batcher = batcher
         self.processors = tuple(processors)
         self.accepted_spans = 0
         self.exports = 0
 
-    async def export(self, request: ExportTraceServiceRequest, authorization: str | None) -> int:
-        """Store one export request; returns the spans written. Raises CollectorError subclasses."""
-        identity = None
-        if self.auth is not None:
-            identity = self.auth.check(authorization, _resource_agents(request))
-        converted = otlp.convert(request)
-        if converted.span_count == 0:
-            return 0
-        for processor in self.processors:
-            processor.process(converted, identity)
-        written = await asyncio.wrap_future(self.batcher.submit(converted))
+    async def export_protobuf(self, body: bytes, authorization: str | None) -> int:
+        """Store one OTLP/protobuf export; returns the spans written. Raises CollectorError subclasses."""
+        return await self._export(otlp.parse_protobuf, body, authorization)
+
+    async def export_json(self, body: bytes, authorization: str | None) -> int:
+        return await self._export(otlp.parse_json, body, authorization)
+
+    async def _export(
+        self, parse: Callable[[bytes], ExportTraceServiceRequest], body: bytes, authorization: str | None
+    ) -> int:
+        if self.batcher is None:
+            return self._drop(parse(body), authorization)
+        self.batcher.incoming(1)  # the writer may wait for this one to fill its insert
+        queued = False
+        try:
+            # Let the exports already received announce themselves before this one converts,
+            # so the writer knows to wait for them (a lone export goes straight through).
+            await asyncio.sleep(0)
+            request = parse(body)
+            identity = self.auth.check(authorization, _resource_agents(request)) if self.auth else None
+            converted = otlp.convert(request)
+            if converted.span_count == 0:
+                return 0
+            for processor in self.processors:
+                processor.process(converted, identity)
+            future = self.batcher.submit(converted, arriving=True)
+            queued = True
+        finally:
+            if not queued:
+                self.batcher.incoming(-1)
+        written = await asyncio.wrap_future(future)
         self.exports += 1
         self.accepted_spans += written
         return written
 
-    async def export_protobuf(self, body: bytes, authorization: str | None) -> int:
-        return await self.export(otlp.parse_protobuf(body), authorization)
-
-    async def export_json(self, body: bytes, authorization: str | None) -> int:
-        return await self.export(otlp.parse_json(body), authorization)
+    def _drop(self, request: ExportTraceServiceRequest, authorization: str | None) -> int:
+        """The nop exporter: authenticate, count, drop."""
+        if self.auth is not None:
+            self.auth.check(authorization, _resource_agents(request))
+        dropped = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+        self.exports += 1
+        self.accepted_spans += dropped
+        return dropped
 
 
 def _resource_agents(request: ExportTraceServiceRequest) -> list[str | None]:

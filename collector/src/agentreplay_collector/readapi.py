@@ -56,10 +56,14 @@ def parse_time_ns(value: str | None, name: str) -> int | None:
     return int(parsed.timestamp()) * 1_000_000_000 + parsed.microsecond * 1000
 
 
-def build_app(store: Store, stats: Callable[[], dict[str, Any]], workers: int = 2) -> Starlette:
+def build_app(store: Store | None, stats: Callable[[], dict[str, Any]], workers: int = 2) -> Starlette:
+    """``store=None`` (the nop exporter): health and stats answer, reads are 503."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentreplay-read")
 
-    async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def call(method: str, *args: Any, **kwargs: Any) -> Any:
+        if store is None:
+            raise StoreUnavailable("this collector has no store (nop exporter)")
+        fn = getattr(store, method)
         return await asyncio.get_running_loop().run_in_executor(pool, lambda: fn(*args, **kwargs))
 
     def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
@@ -70,6 +74,7 @@ def build_app(store: Store, stats: Callable[[], dict[str, Any]], workers: int = 
                 return JSONResponse({"error": str(exc)}, status_code=400)
             except StoreUnavailable as exc:
                 return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+
         return endpoint
 
     def run_id(request: Request) -> str:
@@ -87,35 +92,40 @@ def build_app(store: Store, stats: Callable[[], dict[str, Any]], workers: int = 
         if not limit_raw.isdigit() or int(limit_raw) > MAX_LIMIT:
             raise BadQuery(f"limit must be an integer from 0 to {MAX_LIMIT}")
         found = await call(
-            store.list_runs, agent=q.get("agent") or None, status=q.get("status") or None,
-            since_ns=parse_time_ns(q.get("since"), "since"), until_ns=parse_time_ns(q.get("until"), "until"),
+            "list_runs",
+            agent=q.get("agent") or None,
+            status=q.get("status") or None,
+            since_ns=parse_time_ns(q.get("since"), "since"),
+            until_ns=parse_time_ns(q.get("until"), "until"),
             limit=int(limit_raw),
         )
         return JSONResponse({"runs": [r.to_json() for r in found]})
 
     async def run(request: Request) -> JSONResponse:
-        found = await call(store.get_run, run_id(request))
+        found = await call("get_run", run_id(request))
         if found is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         return JSONResponse(found.to_json())
 
     async def spans(request: Request) -> JSONResponse:
         rid = run_id(request)
-        records = await call(store.get_run_spans, rid)
+        records = await call("get_run_spans", rid)
         return JSONResponse({"run_id": rid, "spans": [span_to_json(r) for r in records]})
 
     async def chain(request: Request) -> JSONResponse:
-        status = await call(store.get_chain_status, run_id(request))
+        status = await call("get_chain_status", run_id(request))
         if status is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         return JSONResponse(status.to_json())
 
     async def key(request: Request) -> JSONResponse:
         kid = request.path_params["kid"]
-        public = await call(store.get_agent_key, kid)
+        public = await call("get_agent_key", kid)
         if public is None:
             return JSONResponse({"error": "no such key"}, status_code=404)
-        return JSONResponse({"kid": kid, "public_key": base64.b64encode(public_key_bytes(public)).decode("ascii")})
+        return JSONResponse(
+            {"kid": kid, "public_key": base64.b64encode(public_key_bytes(public)).decode("ascii")}
+        )
 
     async def stats_endpoint(request: Request) -> JSONResponse:
         return JSONResponse(stats())

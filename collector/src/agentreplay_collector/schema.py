@@ -241,7 +241,15 @@ _AGENT_KEYS = _Table(
 )
 
 TABLES: tuple[_Table, ...] = (
-    _TRACES, _TRACE_ID_TS, _RUNS, _DECISIONS, _ALERTS, _HALTS, _CLASSIFICATIONS, _TRUST_SCORES, _AGENT_KEYS,
+    _TRACES,
+    _TRACE_ID_TS,
+    _RUNS,
+    _DECISIONS,
+    _ALERTS,
+    _HALTS,
+    _CLASSIFICATIONS,
+    _TRUST_SCORES,
+    _AGENT_KEYS,
 )
 
 
@@ -274,9 +282,10 @@ def _create_table(table: _Table, opts: SchemaOptions) -> list[str]:
     cluster = f" ON CLUSTER {opts.cluster_name}" if opts.cluster_name else ""
     local = f"{table.name}_local" if opts.cluster_name else table.name
     ttl = f"\n{ttl_clause(table.ttl_column, opts.ttl_s)}" if opts.ttl_s and table.ttl_column else ""
+    engine = _engine(table, bool(opts.cluster_name))
     statements = [
         f"CREATE TABLE IF NOT EXISTS {db}.{local}{cluster} ({table.columns}\n)"
-        f" ENGINE = {_engine(table, bool(opts.cluster_name))}\n{table.tail}{ttl}\nSETTINGS {table.settings}"
+        f" ENGINE = {engine}\n{table.tail}{ttl}\nSETTINGS {table.settings}",
     ]
     if opts.cluster_name:
         statements.append(

@@ -47,13 +47,17 @@ class Endpoints:
 class Collector:
     def __init__(self, config: CollectorConfig, *, store: Store | None = None) -> None:
         self.config = config
-        self.store = store or Store.from_config(config.clickhouse)
+        if store is None and config.clickhouse is not None:
+            store = Store.from_config(config.clickhouse)
+        self.store = store  # None: the nop exporter (receive-only)
         self.keys = KeyRing()
         self.auth = AuthProcessor(config.auth, self.keys) if config.auth else None
         if self.auth is None:
             _log.warning("no agentreplay_auth processor in the pipeline: exports are NOT authenticated")
-        self.chain = ChainProcessor(config.chain, self.store, self.keys) if config.chain else None
-        self.batcher = Batcher(config.batch, self.store, self.chain.observe if self.chain else None)
+        self.chain = ChainProcessor(config.chain, store, self.keys) if config.chain and store else None
+        self.batcher = (
+            Batcher(config.batch, store, self.chain.observe if self.chain else None) if store else None
+        )
         self.pipeline = Pipeline(auth=self.auth, batcher=self.batcher)
         self.grpc = GrpcReceiver(config.otlp.grpc, self.pipeline) if config.otlp.grpc else None
         self.http = HttpReceiver(config.otlp.http, self.pipeline) if config.otlp.http else None
@@ -61,16 +65,19 @@ class Collector:
         if config.control is not None:
             from agentreplay_collector.asgi import AsgiServer
 
-            self._control = AsgiServer(build_read_app(self.store, self.stats), config.control.endpoint, "control")
+            self._control = AsgiServer(
+                build_read_app(self.store, self.stats), config.control.endpoint, "control"
+            )
         self._schema_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> Endpoints:
-        self.batcher.hold("the store is being opened")
-        self.batcher.start()
-        if not await self._prepare_store():
-            self._schema_task = asyncio.create_task(self._retry_store(), name="store-retry")
+        if self.batcher is not None:
+            self.batcher.hold("the store is being opened")
+            self.batcher.start()
+            if not await self._prepare_store():
+                self._schema_task = asyncio.create_task(self._retry_store(), name="store-retry")
         if self.grpc:
             await self.grpc.start()
         if self.http:
@@ -84,12 +91,16 @@ class Collector:
         return self.endpoints
 
     async def _prepare_store(self) -> bool:
+        assert self.batcher is not None and self.config.clickhouse is not None
         loop = asyncio.get_running_loop()
         try:
             await loop.run_in_executor(None, self._open_store)
         except StoreUnavailable as exc:
-            _log.warning("store %s not ready, exports answer UNAVAILABLE until it is: %s",
-                         self.config.clickhouse.endpoint, exc)
+            _log.warning(
+                "store %s not ready, exports answer UNAVAILABLE until it is: %s",
+                self.config.clickhouse.endpoint,
+                exc,
+            )
             self.batcher.hold(str(exc))
             return False
         self.batcher.release()
@@ -97,9 +108,12 @@ class Collector:
 
     def _open_store(self) -> None:
         ch = self.config.clickhouse
+        assert ch is not None and self.store is not None
         if ch.create_schema:
             self.store.ensure_schema(
-                schema.SchemaOptions(database=self.store.database, ttl_s=ch.ttl_s, cluster_name=ch.cluster_name)
+                schema.SchemaOptions(
+                    database=self.store.database, ttl_s=ch.ttl_s, cluster_name=ch.cluster_name
+                )
             )
         else:
             self.store.query("SELECT 1")
@@ -110,7 +124,7 @@ class Collector:
     async def _retry_store(self) -> None:
         while not await self._prepare_store():
             await asyncio.sleep(_SCHEMA_RETRY_S)
-        _log.info("store %s is ready", self.config.clickhouse.endpoint)
+        _log.info("store %s is ready", self.store and self.store.endpoint)
 
     @property
     def endpoints(self) -> Endpoints:
@@ -132,12 +146,14 @@ class Collector:
         if self.http:
             await self.http.stop()
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.batcher.stop)
+        if self.batcher is not None:
+            await loop.run_in_executor(None, self.batcher.stop)
         if self.chain is not None:
             await loop.run_in_executor(None, self.chain.stop)
         if self._control:
             await self._control.stop()
-        self.store.close()
+        if self.store is not None:
+            self.store.close()
         self._stopped.set()
 
     async def serve_forever(self) -> None:
@@ -158,11 +174,16 @@ class Collector:
         return {
             "exports": self.pipeline.exports,
             "accepted_spans": self.pipeline.accepted_spans,
-            "written_spans": self.batcher.written_spans,
-            "inserts": self.batcher.inserts,
-            "queued_spans": self.batcher.queued_spans,
+            "written_spans": self.batcher.written_spans if self.batcher else 0,
+            "inserts": self.batcher.inserts if self.batcher else 0,
+            "queued_spans": self.batcher.queued_spans if self.batcher else 0,
             "runs_in_flight": self.chain.runs_in_flight if self.chain else 0,
             "buffered_spans": self.chain.buffered_spans if self.chain else 0,
             "verified_runs": self.chain.verified_runs if self.chain else 0,
             "verified_spans": self.chain.verified_spans if self.chain else 0,
+            # OS thread ids, for per-thread CPU accounting (/proc/PID/task/TID/stat)
+            "threads": {
+                "writer": self.batcher.native_thread_id if self.batcher else 0,
+                "chain": self.chain.native_thread_id if self.chain else 0,
+            },
         }

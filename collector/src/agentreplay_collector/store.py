@@ -43,8 +43,13 @@ class RunReader(Protocol):
     """What the CLI reads: the same on a store and through a collector."""
 
     def list_runs(
-        self, *, agent: str | None = None, status: str | None = None, since_ns: int | None = None,
-        until_ns: int | None = None, limit: int = 100,
+        self,
+        *,
+        agent: str | None = None,
+        status: str | None = None,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        limit: int = 100,
     ) -> list[RunSummary]: ...
 
     def get_run_spans(self, run_id: str) -> list[SpanRecord]: ...
@@ -63,9 +68,29 @@ _RUN_COLUMNS = (
     " toUnixTimestamp64Nano(UpdatedAt)"
 )
 _RUN_INSERT_COLUMNS = (
-    "RunId", "AgentId", "AgentName", "ServiceName", "RunKind", "RunSpanName", "Start", "End", "SpanCount",
-    "StatusCode", "CostUsd", "ChainStatus", "ChainProblem", "ChainSeq", "ChainSpanId", "ChainDetail",
-    "SealStatus", "UnsealedSpans", "Halted", "Classification", "ManifestSha256", "ReplayOf", "UpdatedAt",
+    "RunId",
+    "AgentId",
+    "AgentName",
+    "ServiceName",
+    "RunKind",
+    "RunSpanName",
+    "Start",
+    "End",
+    "SpanCount",
+    "StatusCode",
+    "CostUsd",
+    "ChainStatus",
+    "ChainProblem",
+    "ChainSeq",
+    "ChainSpanId",
+    "ChainDetail",
+    "SealStatus",
+    "UnsealedSpans",
+    "Halted",
+    "Classification",
+    "ManifestSha256",
+    "ReplayOf",
+    "UpdatedAt",
 )
 _SPAN_COLUMNS = (
     "toUnixTimestamp64Nano(Timestamp), TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, StatusCode,"
@@ -85,8 +110,13 @@ class Store:
     """One ClickHouse database: writes Arrow batches and run rows, answers the read queries."""
 
     def __init__(
-        self, endpoint: str, *, database: str = DEFAULT_DATABASE, username: str | None = None,
-        password: str | None = None, timeout_s: float = 10.0,
+        self,
+        endpoint: str,
+        *,
+        database: str = DEFAULT_DATABASE,
+        username: str | None = None,
+        password: str | None = None,
+        timeout_s: float = 10.0,
     ) -> None:
         self.endpoint = normalize_store(endpoint)
         self.database = database
@@ -100,8 +130,13 @@ class Store:
 
     @classmethod
     def from_config(cls, cfg: ClickHouseConfig) -> Store:
-        return cls(cfg.endpoint, database=cfg.database, username=cfg.username, password=cfg.password,
-                   timeout_s=cfg.timeout_s)
+        return cls(
+            cfg.endpoint,
+            database=cfg.database,
+            username=cfg.username,
+            password=cfg.password,
+            timeout_s=cfg.timeout_s,
+        )
 
     # --- connection -----------------------------------------------------------------------
     def _client(self) -> Any:
@@ -121,17 +156,23 @@ class Store:
 
         try:
             if self.endpoint.startswith("chdb://"):
-                path = self.endpoint[len("chdb://"):]
+                path = self.endpoint[len("chdb://") :]
                 os.makedirs(path, exist_ok=True)
                 return clickhouse_connect.get_client(interface="chdb", path=path)
             return clickhouse_connect.get_client(
-                dsn=self.endpoint, username=self._username or "default", password=self._password or "",
-                connect_timeout=self._timeout_s, send_receive_timeout=self._timeout_s,
+                dsn=self.endpoint,
+                username=self._username or "default",
+                password=self._password or "",
+                connect_timeout=self._timeout_s,
+                send_receive_timeout=self._timeout_s,
                 autogenerate_session_id=False,
             )
         except Exception as exc:  # clickhouse-connect and chDB raise many kinds; all mean "not now"
-            hint = " (is another process, e.g. a collector, holding this chDB directory?)" if (
-                self.endpoint.startswith("chdb://")) else ""
+            hint = (
+                " (is another process, e.g. a collector, holding this chDB directory?)"
+                if (self.endpoint.startswith("chdb://"))
+                else ""
+            )
             raise StoreUnavailable(f"cannot open the store {self.endpoint}: {exc}{hint}") from exc
 
     def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
@@ -181,8 +222,13 @@ class Store:
         if not runs:
             return
         rows = [_run_row(run, updated_ns) for run in runs]
-        self._call("runs insert", "insert", f"{self.database}.{schema.RUNS}", rows,
-                   column_names=list(_RUN_INSERT_COLUMNS))
+        self._call(
+            "runs insert",
+            "insert",
+            f"{self.database}.{schema.RUNS}",
+            rows,
+            column_names=list(_RUN_INSERT_COLUMNS),
+        )
 
     def insert_agent_keys(self, keys: Iterable[tuple[str, str, Ed25519PublicKey]], seen_ns: int) -> None:
         rows = [
@@ -190,13 +236,23 @@ class Store:
             for kid, agent, key in keys
         ]
         if rows:
-            self._call("agent key insert", "insert", f"{self.database}.{schema.AGENT_KEYS}", rows,
-                       column_names=["Kid", "AgentId", "PublicKey", "FirstSeen"])
+            self._call(
+                "agent key insert",
+                "insert",
+                f"{self.database}.{schema.AGENT_KEYS}",
+                rows,
+                column_names=["Kid", "AgentId", "PublicKey", "FirstSeen"],
+            )
 
     # --- reads (RunReader) -----------------------------------------------------------------
     def list_runs(
-        self, *, agent: str | None = None, status: str | None = None, since_ns: int | None = None,
-        until_ns: int | None = None, limit: int = 100,
+        self,
+        *,
+        agent: str | None = None,
+        status: str | None = None,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        limit: int = 100,
     ) -> list[RunSummary]:
         """Newest first. ``status`` is a chain status (intact, broken, ...) or a span status (Ok, Error)."""
         where, params = ["1"], {"limit": max(0, int(limit))}
@@ -260,7 +316,10 @@ class Store:
             f"SELECT DISTINCT TraceId FROM {self.database}.{schema.TRACES}"
             " WHERE TraceId IN {ids:Array(String)} AND ParentSpanId = ''"
         )
-        return {r[0] for r in self._call("root lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows}
+        return {
+            r[0]
+            for r in self._call("root lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows
+        }
 
     def count_spans(self, *, distinct: bool = True) -> int:
         """Spans stored; ``distinct`` counts what readers see (a retried span once)."""
@@ -285,38 +344,121 @@ def _dt(ns: int) -> int:
 def _run_row(run: RunSummary, updated_ns: int) -> list[Any]:
     c = run.chain
     return [
-        run.run_id, run.agent_id, run.agent_name, run.service_name, run.run_kind, run.name, _dt(run.start_ns),
-        _dt(run.end_ns), run.span_count, run.status_code, float(run.cost_usd), str(c.status), c.problem,
-        -1 if c.seq is None else int(c.seq), c.span_id, c.detail, c.seal, c.unsealed_spans, int(run.halted),
-        run.classification, run.manifest_sha256, run.replay_of, _dt(updated_ns),
+        run.run_id,
+        run.agent_id,
+        run.agent_name,
+        run.service_name,
+        run.run_kind,
+        run.name,
+        _dt(run.start_ns),
+        _dt(run.end_ns),
+        run.span_count,
+        run.status_code,
+        float(run.cost_usd),
+        str(c.status),
+        c.problem,
+        -1 if c.seq is None else int(c.seq),
+        c.span_id,
+        c.detail,
+        c.seal,
+        c.unsealed_spans,
+        int(run.halted),
+        run.classification,
+        run.manifest_sha256,
+        run.replay_of,
+        _dt(updated_ns),
     ]
 
 
 def _run_from_row(r: Sequence[Any]) -> RunSummary:
-    (run_id, agent, agent_name, service, kind, name, start, end, count, code, cost, chain, problem, seq, span_id,
-     detail, seal, unsealed, halted, classification, manifest, replay_of, updated) = r
+    (
+        run_id,
+        agent,
+        agent_name,
+        service,
+        kind,
+        name,
+        start,
+        end,
+        count,
+        code,
+        cost,
+        chain,
+        problem,
+        seq,
+        span_id,
+        detail,
+        seal,
+        unsealed,
+        halted,
+        classification,
+        manifest,
+        replay_of,
+        updated,
+    ) = r
     return RunSummary(
-        run_id=run_id, agent_id=agent, agent_name=agent_name, service_name=service, run_kind=kind, name=name,
-        start_ns=int(start), end_ns=int(end), span_count=int(count), status_code=code, cost_usd=float(cost),
+        run_id=run_id,
+        agent_id=agent,
+        agent_name=agent_name,
+        service_name=service,
+        run_kind=kind,
+        name=name,
+        start_ns=int(start),
+        end_ns=int(end),
+        span_count=int(count),
+        status_code=code,
+        cost_usd=float(cost),
         chain=ChainStatus(
-            run_id=run_id, status=ChainState(chain), seal=seal, span_count=int(count), problem=problem,
-            seq=None if seq < 0 else int(seq), span_id=span_id, detail=detail, unsealed_spans=int(unsealed),
+            run_id=run_id,
+            status=ChainState(chain),
+            seal=seal,
+            span_count=int(count),
+            problem=problem,
+            seq=None if seq < 0 else int(seq),
+            span_id=span_id,
+            detail=detail,
+            unsealed_spans=int(unsealed),
             verified_at_ns=int(updated),
         ),
-        halted=bool(halted), classification=classification, manifest_sha256=manifest, replay_of=replay_of,
+        halted=bool(halted),
+        classification=classification,
+        manifest_sha256=manifest,
+        replay_of=replay_of,
     )
 
 
 def _span_from_row(r: Sequence[Any]) -> SpanRecord:
-    (start, trace_id, span_id, parent, name, kind, duration, code, message, attrs, resource, ev_ts, ev_names,
-     ev_attrs) = r
+    (
+        start,
+        trace_id,
+        span_id,
+        parent,
+        name,
+        kind,
+        duration,
+        code,
+        message,
+        attrs,
+        resource,
+        ev_ts,
+        ev_names,
+        ev_attrs,
+    ) = r
     start = int(start)
     return SpanRecord(
-        trace_id=trace_id, span_id=span_id, parent_span_id=parent, name=name, kind=kind, start_ns=start,
-        end_ns=(start + int(duration)) & _U64_MASK, status_code=code, status_message=message,
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        name=name,
+        kind=kind,
+        start_ns=start,
+        end_ns=(start + int(duration)) & _U64_MASK,
+        status_code=code,
+        status_message=message,
         attributes=dict(attrs),
         events=tuple(
-            EventRecord(name=n, time_ns=int(t), attributes=dict(a)) for t, n, a in zip(ev_ts, ev_names, ev_attrs)
+            EventRecord(name=n, time_ns=int(t), attributes=dict(a))
+            for t, n, a in zip(ev_ts, ev_names, ev_attrs)
         ),
         resource=dict(resource),
     )
@@ -336,7 +478,10 @@ def run_cost(records: Iterable[SpanRecord]) -> float:
 
 
 def open_reader(
-    store: str | None = None, collector: str | None = None, *, database: str = DEFAULT_DATABASE,
+    store: str | None = None,
+    collector: str | None = None,
+    *,
+    database: str = DEFAULT_DATABASE,
     probe_timeout_s: float = 0.5,
 ) -> RunReader:
     """The read interface for the CLI: a running collector's read API if one answers at

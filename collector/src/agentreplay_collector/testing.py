@@ -56,15 +56,19 @@ def write_config(
         "processors": {
             "agentreplay_auth": auth,
             "agentreplay_chain": chain if chain is not None else {"quiet_period": "300ms"},
-            "batch": batch or {"timeout": "0s"},
+            "batch": batch or {},
         },
         "exporters": {"clickhouse": {"endpoint": store, "database": "agentreplay", "create_schema": True}},
         "extensions": {"agentreplay_control": {"endpoint": control}} if control else {},
         "service": {
             "extensions": ["agentreplay_control"] if control else [],
-            "pipelines": {"traces": {"receivers": ["otlp"],
-                                     "processors": ["agentreplay_auth", "agentreplay_chain", "batch"],
-                                     "exporters": ["clickhouse"]}},
+            "pipelines": {
+                "traces": {
+                    "receivers": ["otlp"],
+                    "processors": ["agentreplay_auth", "agentreplay_chain", "batch"],
+                    "exporters": ["clickhouse"],
+                }
+            },
             "telemetry": {"logs": {"level": log_level}},
         },
     }
@@ -88,14 +92,17 @@ class CollectorProcess:
         env = {**os.environ, **(self.env or {}), "PYTHONUNBUFFERED": "1"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "agentreplay_collector", "--config", str(self.config)],
-            stdout=subprocess.PIPE, stderr=self._log, text=True, env=env,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=env,
         )
         deadline = time.monotonic() + timeout_s
         assert self.proc.stdout is not None
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if line.startswith(READY_PREFIX):
-                self.endpoints = json.loads(line[len(READY_PREFIX):])
+                self.endpoints = json.loads(line[len(READY_PREFIX) :])
                 return self
             if not line and self.proc.poll() is not None:
                 break
@@ -172,18 +179,22 @@ def recording_provider(
     from agentreplay_otel.chain import ChainSpanProcessor
 
     headers = {"authorization": f"Bearer {token}"} if token else None
-    exporter = OTLPSpanExporter(endpoint=grpc_endpoint, insecure=True, headers=headers, timeout=export_timeout_s)
+    exporter = OTLPSpanExporter(
+        endpoint=grpc_endpoint, insecure=True, headers=headers, timeout=export_timeout_s
+    )
     provider = TracerProvider(
         resource=Resource.create({semconv.SERVICE_NAME: service_name, semconv.AGENT_ID: agent_id})
     )
-    batch = BatchSpanProcessor(exporter, max_queue_size=max_queue_size, max_export_batch_size=512,
-                               schedule_delay_millis=50)
+    batch = BatchSpanProcessor(
+        exporter, max_queue_size=max_queue_size, max_export_batch_size=512, schedule_delay_millis=50
+    )
     provider.add_span_processor(ChainSpanProcessor(batch, signing_key=signing_key))
     return provider
 
 
-def record_request(runs: int = 2, children: int = 3, key: Any = None,
-                   agent_id: str = "agent-1", cost: float = 0.25) -> Any:
+def record_request(
+    runs: int = 2, children: int = 3, key: Any = None, agent_id: str = "agent-1", cost: float = 0.25
+) -> Any:
     """Runs recorded through the SDK's chain processor, as one OTLP ExportTraceServiceRequest."""
     from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.resources import Resource
@@ -195,11 +206,15 @@ def record_request(runs: int = 2, children: int = 3, key: Any = None,
     from agentreplay_otel.chain import ChainSpanProcessor
 
     memory = InMemorySpanExporter()
-    provider = TracerProvider(resource=Resource.create({semconv.SERVICE_NAME: "svc", semconv.AGENT_ID: agent_id}))
+    provider = TracerProvider(
+        resource=Resource.create({semconv.SERVICE_NAME: "svc", semconv.AGENT_ID: agent_id})
+    )
     provider.add_span_processor(ChainSpanProcessor(SimpleSpanProcessor(memory), signing_key=key))
     tracer = provider.get_tracer("test")
     for _ in range(runs):
-        with tracer.start_as_current_span("invoke_agent booker", attributes={semconv.GEN_AI_AGENT_NAME: "booker"}):
+        with tracer.start_as_current_span(
+            "invoke_agent booker", attributes={semconv.GEN_AI_AGENT_NAME: "booker"}
+        ):
             for i in range(children):
                 with tracer.start_as_current_span("chat m", attributes={semconv.COST_USD: cost, "i": i}):
                     pass

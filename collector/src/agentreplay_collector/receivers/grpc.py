@@ -41,7 +41,9 @@ class GrpcReceiver:
             maximum_concurrent_rpcs=None,
         )
         handler = grpc.unary_unary_rpc_method_handler(self._export)  # raw bytes in and out
-        self.server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),))
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
+        )
         address = str(self.config.endpoint)
         self.port = self.server.add_insecure_port(address)
         if not self.port:

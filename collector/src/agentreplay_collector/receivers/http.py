@@ -37,8 +37,14 @@ _log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _DRAIN_FACTOR = 4
-_GRPC_CODES = {"INVALID_ARGUMENT": 3, "RESOURCE_EXHAUSTED": 8, "UNAUTHENTICATED": 16, "PERMISSION_DENIED": 7,
-               "UNAVAILABLE": 14, "INTERNAL": 13}
+_GRPC_CODES = {
+    "INVALID_ARGUMENT": 3,
+    "RESOURCE_EXHAUSTED": 8,
+    "UNAUTHENTICATED": 16,
+    "PERMISSION_DENIED": 7,
+    "UNAVAILABLE": 14,
+    "INTERNAL": 13,
+}
 
 
 def build_app(pipeline: Pipeline, config: HttpReceiverConfig) -> Starlette:
@@ -48,7 +54,9 @@ def build_app(pipeline: Pipeline, config: HttpReceiverConfig) -> Starlette:
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         try:
             if media not in (PROTOBUF, JSON):
-                raise UnsupportedMediaType(f"content type must be {PROTOBUF} or {JSON}, not {media or 'none'!r}")
+                raise UnsupportedMediaType(
+                    f"content type must be {PROTOBUF} or {JSON}, not {media or 'none'!r}"
+                )
             body = await _read_body(request, limit)
             authorization = request.headers.get("authorization")
             if media == PROTOBUF:
@@ -113,14 +121,19 @@ def _gunzip(body: bytes, limit: int) -> bytes:
     return out
 
 
-def _error(media: str, http_status: int, grpc_code: str, message: str,
-           headers: dict[str, str] | None = None) -> Response:
+def _error(
+    media: str, http_status: int, grpc_code: str, message: str, headers: dict[str, str] | None = None
+) -> Response:
     code = _GRPC_CODES.get(grpc_code, 2)
     if media == PROTOBUF:
         body = status_pb2.Status(code=code, message=message).SerializeToString()
         return Response(body, status_code=http_status, media_type=PROTOBUF, headers=headers)
-    return Response(json.dumps({"code": code, "message": message}), status_code=http_status, media_type=JSON,
-                    headers=headers)
+    return Response(
+        json.dumps({"code": code, "message": message}),
+        status_code=http_status,
+        media_type=JSON,
+        headers=headers,
+    )
 
 
 class HttpReceiver:
