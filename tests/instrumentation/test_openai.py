@@ -503,7 +503,7 @@ def test_chat_completions_create_stream_survives_a_failing_accumulator(telemetry
 
 def test_chat_completions_create_stream_survives_a_chunk_it_cannot_read(telemetry, server, monkeypatch,
                                                                         caplog):
-    monkeypatch.setattr(_extract, "_fold_choice", lambda *_: 1 / 0)
+    monkeypatch.setattr(_extract, "_StreamedChoice", lambda: 1 / 0)
     with caplog.at_level(logging.ERROR):
         chunks = list(client(server).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith("You said:")
@@ -523,3 +523,16 @@ def test_chat_completions_create_without_content_capture(telemetry, server):
     a = attrs(telemetry.llm_span())
     assert not (semconv.CONTENT_ATTRIBUTES & a.keys())
     assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] > 0
+
+
+def test_chat_completions_create_stream_without_content_capture(telemetry, server):
+    previous = settings.configure(settings.Settings(capture_content=False))
+    try:
+        chunks = list(client(server).chat.completions.create(
+            model=MODEL, messages=MESSAGES, stream=True, stream_options={"include_usage": True}))
+    finally:
+        settings.configure(previous)
+
+    a = attrs(telemetry.llm_span())
+    assert not (semconv.CONTENT_ATTRIBUTES & a.keys())
+    assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == chunks[-1].usage.completion_tokens

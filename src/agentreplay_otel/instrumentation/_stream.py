@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 import wrapt
 
+from agentreplay_otel import settings
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
 
 _log = logging.getLogger(__name__)
@@ -217,8 +218,11 @@ def tap_sse(stream: Any) -> list[str] | None:
     Both libraries decode server-sent events through the stream's ``_decoder``; wrapping it
     keeps each event's ``data`` exactly as received (including events the library skips,
     like Anthropic's pings). Returns the list the events land in, or None when the stream
-    has no decoder to tap (then the accumulator dumps the parsed chunks instead).
+    has no decoder to tap (then the accumulator dumps the parsed chunks instead). Without
+    content capture nothing is kept: an empty list, never filled.
     """
+    if not settings.current().capture_content:
+        return []
     try:
         decoder = stream._decoder  # noqa: SLF001
         if decoder is None or not hasattr(decoder, "iter_bytes"):

@@ -226,46 +226,48 @@ class ChatStreamAccumulator:
         self.usage: Any = None
         self.choices: dict[int, _StreamedChoice] = {}
 
-    def add(self, chunk: Any) -> None:
+    def add(self, chunk: Any) -> None:  # per chunk: kept lean, it runs for every token
         if self.dumped is not None:
             self.dumped.append(response_json(chunk))
         if self.response_id is None:
             self.response_id, self.model = chunk.id, chunk.model
         if chunk.usage is not None:
             self.usage = chunk.usage
+        choices = self.choices
         for choice in chunk.choices:
-            _fold_choice(self.choices, choice)
+            state = choices.get(choice.index)
+            if state is None:
+                state = choices[choice.index] = _StreamedChoice()
+            delta = choice.delta
+            if delta is not None:
+                if delta.content:
+                    state.text.append(delta.content)
+                if delta.role:
+                    state.role = delta.role
+                if delta.tool_calls:
+                    _fold_tool_calls(state, delta.tool_calls)
+                if delta.refusal:
+                    state.refusal.append(delta.refusal)
+            if choice.finish_reason:
+                state.finish_reason = choice.finish_reason
 
     def result(self) -> LLMResult:
         return chat_stream_result(self)
 
 
-def _fold_choice(choices: dict[int, _StreamedChoice], choice: Any) -> None:
-    state = choices.get(choice.index)
-    if state is None:
-        state = choices[choice.index] = _StreamedChoice()
-    delta = choice.delta
-    if delta is not None:
-        if delta.role:
-            state.role = delta.role
-        if delta.content:
-            state.text.append(delta.content)
-        if getattr(delta, "refusal", None):
-            state.refusal.append(delta.refusal)
-        for call in delta.tool_calls or ():
-            entry = state.tools.get(call.index)
-            if entry is None:
-                entry = state.tools[call.index] = [None, None, []]
-            if call.id:
-                entry[0] = call.id
-            fn = call.function
-            if fn is not None:
-                if fn.name:
-                    entry[1] = fn.name
-                if fn.arguments:
-                    entry[2].append(fn.arguments)
-    if choice.finish_reason:
-        state.finish_reason = choice.finish_reason
+def _fold_tool_calls(state: _StreamedChoice, calls: Iterable[Any]) -> None:
+    for call in calls:
+        entry = state.tools.get(call.index)
+        if entry is None:
+            entry = state.tools[call.index] = [None, None, []]
+        if call.id:
+            entry[0] = call.id
+        fn = call.function
+        if fn is not None:
+            if fn.name:
+                entry[1] = fn.name
+            if fn.arguments:
+                entry[2].append(fn.arguments)
 
 
 def chat_stream_result(stream: ChatStreamAccumulator) -> LLMResult:
