@@ -280,9 +280,15 @@ class ReplaySession:
 
     def _sandboxed(self, step: int, name: str, arguments: Mapping[str, Any], func: Callable[..., Any],
                    recorded: RecordedStep | None) -> tuple[Any, str]:
-        if recorded is not None and recorded.kind == KIND_TOOL and recorded.name == name:
-            return _decode(recorded.result), "recorded-by-position"
+        """Recorded result by position (same tool, same arguments), else by arguments, else a mock.
+
+        A recorded result for other arguments is never returned: after a fork, the booking
+        of another flight must not come back as the original booking's confirmation.
+        """
         printed = request_fingerprint(dict(arguments))
+        if recorded is not None and recorded.kind == KIND_TOOL and recorded.name == name \
+                and recorded.fingerprint == printed:
+            return _decode(recorded.result), "recorded-by-position"
         for s in self.recording.steps:
             if s.kind == KIND_TOOL and s.name == name and s.fingerprint == printed:
                 return _decode(s.result), "recorded-by-arguments"

@@ -16,11 +16,10 @@ import pytest
 
 from agentreplay_collector.testing import CollectorProcess, write_config
 from agentreplay_otel import identity, semconv
-from agentreplay_otel.testing.llm_server import LLMServer, load_script
+from agentreplay_replay.scenario import airline_server
 
 REPO = Path(__file__).resolve().parents[2]
 AGENT = REPO / "examples" / "flight_agent.py"
-SCRIPT = REPO / "examples" / "flight_script.json"
 BIN = Path(sys.executable).parent
 
 
@@ -44,7 +43,7 @@ def recorded(tmp_path_factory):
         identity.issue_identity(org_key=org, agent_id="flight-booker", agent_public_key=agent.public_key())
     )
     config = write_config(tmp / "collector.yaml", store=f"chdb://{store}", org_public_key=tmp / "org.pub.pem")
-    with LLMServer(load_script(SCRIPT)) as llm, CollectorProcess(config) as collector:
+    with airline_server() as llm, CollectorProcess(config) as collector:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))} | {
             "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.grpc}",
             "OTEL_EXPORTER_OTLP_INSECURE": "true",
@@ -78,7 +77,7 @@ def test_runs_lists_the_run_through_the_collector(recorded):
     [run] = json.loads(done.stdout)
     assert run["run_id"] == recorded["run_id"] and run["agent_id"] == "flight-booker"
     assert run["chain"]["status"] == "intact" and run["chain"]["seal"] == "valid"
-    assert run["span_count"] == 8 and run["cost_usd"] == pytest.approx(129.0, abs=0.01)
+    assert run["span_count"] == 9 and run["cost_usd"] == pytest.approx(99.0, abs=0.01)
 
 
 def test_runs_reads_the_store_when_no_collector_runs(recorded):
@@ -90,8 +89,8 @@ def test_runs_reads_the_store_when_no_collector_runs(recorded):
 def test_show_prints_the_timeline(recorded):
     done = agentreplay("show", recorded["run_id"][:10], store=recorded["store"])
     assert done.returncode == 0, done.stderr
-    for expected in ("invoke_agent flight_agent", "#1 execute_tool search_flights", "#3 execute_tool book_flight",
-                     "$129.00", "chat claude-haiku-4-5"):
+    for expected in ("invoke_agent flight_agent", "#1 execute_tool search_flights", "#4 execute_tool book_flight",
+                     "$99.00", "chat claude-haiku-4-5"):
         assert expected in done.stdout
 
 
@@ -99,8 +98,8 @@ def test_show_json_has_every_span_in_tree_order(recorded):
     done = agentreplay("show", recorded["run_id"], "--json", store=recorded["store"])
     doc = json.loads(done.stdout)
     spans = doc["spans"]
-    assert [s["depth"] for s in spans] == [0] + [1] * 7
-    assert [s["step"] for s in spans[1:]] == [str(i) for i in range(7)]
+    assert [s["depth"] for s in spans] == [0] + [1] * 8
+    assert [s["step"] for s in spans[1:]] == [str(i) for i in range(8)]
 
 
 def test_verify_passes_with_the_seal(recorded):
@@ -122,14 +121,14 @@ def test_store_that_does_not_exist_is_a_clear_error(tmp_path):
 
 def test_edited_row_fails_verify_and_names_the_span(recorded):
     """Runs last in this module: it edits the stored run."""
-    # What a tamperer with write access does: rewrite the booking row's arguments (Friday -> Saturday).
+    # What a tamperer with write access does: hide the misbooking (Saturday -> Friday in the booking row).
     edit = textwrap.dedent(f"""
         import clickhouse_connect
         c = clickhouse_connect.get_client(interface="chdb", path={str(recorded["store"])!r})
         where = "TraceId = '{recorded["run_id"]}' AND SpanName = 'execute_tool book_flight'"
         c.command("CREATE TABLE agentreplay.tampered AS agentreplay.otel_traces")
         c.command("INSERT INTO agentreplay.tampered SELECT * REPLACE (mapUpdate(SpanAttributes, "
-                  "map('gen_ai.tool.call.arguments', '{{\\"flight\\":\\"TP125\\",\\"day\\":\\"Saturday\\"}}'))"
+                  "map('gen_ai.tool.call.arguments', '{{\\"flight\\":\\"TP123\\",\\"day\\":\\"Friday\\"}}'))"
                   " AS SpanAttributes) FROM agentreplay.otel_traces WHERE " + where)
         c.command("ALTER TABLE agentreplay.otel_traces DELETE WHERE " + where + " SETTINGS mutations_sync = 2")
         c.command("INSERT INTO agentreplay.otel_traces SELECT * FROM agentreplay.tampered")
@@ -137,9 +136,9 @@ def test_edited_row_fails_verify_and_names_the_span(recorded):
     subprocess.run([sys.executable, "-c", edit], check=True, timeout=120)
     done = agentreplay("verify", recorded["run_id"], store=recorded["store"])
     assert done.returncode == 1, done.stdout + done.stderr
-    assert "BROKEN" in done.stdout and "edited at seq 3" in done.stdout
+    assert "BROKEN" in done.stdout and "edited at seq 4" in done.stdout
     assert "execute_tool book_flight" in done.stdout
     as_json = json.loads(agentreplay("verify", "--all", "--json", store=recorded["store"]).stdout)
     assert [(r["problem"], r["seq"], r["span_name"]) for r in as_json] == [
-        ("edited", 3, "execute_tool book_flight")
+        ("edited", 4, "execute_tool book_flight")
     ]

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Sequence
 from typing import Any
 
+from rich.console import Group
+from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
 from agentreplay_collector.models import ChainStatus, RunSummary
 from agentreplay_otel.chain import ChainReport
+from agentreplay_otel.recording import RecordedStep
+from agentreplay_replay.diffing import StepPair, answer_text, step_label
 from agentreplay_replay.timeline import TimelineNode, first_failure
 
 _CHAIN_STYLE = {"intact": "green", "broken": "bold red", "unsealed": "yellow", "incomplete": "yellow",
@@ -110,3 +115,80 @@ def report_json(report: ChainReport) -> dict[str, Any]:
         "span_id": report.span_id, "span_name": report.span_name, "detail": report.detail,
         "span_count": report.span_count, "unsealed_spans": report.unsealed_spans,
     }
+
+
+# --- replay, fork and diff ---------------------------------------------------------------------
+_OUTCOME_STYLE = {"matched": "bold green", "diverged": "bold red", "forked": "bold yellow"}
+_PAIR_STYLE = {"same": "green", "request-differs": "bold red", "answer-differs": "yellow",
+               "only-left": "red", "only-right": "red"}
+
+
+def replay_report(outcome: Any) -> Group:
+    """The SDK's report of one replay, for a person: what matched, what did not, and why."""
+    report = outcome.report or {}
+    chain = outcome.chain
+    source = Text.assemble(("replay of ", "bold"), (outcome.recording.run_id, "bold cyan"),
+                           f"  mode {report.get('mode', '?')}  recording: ")
+    source.append("verified" if chain.intact else f"UNVERIFIED ({chain.problem} at seq {chain.seq})",
+                  style="green" if chain.intact else "bold red")
+    facts = Table.grid(padding=(0, 2))
+    for label, key in (("steps matched", "steps_matched"), ("live calls", "live_calls"),
+                       ("tools sandboxed", "tools_sandboxed"), ("connections blocked", "blocked_connections")):
+        value = str(report.get(key, "?"))
+        if key == "steps_matched":
+            value += f" of {report.get('steps_recorded', '?')} recorded"
+        facts.add_row(label, value)
+    if report.get("replay_run_id"):
+        facts.add_row("this replay's run", report["replay_run_id"])
+    verdict = report.get("outcome", "no report")
+    parts: list[Any] = [source, facts, Text(verdict.upper(), style=_OUTCOME_STYLE.get(verdict, "bold red"))]
+    divergence = report.get("divergence")
+    if divergence:
+        parts += divergence_parts(divergence)
+    return Group(*parts)
+
+
+def divergence_parts(d: dict[str, Any]) -> list[Any]:
+    head = Text(f"first divergence at step {d['step']}: {d['reason']}", style="bold red")
+    if d.get("recorded_span_id"):
+        head.append(f"\n  recorded span: {d.get('recorded_name')} ({d['recorded_span_id']})", style="")
+    if d.get("closest_step") is not None and d.get("closest_step") != d.get("recorded_step"):
+        head.append(f"\n  closest recorded call: step {d['closest_step']}", style="")
+    parts: list[Any] = [head]
+    if d.get("fields"):
+        table = Table(title="fields that differ", title_justify="left")
+        for col in ("field", "recorded", "replayed"):
+            table.add_column(col)
+        for f in d["fields"][:20]:
+            table.add_row(f["path"], _clip(f["recorded"]), _clip(f["replayed"]))
+        parts.append(table)
+    if d.get("diff"):
+        parts.append(Syntax(d["diff"], "diff", theme="ansi_dark", word_wrap=True))
+    return parts
+
+
+def _clip(value: Any, limit: int = 70) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def side_by_side(left_id: str, right_id: str, pairs: Sequence[StepPair]) -> Table:
+    table = Table(title=f"{left_id[:12]}  vs  {right_id[:12]}", title_justify="left", show_lines=True)
+    table.add_column("step", justify="right")
+    table.add_column(left_id[:12])
+    table.add_column(right_id[:12])
+    table.add_column("")
+    for pair in pairs:
+        table.add_row(str(pair.step), _cell(pair.left), _cell(pair.right),
+                      Text(pair.status, style=_PAIR_STYLE.get(pair.status, "")))
+    return table
+
+
+def _cell(step: RecordedStep | None) -> Text:
+    if step is None:
+        return Text("—", style="dim")
+    text = Text(step_label(step), style="bold")
+    answer = answer_text(step)
+    if answer:
+        text.append("\n→ " + _clip(answer, 90), style="")
+    return text

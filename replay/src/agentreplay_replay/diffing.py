@@ -1,0 +1,123 @@
+"""Two runs side by side, step by step: what each asked and what each got back."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentreplay_otel.recording import KIND_TOOL, RecordedStep, Recording
+
+
+@dataclass(frozen=True, kw_only=True)
+class StepPair:
+    step: int
+    left: RecordedStep | None
+    right: RecordedStep | None
+
+    @property
+    def status(self) -> str:
+        """same, request-differs, answer-differs, only-left or only-right."""
+        if self.left is None:
+            return "only-right"
+        if self.right is None:
+            return "only-left"
+        if (self.left.kind, self.left.name, self.left.fingerprint) != (
+            self.right.kind, self.right.name, self.right.fingerprint
+        ):
+            return "request-differs"
+        return "same" if answer_text(self.left) == answer_text(self.right) else "answer-differs"
+
+
+def pair_steps(left: Recording, right: Recording) -> list[StepPair]:
+    count = max(len(left.steps), len(right.steps))
+    return [
+        StepPair(step=i, left=left.steps[i] if i < len(left.steps) else None,
+                 right=right.steps[i] if i < len(right.steps) else None)
+        for i in range(count)
+    ]
+
+
+def first_difference(pairs: list[StepPair]) -> StepPair | None:
+    return next((p for p in pairs if p.status != "same"), None)
+
+
+def step_label(step: RecordedStep) -> str:
+    if step.kind == KIND_TOOL:
+        args = json.dumps(step.request, ensure_ascii=False, separators=(",", ":"))
+        return f"{step.name}({_clip(args, 50)})"
+    return f"{step.name}: {_clip(last_user_text(step.request), 50)}"
+
+
+def answer_text(step: RecordedStep) -> str:
+    """What the step produced, as text: a tool's result, or the model's words and tool calls."""
+    if step.kind == KIND_TOOL:
+        return step.result or ""
+    if step.stream is not None:
+        return _stream_text(step.stream)
+    return _response_text(_loads(step.response))
+
+
+def last_user_text(request: dict[str, Any]) -> str:
+    messages = request.get("messages") or request.get("input") or []
+    if isinstance(messages, str):
+        return messages
+    for message in reversed(messages if isinstance(messages, list) else []):
+        if isinstance(message, dict) and message.get("role") in ("user", "tool"):
+            return _content_text(message.get("content"))
+    return ""
+
+
+def _content_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def _response_text(doc: Any) -> str:
+    if not isinstance(doc, dict):
+        return ""
+    parts: list[str] = []
+    for choice in doc.get("choices", []):  # OpenAI chat
+        message = choice.get("message", {})
+        parts.append(message.get("content") or "")
+        parts += [f"→{c['function']['name']}({c['function']['arguments']})" for c in message.get("tool_calls") or []]
+    for block in doc.get("content", []) if isinstance(doc.get("content"), list) else []:  # Anthropic
+        parts.append(block.get("text") or (f"→{block.get('name')}({json.dumps(block.get('input'))})"
+                                           if block.get("type") == "tool_use" else ""))
+    for item in doc.get("output", []) if isinstance(doc.get("output"), list) else []:  # OpenAI Responses
+        if item.get("type") == "function_call":
+            parts.append(f"→{item.get('name')}({item.get('arguments')})")
+        for c in item.get("content", []) or []:
+            parts.append(c.get("text", ""))
+    return " ".join(p for p in parts if p)
+
+
+def _stream_text(events: list[Any]) -> str:
+    parts: list[str] = []
+    for raw in events:
+        doc = _loads(raw) if isinstance(raw, str) else raw
+        if not isinstance(doc, dict):
+            continue
+        for choice in doc.get("choices", []):
+            parts.append((choice.get("delta") or {}).get("content") or "")
+        delta = doc.get("delta")
+        if doc.get("type") == "content_block_delta" and isinstance(delta, dict):
+            parts.append(delta.get("text") or delta.get("partial_json") or "")
+        if doc.get("type") == "response.output_text.delta":
+            parts.append(str(delta or ""))
+    return "".join(parts)
+
+
+def _loads(text: str | None) -> Any:
+    try:
+        return json.loads(text) if text else None
+    except ValueError:
+        return None
+
+
+def _clip(text: str, limit: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
