@@ -168,6 +168,14 @@ def test_messages_stream_keeps_the_helper_api(telemetry, serve):
     assert a[semconv.STEP] == 0
 
 
+def test_messages_stream_with_messages_from_a_generator(telemetry, server):
+    with client(server).messages.stream(model=MODEL, max_tokens=100, messages=iter(MESSAGES)) as stream:
+        stream.until_done()
+
+    assert server.requests[0].body["messages"] == MESSAGES
+    assert json.loads(attrs(telemetry.llm_span())[semconv.REQUEST])["messages"] == MESSAGES
+
+
 def test_messages_stream_until_done_and_events(telemetry, server):
     with client(server).messages.stream(**ASK) as stream:
         first = next(iter(stream))

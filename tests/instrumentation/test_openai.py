@@ -117,6 +117,15 @@ def test_chat_completions_create_records_tool_results_in_input(telemetry, server
     ]
 
 
+def test_chat_completions_create_with_messages_from_a_generator(telemetry, server):
+    client(server).chat.completions.create(model=MODEL, messages=(m for m in MESSAGES))
+
+    assert server.requests[0].body["messages"] == MESSAGES  # recording did not use them up
+    a = attrs(telemetry.llm_span())
+    assert json.loads(a[semconv.REQUEST])["messages"] == MESSAGES
+    assert len(json.loads(a[semconv.GEN_AI_INPUT_MESSAGES])) == 2
+
+
 def test_chat_completions_create_stream_records_chunks_and_usage(telemetry, serve):
     server = serve([ScriptedReply(text="Lisbon on Friday at nine", tool_calls=[WEATHER])])
     with agentreplay_otel.run("booker"):

@@ -15,7 +15,7 @@ exceptions, unchanged, and the SDK's enforcement decisions reach the caller.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +67,21 @@ class Recorder:
 
     tracer: trace.Tracer
     metrics: GenAIMetrics | None
+
+
+_PLAIN_TYPES = frozenset({str, list, dict, tuple, int, float, bool, type(None)})
+
+
+def read_once_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Turn one-shot iterators among the kwargs (``messages=(m for m in ...)``) into lists.
+
+    The clients accept any iterable; recording reads the arguments too, and must not use
+    up what the library still has to send. ``kwargs`` is the call's own dict: changed in place.
+    """
+    for key, value in kwargs.items():
+        if type(value) not in _PLAIN_TYPES and isinstance(value, Iterator):
+            kwargs[key] = list(value)
+    return kwargs
 
 
 def begin(endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: Mapping[str, Any]) -> LLMCall | None:
@@ -134,6 +149,7 @@ def refuse(call: LLMCall | None, decision: replay.LLMDecision | None) -> None:
 
 def sync_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        read_once_arguments(kwargs)
         decision = replay_decision(endpoint, kwargs)
         kwargs = replayed_kwargs(kwargs, decision)
         call = begin(endpoint, recorder, instance, kwargs)
@@ -157,6 +173,7 @@ def sync_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
 
 def async_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
+        read_once_arguments(kwargs)
         decision = replay_decision(endpoint, kwargs)
         kwargs = replayed_kwargs(kwargs, decision)
         call = begin(endpoint, recorder, instance, kwargs)

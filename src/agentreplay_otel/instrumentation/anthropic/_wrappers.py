@@ -28,6 +28,7 @@ from agentreplay_otel.instrumentation._wrap import (
     Recorder,
     async_wrapper,
     begin,
+    read_once_arguments,
     refuse,
     replay_decision,
     sync_wrapper,
@@ -65,7 +66,7 @@ def messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Callable[
     endpoint = _endpoint(streams, _extract.stream_helper_request)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        manager = wrapped(*args, **kwargs)
+        manager = wrapped(*args, **read_once_arguments(kwargs))
         return MessageStreamManagerProxy(manager,
                                          functools.partial(begin, endpoint, recorder, instance, kwargs),
                                          functools.partial(replay_decision, endpoint, kwargs))
@@ -77,7 +78,7 @@ def async_messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Cal
     endpoint = _endpoint(streams, _extract.stream_helper_request)
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        manager = wrapped(*args, **kwargs)
+        manager = wrapped(*args, **read_once_arguments(kwargs))
         return AsyncMessageStreamManagerProxy(manager,
                                               functools.partial(begin, endpoint, recorder, instance, kwargs),
                                               functools.partial(replay_decision, endpoint, kwargs))
