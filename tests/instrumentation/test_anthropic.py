@@ -104,6 +104,21 @@ def test_messages_create_records_tool_use_and_tool_results(telemetry, serve):
     ]
 
 
+def test_messages_create_with_response_content_in_the_history(telemetry, serve):
+    server = serve([ScriptedReply(tool_calls=[WEATHER]), ScriptedReply(text="Sunny.")])
+    c = client(server)
+    first = c.messages.create(**ASK)
+    history = [*MESSAGES, {"role": "assistant", "content": first.content},  # the library's own blocks
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_weather",
+                                             "content": "sunny"}]}]
+    c.messages.create(model=MODEL, max_tokens=100, messages=history)
+
+    second = attrs(telemetry.llm_spans()[1])
+    assert json.loads(second[semconv.GEN_AI_INPUT_MESSAGES])[1]["parts"] == [
+        {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}]
+    assert json.loads(second[semconv.REQUEST])["messages"][1]["content"][0]["name"] == "get_weather"
+
+
 def test_messages_create_stream(telemetry, serve):
     server = serve([ScriptedReply(text="Lisbon on Friday", tool_calls=[WEATHER])])
     with agentreplay_otel.run("booker"):

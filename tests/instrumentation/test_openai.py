@@ -117,6 +117,19 @@ def test_chat_completions_create_records_tool_results_in_input(telemetry, server
     ]
 
 
+def test_chat_completions_create_with_response_messages_in_the_history(telemetry, serve):
+    server = serve([ScriptedReply(tool_calls=[WEATHER]), ScriptedReply(text="Sunny.")])
+    c = client(server)
+    first = c.chat.completions.create(model=MODEL, messages=MESSAGES)
+    history = [*MESSAGES, first.choices[0].message,  # the library's own object, as agents often pass it
+               {"role": "tool", "tool_call_id": "call_weather", "content": "sunny"}]
+    c.chat.completions.create(model=MODEL, messages=history)
+
+    second = attrs(telemetry.llm_spans()[1])
+    assert json.loads(second[semconv.GEN_AI_INPUT_MESSAGES])[2]["parts"][-1]["name"] == "get_weather"
+    assert json.loads(second[semconv.REQUEST])["messages"][2]["tool_calls"][0]["id"] == "call_weather"
+
+
 def test_chat_completions_create_with_messages_from_a_generator(telemetry, server):
     client(server).chat.completions.create(model=MODEL, messages=(m for m in MESSAGES))
 
