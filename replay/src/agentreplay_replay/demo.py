@@ -3,9 +3,12 @@
 1. makes an org key, the agent's key and its identity token (under ``.agentreplay/demo``);
 2. starts the collector (OTLP in, auth on, chain verification, chDB at ``.agentreplay/store``);
 3. records ``examples/flight_agent.py`` under ``opentelemetry-instrument`` against a local
-   scripted model server (the model and airline are simulated; recording is real);
+   scripted model (the model and airline are simulated; recording is real): asked for
+   Friday, the agent books the cheaper Saturday flight;
 4. shows the run with the ``agentreplay`` CLI: the run list, its timeline, its verification;
-5. stops everything it started, and says where to look next.
+5. replays it strictly (zero live calls), then forks it at the booking step with a
+   one-line prompt fix, which books Friday with every tool sandboxed;
+6. stops everything it started, and says where to look next.
 """
 
 from __future__ import annotations
@@ -21,13 +24,15 @@ from rich.console import Console
 
 from agentreplay_collector.testing import CollectorProcess, write_config
 from agentreplay_otel import identity, semconv
+from agentreplay_otel.testing.llm_server import LLMServer
+from agentreplay_replay.scenario import FIX, airline_server
 
 console = Console(width=None if sys.stdout.isatty() else 120)
 ROOT = Path.cwd()
 WORK = ROOT / ".agentreplay" / "demo"
 STORE = ROOT / ".agentreplay" / "store"
 AGENT = ROOT / "examples" / "flight_agent.py"
-SCRIPT = ROOT / "examples" / "flight_script.json"
+LEDGER = WORK / "airline-ledger.jsonl"
 BIN = Path(sys.executable).parent
 
 
@@ -53,27 +58,24 @@ def make_identity() -> dict[str, str]:
     }
 
 
-def start_model_server() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentreplay_otel.testing.llm_server", "--script", str(SCRIPT)],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-    )
-    assert proc.stdout is not None
-    return proc, proc.stdout.readline().strip()
-
-
-def record(collector: CollectorProcess, model_url: str, creds: dict[str, str]) -> None:
+def agent_env(collector: CollectorProcess, model: LLMServer, creds: dict[str, str]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))}
-    env |= creds | {
+    return env | creds | {
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.grpc}",
         "OTEL_EXPORTER_OTLP_INSECURE": "true",
         "OTEL_SERVICE_NAME": "flight-booker",
-        "OPENAI_BASE_URL": f"{model_url}/v1",
-        "ANTHROPIC_BASE_URL": model_url,
+        "OPENAI_BASE_URL": model.base_url_openai,
+        "ANTHROPIC_BASE_URL": model.base_url_anthropic,
+        "FLIGHT_LEDGER": str(LEDGER),
     }
-    cmd = [str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT), "Book me a flight to Lisbon on Friday."]
-    console.print(f"[dim]$ opentelemetry-instrument python {AGENT.relative_to(ROOT)} 'Book me a flight ...'")
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120)
+
+
+def record(env: dict[str, str]) -> None:
+    cmd = [str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT.relative_to(ROOT)),
+           "Book me a flight to Lisbon on Friday."]
+    console.print(f"[dim]$ opentelemetry-instrument python {AGENT.relative_to(ROOT)} 'Book me a flight to Lisbon "
+                  "on Friday.'")
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=120, cwd=ROOT)
     if done.returncode != 0:
         raise SystemExit(f"the agent failed:\n{done.stderr}")
     console.print(f"agent answered: [italic]{done.stdout.strip()}")
@@ -91,11 +93,17 @@ def wait_for_verdict(collector: CollectorProcess, timeout_s: float = 30.0) -> st
     raise SystemExit("the collector did not verify the run in time; see " + str(collector.log_path))
 
 
-def cli(*args: str, collector: CollectorProcess) -> int:
-    console.print(f"[dim]$ agentreplay {' '.join(args)}")
-    return subprocess.run(
-        [str(BIN / "agentreplay"), *args, "--collector", collector.control], timeout=60
-    ).returncode
+def cli(*args: str, collector: CollectorProcess, env: dict[str, str]) -> int:
+    shown = " ".join(f"'{a}'" if " " in a else a for a in args)
+    console.print(f"[dim]$ agentreplay {shown}")
+    command, *rest = args
+    extra = ["--otlp-endpoint", collector.grpc] if command in ("replay", "fork") else []
+    return subprocess.run([str(BIN / "agentreplay"), command, "--collector", collector.control, *extra, *rest],
+                          env=env, timeout=120, cwd=ROOT).returncode
+
+
+def bookings() -> int:
+    return len(LEDGER.read_text().splitlines()) if LEDGER.exists() else 0
 
 
 def main() -> int:
@@ -107,32 +115,45 @@ def main() -> int:
     step("2. collector: OTLP in, auth on, chain verification, embedded ClickHouse (chDB)")
     config = write_config(WORK / "collector.yaml", store=f"chdb://{STORE}",
                           org_public_key=creds[semconv.ENV_ORG_PUBLIC_KEY])
-    model, model_url = start_model_server()
     collector = CollectorProcess(config, log=WORK / "collector.log")
-    try:
-        collector.start()
-        console.print(f"collector up: OTLP gRPC {collector.grpc}, control {collector.control}, store {STORE}")
-        step("3. record the flight agent, unmodified, under opentelemetry-instrument")
-        record(collector, model_url, creds)
-        run_id = wait_for_verdict(collector)
-        step("4. what was recorded")
-        cli("runs", "--agent", "flight-booker", "--limit", "5", collector=collector)
-        cli("show", run_id, collector=collector)
-        verified = cli("verify", run_id, "--require-seal", collector=collector)
-    finally:
-        collector.stop()
-        model.terminate()
-        model.wait(timeout=10)
+    LEDGER.unlink(missing_ok=True)
+    with airline_server() as model:
+        try:
+            collector.start()
+            console.print(f"collector up: OTLP gRPC {collector.grpc}, control {collector.control}, store {STORE}")
+            env = agent_env(collector, model, creds)
+            step("3. record the flight agent, unmodified, under opentelemetry-instrument")
+            record(env)
+            run_id = wait_for_verdict(collector)
+            console.print("[bold red]The customer asked for Friday; the agent booked Saturday.")
+            step("4. what was recorded")
+            cli("runs", "--agent", "flight-booker", "--limit", "5", collector=collector, env=env)
+            cli("show", run_id, collector=collector, env=env)
+            verified = cli("verify", run_id, "--require-seal", collector=collector, env=env)
+            step("5. replay it exactly: answers from the recording, zero live calls")
+            calls, booked = model.request_count, bookings()
+            replayed = cli("replay", run_id, collector=collector, env=env)
+            console.print(f"model server requests during the replay: {model.request_count - calls}; "
+                          f"bookings made: {bookings() - booked}")
+            step("6. fork at the booking step (3) with a one-line prompt fix, tools sandboxed")
+            forked = cli("fork", run_id, "--at", "3", "--system", FIX, collector=collector, env=env)
+            console.print(f"bookings made by the fork: {bookings() - booked}")
+        finally:
+            collector.stop()
     step(f"done in {time.monotonic() - started:.1f}s; nothing left running")
+    failed = [name for name, rc in (("verify", verified), ("replay", replayed), ("fork", forked)) if rc != 0]
+    if failed:
+        console.print(f"[bold red]{', '.join(failed)} did not succeed; see above")
     console.print(
         "Look next:\n"
         f"  .venv/bin/agentreplay runs                  # every recorded run (reads {STORE.relative_to(ROOT)})\n"
         f"  .venv/bin/agentreplay show {run_id[:12]}      # this run's timeline\n"
         "  .venv/bin/agentreplay verify --all          # recompute every chain from the stored rows\n"
+        f"  .venv/bin/agentreplay replay {run_id[:12]}    # replay it again (start a collector to record it)\n"
         f"  {WORK.relative_to(ROOT)}/collector.log       # what the collector did\n"
         "  docs/recorder.md, docs/collector.md        # how it works"
     )
-    return verified
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

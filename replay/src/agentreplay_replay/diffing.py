@@ -83,13 +83,13 @@ def _response_text(doc: Any) -> str:
     for choice in doc.get("choices", []):  # OpenAI chat
         message = choice.get("message", {})
         parts.append(message.get("content") or "")
-        parts += [f"→{c['function']['name']}({c['function']['arguments']})" for c in message.get("tool_calls") or []]
+        parts += [f"{c['function']['name']}({c['function']['arguments']})" for c in message.get("tool_calls") or []]
     for block in doc.get("content", []) if isinstance(doc.get("content"), list) else []:  # Anthropic
-        parts.append(block.get("text") or (f"→{block.get('name')}({json.dumps(block.get('input'))})"
+        parts.append(block.get("text") or (f"{block.get('name')}({json.dumps(block.get('input'))})"
                                            if block.get("type") == "tool_use" else ""))
     for item in doc.get("output", []) if isinstance(doc.get("output"), list) else []:  # OpenAI Responses
         if item.get("type") == "function_call":
-            parts.append(f"→{item.get('name')}({item.get('arguments')})")
+            parts.append(f"{item.get('name')}({item.get('arguments')})")
         for c in item.get("content", []) or []:
             parts.append(c.get("text", ""))
     return " ".join(p for p in parts if p)
