@@ -9,6 +9,7 @@ import logging
 from typing import Any
 
 import openai
+import pydantic
 import pytest
 import wrapt
 from opentelemetry import context as otel_context
@@ -273,6 +274,39 @@ async def test_async_responses_create_stream(telemetry, server):
     assert a[semconv.GEN_AI_RESPONSE_ID] == events[-1].response.id
 
 
+# --- parse(): structured output -------------------------------------------------------------
+class Flight(pydantic.BaseModel):
+    number: str
+    day: str
+
+
+FLIGHT_JSON = '{"number": "TP123", "day": "Friday"}'
+
+
+def test_chat_completions_parse(telemetry, serve):
+    server = serve([ScriptedReply(text=FLIGHT_JSON)])
+    completion = client(server).chat.completions.parse(model=MODEL, messages=MESSAGES, response_format=Flight)
+
+    assert completion.choices[0].message.parsed == Flight(number="TP123", day="Friday")
+    a = attrs(telemetry.llm_span())
+    assert a[semconv.GEN_AI_RESPONSE_ID] == completion.id
+    recorded = json.loads(a[semconv.RESPONSE])  # the body as the API sent it: no helper-made "parsed"
+    assert "parsed" not in recorded["choices"][0]["message"]
+    assert recorded["choices"][0]["message"]["content"] == FLIGHT_JSON
+    output = json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES])
+    assert output[0]["parts"] == [{"type": "text", "content": FLIGHT_JSON}]
+
+
+async def test_async_responses_parse(telemetry, serve):
+    server = serve([ScriptedReply(text=FLIGHT_JSON)])
+    response = await async_client(server).responses.parse(model=MODEL, input="Book it", text_format=Flight)
+
+    assert response.output_parsed == Flight(number="TP123", day="Friday")
+    a = attrs(telemetry.llm_span())
+    assert a[semconv.GEN_AI_RESPONSE_ID] == response.id
+    assert '"parsed"' not in a[semconv.RESPONSE]
+
+
 # --- any OpenAI-compatible server ---------------------------------------------------------
 def test_chat_completions_create_against_a_compatible_base_url(telemetry, server):
     compatible = openai.OpenAI(base_url=f"http://localhost:{server.port}/v1", api_key="x", max_retries=0)
@@ -356,9 +390,10 @@ def test_uninstrument_restores_chat_completions_create(telemetry, server):
     responses = openai.resources.responses.responses
     classes = (completions.Completions, completions.AsyncCompletions,
                responses.Responses, responses.AsyncResponses)
-    assert all(isinstance(cls.__dict__["create"], wrapt.FunctionWrapper) for cls in classes)
+    targets = [(cls, name) for cls in classes for name in ("create", "parse")]
+    assert all(isinstance(cls.__dict__[name], wrapt.FunctionWrapper) for cls, name in targets)
     OpenAIInstrumentor().uninstrument()
-    assert not any(isinstance(cls.__dict__["create"], wrapt.ObjectProxy) for cls in classes)
+    assert not any(isinstance(cls.__dict__[name], wrapt.ObjectProxy) for cls, name in targets)
 
     client(server).chat.completions.create(model=MODEL, messages=MESSAGES)
     assert telemetry.llm_spans() == []

@@ -1,5 +1,6 @@
 """OpenAI instrumentation: ``chat.completions.create`` and ``responses.create``, sync and
-async, streamed or not, against OpenAI or any OpenAI-compatible server::
+async, streamed or not (and the structured-output ``parse()`` of both, which bypass
+``create``), against OpenAI or any OpenAI-compatible server::
 
     from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
 
@@ -50,6 +51,11 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wrap_function_wrapper(_RESPONSES, "Responses.create", _wrappers.responses_create(recorder, streams))
         wrap_function_wrapper(_RESPONSES, "AsyncResponses.create",
                               _wrappers.async_responses_create(recorder, streams))
+        wrap_function_wrapper(_CHAT, "Completions.parse", _wrappers.chat_parse(recorder, streams))
+        wrap_function_wrapper(_CHAT, "AsyncCompletions.parse", _wrappers.async_chat_parse(recorder, streams))
+        wrap_function_wrapper(_RESPONSES, "Responses.parse", _wrappers.responses_parse(recorder, streams))
+        wrap_function_wrapper(_RESPONSES, "AsyncResponses.parse",
+                              _wrappers.async_responses_parse(recorder, streams))
 
     def _uninstrument(self, **kwargs: Any) -> None:
         import openai.resources.chat.completions.completions as chat
@@ -59,3 +65,7 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         unwrap(chat.AsyncCompletions, "create")
         unwrap(responses.Responses, "create")
         unwrap(responses.AsyncResponses, "create")
+        unwrap(chat.Completions, "parse")
+        unwrap(chat.AsyncCompletions, "parse")
+        unwrap(responses.Responses, "parse")
+        unwrap(responses.AsyncResponses, "parse")

@@ -9,10 +9,11 @@ body had), a stream as the raw JSON of each event as it arrived.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from agentreplay_otel import semconv
+from agentreplay_otel.content import to_json
 from agentreplay_otel.instrumentation._llm import LLMResult
 from agentreplay_otel.instrumentation._wrap import CallRequest, server_attributes
 
@@ -54,6 +55,22 @@ def _model(kwargs: Mapping[str, Any]) -> str | None:
 def response_json(model: Any) -> str:
     """The response body's JSON: the fields the API sent (``exclude_unset``), nothing added."""
     return model.model_dump_json(exclude_unset=True, warnings=False)
+
+
+_PARSED_KEYS = frozenset({"parsed", "parsed_arguments"})
+
+
+def parsed_response_json(model: Any) -> str:
+    """A ``parse()`` helper's response as the API sent it: without the fields the helper adds."""
+    return to_json(_without_parsed(model.model_dump(mode="json", exclude_unset=True, warnings=False)))
+
+
+def _without_parsed(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_parsed(v) for k, v in value.items() if k not in _PARSED_KEYS}
+    if isinstance(value, list):
+        return [_without_parsed(v) for v in value]
+    return value
 
 
 # --- chat.completions ------------------------------------------------------------------
@@ -155,7 +172,12 @@ def _as_dict(value: Any) -> Mapping[str, Any]:
     return dump(mode="json", exclude_unset=True) if callable(dump) else {}
 
 
-def chat_result(completion: Any) -> LLMResult:
+def chat_parse_result(completion: Any) -> LLMResult:
+    """``chat.completions.parse()``: a chat completion with the helper's parsed output on it."""
+    return chat_result(completion, dump=parsed_response_json)
+
+
+def chat_result(completion: Any, *, dump: Callable[[Any], str] = response_json) -> LLMResult:
     choices = completion.choices or ()
     attrs: dict[str, Any] = {}
     if completion.id:
@@ -167,7 +189,7 @@ def chat_result(completion: Any) -> LLMResult:
         attributes=attrs,
         response_model=completion.model,
         output_messages=[_chat_output_message(c.message, c.finish_reason) for c in choices],
-        response_json=response_json(completion),
+        response_json=dump(completion),
     )
     _chat_usage(result, completion.usage)
     return result
@@ -337,7 +359,13 @@ def responses_input_messages(items: Any) -> list[dict[str, Any]]:
     return out
 
 
-def responses_result(response: Any, *, raw: list[str] | None = None) -> LLMResult:
+def responses_parse_result(response: Any) -> LLMResult:
+    """``responses.parse()``: a response with the helper's parsed output on it."""
+    return responses_result(response, dump=parsed_response_json)
+
+
+def responses_result(response: Any, *, raw: list[str] | None = None,
+                     dump: Callable[[Any], str] = response_json) -> LLMResult:
     attrs: dict[str, Any] = {}
     if response.id:
         attrs[semconv.GEN_AI_RESPONSE_ID] = response.id
@@ -348,7 +376,7 @@ def responses_result(response: Any, *, raw: list[str] | None = None) -> LLMResul
         attributes=attrs,
         response_model=response.model,
         output_messages=[{"role": "assistant", "parts": parts, "finish_reason": reason}],
-        response_json=None if raw is not None else response_json(response),
+        response_json=None if raw is not None else dump(response),
         stream_chunks=raw,
     )
     usage = response.usage

@@ -10,22 +10,26 @@ from agentreplay_otel.instrumentation._wrap import Endpoint, Recorder, async_wra
 from agentreplay_otel.instrumentation.openai import _extract
 
 
-def _chat_endpoint(streams: tuple[type, type]) -> Endpoint:
+def _chat_endpoint(
+    streams: tuple[type, type], result: Callable[[Any], Any] = _extract.chat_result
+) -> Endpoint:
     return Endpoint(
         provider=semconv.PROVIDER_OPENAI,
         request=_extract.chat_request,
-        result=_extract.chat_result,
+        result=result,
         accumulator=_extract.ChatStreamAccumulator,
         sync_stream=streams[0],
         async_stream=streams[1],
     )
 
 
-def _responses_endpoint(streams: tuple[type, type]) -> Endpoint:
+def _responses_endpoint(
+    streams: tuple[type, type], result: Callable[[Any], Any] = _extract.responses_result
+) -> Endpoint:
     return Endpoint(
         provider=semconv.PROVIDER_OPENAI,
         request=_extract.responses_request,
-        result=_extract.responses_result,
+        result=result,
         accumulator=_extract.ResponsesStreamAccumulator,
         sync_stream=streams[0],
         async_stream=streams[1],
@@ -48,3 +52,21 @@ def responses_create(recorder: Recorder, streams: tuple[type, type]) -> Callable
 
 def async_responses_create(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
     return async_wrapper(_responses_endpoint(streams), recorder)
+
+
+def chat_parse(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    """``Completions.parse``: structured output; posts by itself, not through ``create``."""
+    return sync_wrapper(_chat_endpoint(streams, _extract.chat_parse_result), recorder)
+
+
+def async_chat_parse(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    return async_wrapper(_chat_endpoint(streams, _extract.chat_parse_result), recorder)
+
+
+def responses_parse(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    """``Responses.parse``: structured output; posts by itself, not through ``create``."""
+    return sync_wrapper(_responses_endpoint(streams, _extract.responses_parse_result), recorder)
+
+
+def async_responses_parse(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
+    return async_wrapper(_responses_endpoint(streams, _extract.responses_parse_result), recorder)
