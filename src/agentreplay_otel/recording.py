@@ -15,23 +15,21 @@ from pathlib import Path
 from typing import Any
 
 from agentreplay_otel import semconv
-from agentreplay_otel.canonical import SpanRecord, canonical_json
+from agentreplay_otel.canonical import SpanRecord
 
 KIND_LLM = "llm"
 KIND_TOOL = "tool"
 
 
 def request_fingerprint(request: Mapping[str, Any]) -> str:
-    """SHA-256 of the canonical (RFC 8785) JSON of a call's kwargs: equal requests, equal prints."""
-    try:
-        data = canonical_json(_plain(request))
-    except Exception:  # noqa: BLE001 - a value JCS cannot carry (huge int): fall back to sorted JSON
-        data = json.dumps(request, sort_keys=True, separators=(",", ":"), default=repr).encode()
-    return hashlib.sha256(data).hexdigest()
+    """SHA-256 of a call's kwargs as sorted, compact JSON: equal requests, equal prints.
 
-
-def _plain(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=repr))
+    Both sides of the comparison run this same function in Python, so sorted-key JSON is
+    canonical enough, and it is ~20x faster than a general RFC 8785 encoder on a long
+    conversation (the chain, which other implementations recompute, uses RFC 8785).
+    """
+    data = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
+    return hashlib.sha256(data.encode()).hexdigest()
 
 
 @dataclass(frozen=True, kw_only=True)
