@@ -23,7 +23,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-from agentreplay_otel import redaction, replay, semconv, settings
+from agentreplay_otel import guard, redaction, replay, semconv, settings
 from agentreplay_otel.chain import ChainSpanProcessor
 from agentreplay_otel.errors import ConfigurationError
 from agentreplay_otel.runs import end_auto_run
@@ -189,6 +189,7 @@ class AgentReplayConfigurator(_BaseConfigurator):
     def _configure(self, **kwargs: Any) -> None:
         replay.install_from_env()  # before any run opens: a replay's runs are marked as replays
         trace.set_tracer_provider(build_tracer_provider())
+        guard.install_from_env(settings.current())  # a bad manifest or token stops the agent here
         _configure_metrics()
         _log.debug("agentreplay %s: tracing configured", __version__)
 

@@ -84,6 +84,12 @@ GRAPH_INTERRUPTED: Final = "agentreplay.graph.interrupted"
 SPAN_GRAPH_NODE: Final = "graph_node"
 
 EVENT_POLICY_DECISION: Final = "agentreplay.policy.decision"
+# attributes of the policy decision event
+POLICY_DECISION: Final = "agentreplay.policy.outcome"  # allow | deny
+POLICY_RULE: Final = "agentreplay.policy.rule"
+POLICY_DETAIL: Final = "agentreplay.policy.detail"
+POLICY_SOURCE: Final = "agentreplay.policy.source"  # local | authorize | fail_open | fail_closed
+HALTED: Final = "agentreplay.halted"  # on a span refused because its run or agent was halted
 EVENT_STATE: Final = "agentreplay.state"
 STATE_UPDATE: Final = "agentreplay.state.update"
 
@@ -136,7 +142,11 @@ ENV_CAPTURE_CONTENT: Final = "AGENTREPLAY_CAPTURE_CONTENT"
 ENV_QUEUE_SIZE: Final = "AGENTREPLAY_QUEUE_SIZE"
 ENV_PRICES: Final = "AGENTREPLAY_PRICES"
 ENV_STORE: Final = "AGENTREPLAY_STORE"
-ENV_COLLECTOR: Final = "AGENTREPLAY_COLLECTOR"
+ENV_COLLECTOR: Final = "AGENTREPLAY_COLLECTOR"  # the collector's control endpoint (CLI, guard)
+ENV_GUARD: Final = "AGENTREPLAY_GUARD"  # "off": record but enforce nothing in this process
+ENV_AUTHORIZE_DEADLINE_MS: Final = "AGENTREPLAY_AUTHORIZE_DEADLINE_MS"
+ENV_ADMIN_TOKEN: Final = "AGENTREPLAY_ADMIN_TOKEN"
+ENV_ORG_KEY: Final = "AGENTREPLAY_ORG_KEY"  # the org's private key file (CLI only)
 
 # entry point groups
 EP_REDACTOR: Final = "agentreplay_redactor"

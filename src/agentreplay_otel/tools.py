@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentreplay_otel import replay, semconv, settings
+from agentreplay_otel import guard, replay, semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.runs import start_step_span
 
@@ -78,6 +78,7 @@ def _wrap(func: F, spec: ToolSpec) -> F:
                 try:
                     session = replay.active()
                     if session is None:
+                        _enforce(spec, span, arguments)
                         result = await func(*args, **kwargs)
                     else:
                         result = _sandboxed(session, spec, span, arguments, func)
@@ -97,6 +98,7 @@ def _wrap(func: F, spec: ToolSpec) -> F:
             try:
                 session = replay.active()
                 if session is None:
+                    _enforce(spec, span, arguments)
                     result = func(*args, **kwargs)
                 else:
                     result = _sandboxed(session, spec, span, arguments, func)
@@ -116,6 +118,14 @@ def _sandboxed(session: replay.ReplaySession, spec: ToolSpec, span: Span, argume
     value, source = session.on_tool_call(spec.name, arguments, func)
     span.set_attribute(semconv.REPLAY_SOURCE, source)
     return value
+
+
+def _enforce(spec: ToolSpec, span: Span, arguments: dict) -> None:
+    """The guard's verdict before the body runs: returns, or raises ScopeViolation / RunHalted."""
+    g = guard.current()
+    if g is not None:
+        g.before_tool(span=span, tool=spec.name, side_effect=spec.side_effect, arguments=arguments,
+                      cost_usd=_cost(spec.cost, arguments))
 
 
 def _start(spec: ToolSpec, signature: inspect.Signature, args: tuple, kwargs: dict) -> tuple[Span, dict]:
@@ -139,6 +149,9 @@ def _finish(span: Span, spec: ToolSpec, arguments: dict, result: Any) -> None:
         cost = _cost(spec.cost, arguments)
         if cost is not None:
             span.set_attribute(semconv.COST_USD, cost)
+            g = guard.current()
+            if g is not None:
+                g.add_cost(format(span.get_span_context().trace_id, "032x"), cost)
     finally:
         span.end()
 

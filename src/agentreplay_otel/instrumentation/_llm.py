@@ -17,7 +17,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentreplay_otel import semconv, settings
+from agentreplay_otel import guard, semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.pricing import cost_usd
@@ -118,6 +118,9 @@ class LLMCall:
         cost = cost_usd(result.response_model or self.model, result.input_tokens, result.output_tokens)
         if cost is not None:
             attrs[semconv.COST_USD] = cost
+            g = guard.current()
+            if g is not None:  # counted against the caps: the next call sees it
+                g.add_cost(format(self.span.get_span_context().trace_id, "032x"), cost)
         if settings.current().capture_content:
             if result.output_messages is not None:
                 attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(result.output_messages)

@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from agentreplay_otel import replay, semconv
+from agentreplay_otel import guard, replay, semconv
 from agentreplay_otel.errors import RunHalted, ScopeViolation
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult, clean_kwargs
 from agentreplay_otel.instrumentation._stream import (
@@ -32,6 +32,7 @@ from agentreplay_otel.instrumentation._stream import (
     tap_sse,
 )
 from agentreplay_otel.metrics import GenAIMetrics
+from agentreplay_otel.runs import current_run
 
 _log = logging.getLogger(__name__)
 
@@ -147,11 +148,23 @@ def refuse(call: LLMCall | None, decision: replay.LLMDecision | None) -> None:
         raise decision.error
 
 
+def enforce(kwargs: Mapping[str, Any]) -> None:
+    """The guard before an LLM call (not in a replay): RunHalted if halted, ScopeViolation if
+    the model is not allowed or the run has already spent its cap."""
+    g = guard.current()
+    if g is not None:
+        state = current_run()
+        model = kwargs.get("model")
+        g.before_llm(run_span=state.span if state else None, model=model if isinstance(model, str) else None)
+
+
 def sync_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         read_once_arguments(kwargs)
         decision = replay_decision(endpoint, kwargs)
         kwargs = replayed_kwargs(kwargs, decision)
+        if decision is None:
+            enforce(kwargs)
         call = begin(endpoint, recorder, instance, kwargs)
         refuse(call, decision)
         if call is None:
@@ -176,6 +189,8 @@ def async_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
         read_once_arguments(kwargs)
         decision = replay_decision(endpoint, kwargs)
         kwargs = replayed_kwargs(kwargs, decision)
+        if decision is None:
+            enforce(kwargs)
         call = begin(endpoint, recorder, instance, kwargs)
         refuse(call, decision)
         if call is None:
