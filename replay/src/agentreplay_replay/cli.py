@@ -339,5 +339,8 @@ def main() -> None:
         sys.exit(2)
 
 
+from agentreplay_replay import control as _control  # noqa: E402,F401  registers commands
+
+
 if __name__ == "__main__":
     main()
