@@ -83,3 +83,14 @@ def test_canonical_span_changes_with_any_field():
 
 def test_resource_is_not_hashed():
     assert canonical_span(_record(resource={"x": "1"})) == canonical_span(_record(resource={"x": "2"}))
+
+
+@given(st.dictionaries(text, text, max_size=8), st.lists(st.dictionaries(text, text, max_size=3), max_size=3))
+@settings(max_examples=300, deadline=None)
+def test_canonical_span_equals_reference_jcs_of_its_document(attributes, events):
+    record = _record(attributes=attributes,
+                     events=tuple(EventRecord(name="e", time_ns=i, attributes=a) for i, a in enumerate(events)))
+    doc = json.loads(canonical_span(record))
+    assert canonical_span(record) == rfc8785.dumps(doc)
+    assert doc["attributes"] == {k: v for k, v in attributes.items() if not k.startswith("agentreplay.chain.")
+                                 and k != "agentreplay.identity.kid"}

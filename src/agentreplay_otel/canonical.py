@@ -103,6 +103,7 @@ class SpanRecord:
 
 def canonical_span(record: SpanRecord) -> bytes:
     """RFC 8785 bytes of a span, without its chain attributes (seq, prev, hash, seal, kid)."""
+    attributes = {k: v for k, v in record.attributes.items() if k not in semconv.CHAIN_ATTRIBUTES}
     doc = {
         "trace_id": record.trace_id,
         "span_id": record.span_id,
@@ -112,15 +113,21 @@ def canonical_span(record: SpanRecord) -> bytes:
         "start": str(record.start_ns),
         "end": str(record.end_ns),
         "status": {"code": record.status_code, "message": record.status_message},
-        "attributes": {
-            k: v for k, v in record.attributes.items() if k not in semconv.CHAIN_ATTRIBUTES
-        },
+        "attributes": attributes,
         "events": [
             {"name": e.name, "time": str(e.time_ns), "attributes": dict(e.attributes)}
             for e in record.events
         ],
     }
+    # The fixed keys above are ASCII; when the attribute keys are too (the usual case, one
+    # C-level check), sorted json.dumps is JCS without walking the tree.
+    if "".join(attributes).isascii() and all("".join(e.attributes).isascii() for e in record.events):
+        return _dumps(doc)
     return canonical_text_tree(doc)
+
+
+def _dumps(tree: Any) -> bytes:
+    return json.dumps(tree, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 def canonical_json(value: Any) -> bytes:
@@ -137,13 +144,13 @@ def canonical_text_tree(tree: Any) -> bytes:
     """
     if _has_unsafe_key(tree):
         return rfc8785.dumps(tree)
-    return json.dumps(tree, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _dumps(tree)
 
 
 def _has_unsafe_key(tree: Any) -> bool:
     if isinstance(tree, dict):
         for key, value in tree.items():
-            if key and max(key) >= "\ud800":
+            if not key.isascii() and max(key) >= "\ud800":
                 return True
             if not isinstance(value, str) and _has_unsafe_key(value):
                 return True

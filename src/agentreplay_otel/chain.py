@@ -48,9 +48,16 @@ def link_hash(prev_hash: str, record: SpanRecord) -> str:
 
 
 def record_from_span(
-    span: ReadableSpan, attributes: Mapping | None = None, events: Iterable[Event] | None = None
+    span: ReadableSpan,
+    attributes: Mapping | None = None,
+    events: Iterable[Event] | None = None,
+    *,
+    with_resource: bool = True,
 ) -> SpanRecord:
-    """Reduce an SDK span to its stored form (optionally with replaced attributes/events)."""
+    """Reduce an SDK span to its stored form (optionally with replaced attributes/events).
+
+    The resource is not hashed; the chain processor asks for it only on run spans (the seal).
+    """
     ctx = span.context
     parent = span.parent
     status = span.status
@@ -73,7 +80,7 @@ def record_from_span(
             )
             for e in (span.events if events is None else events)
         ),
-        resource={k: stored_string(v) for k, v in span.resource.attributes.items()},
+        resource={k: stored_string(v) for k, v in span.resource.attributes.items()} if with_resource else {},
     )
 
 
@@ -124,8 +131,8 @@ class ChainSpanProcessor(SpanProcessor):
         events = list(span.events)
         if self._redactor is not None:
             attributes, events = self._redact(attributes, events)
-        record = record_from_span(span, attributes, events)
         is_run = span.parent is None or span.parent.is_remote
+        record = record_from_span(span, attributes, events, with_resource=is_run)
         trace_id = span.context.trace_id
         with self._lock:
             chain = self._open.get(trace_id) or self._sealed.get(trace_id)
