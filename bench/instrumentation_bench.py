@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from agentreplay_otel import identity, semconv
-from agentreplay_otel.chain import ChainSpanProcessor
+from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
 from agentreplay_otel.testing.providers import swap_global_tracer_provider
 
@@ -77,8 +77,9 @@ class Config:
 def ours() -> Callable[[], None]:
     key = identity.generate_key()
     provider = TracerProvider(resource=Resource.create({semconv.AGENT_ID: "bench"}))
-    provider.add_span_processor(ChainSpanProcessor(BatchSpanProcessor(DiscardExporter(), max_queue_size=65536),
-                                                   signing_key=key))
+    # As the launcher sets it up: the chain is computed on the export thread.
+    provider.add_span_processor(BatchSpanProcessor(ChainingSpanExporter(DiscardExporter(), signing_key=key),
+                                                   max_queue_size=65536))
     previous = swap_global_tracer_provider(provider)
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)

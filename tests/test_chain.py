@@ -181,3 +181,31 @@ def test_verify_refuses_spans_of_two_runs(recorder):
 
 def test_empty_run_is_truncated():
     assert verify([]).problem is ChainProblem.TRUNCATED
+
+
+def test_chaining_exporter_behind_a_batch_processor_seals_intact_runs():
+    """The launcher's arrangement: hashing on the export thread, in the order spans ended."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentreplay_otel.chain import ChainingSpanExporter
+    from agentreplay_otel.testing.providers import global_tracer_provider
+
+    key = identity.generate_key()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(ChainingSpanExporter(exporter, signing_key=key),
+                                                   max_export_batch_size=3, schedule_delay_millis=1))
+    with global_tracer_provider(provider):
+        for name in ("a", "b"):
+            with agentreplay_otel.run(name):
+                for i in range(10):
+                    search(f"query {i}")
+    provider.shutdown()
+    spans = exporter.get_finished_spans()
+    assert len(spans) == 22
+    for trace_id in {s.context.trace_id for s in spans}:
+        run = [s for s in spans if s.context.trace_id == trace_id]
+        report = verify(run, keys={identity.key_id(key): key.public_key()}, require_seal=True)
+        assert report.intact and report.sealed and report.span_count == 11

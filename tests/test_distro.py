@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from agentreplay_otel import semconv
-from agentreplay_otel.chain import ChainSpanProcessor
+from agentreplay_otel.chain import ChainingSpanExporter, ChainSpanProcessor
 from agentreplay_otel.distro import DEFAULT_QUEUE_SIZE, CountingBatchSpanProcessor, build_tracer_provider
 from agentreplay_otel.errors import ConfigurationError
 
@@ -64,10 +64,11 @@ def test_drops_are_counted_and_logged_never_silent(caplog):
     assert logged and f"({processor.dropped} in all)" in logged[-1]
 
 
-def test_provider_has_the_chain_processor_and_the_agent_resource():
-    provider = build_tracer_provider({"OTEL_TRACES_EXPORTER": "console", semconv.ENV_AGENT_ID: "booker"})
+def test_every_exporter_is_behind_the_chain_and_the_resource_names_the_agent():
+    provider = build_tracer_provider({"OTEL_TRACES_EXPORTER": "console,console", semconv.ENV_AGENT_ID: "booker"})
     processors = provider._active_span_processor._span_processors  # noqa: SLF001
-    assert any(isinstance(p, ChainSpanProcessor) for p in processors)
+    batchers = [p for p in processors if isinstance(p, CountingBatchSpanProcessor)]
+    assert len(batchers) == 2 and all(isinstance(b.span_exporter, ChainingSpanExporter) for b in batchers)
     assert provider.resource.attributes[semconv.AGENT_ID] == "booker"
     assert provider.resource.attributes[semconv.SERVICE_NAME] == "booker"
     provider.shutdown()

@@ -16,12 +16,13 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from agentreplay_otel import semconv
 from agentreplay_otel.canonical import (
@@ -90,22 +91,22 @@ class _RunChain:
     last_hash: str = GENESIS_HASH
 
 
-class ChainSpanProcessor(SpanProcessor):
-    """Adds ``seq``/``prev``/``hash`` to every span and a seal to each run span, then exports.
+class Chainer:
+    """Links spans into their runs' chains: ``seq``/``prev``/``hash`` on each, a seal on each run span.
 
-    Wraps the processor that exports (normally a ``BatchSpanProcessor``): nothing reaches
-    an exporter except through here, so what is exported is exactly what was hashed.
+    Thread-safe; one per export path. :class:`ChainSpanProcessor` runs it as spans end (on
+    the agent's thread); :class:`ChainingSpanExporter` runs it in the exporter (on the
+    batch processor's thread, off the agent's path). Either way nothing reaches an exporter
+    unchained, so what is exported is exactly what was hashed.
     """
 
     def __init__(
         self,
-        downstream: SpanProcessor,
         *,
         signing_key: Ed25519PrivateKey | None = None,
         agent_id: str | None = None,
         redactor: Redactor | None = None,
     ) -> None:
-        self._downstream = downstream
         self._key = signing_key
         self._kid = key_id(signing_key) if signing_key else None
         self._agent_id = agent_id
@@ -115,16 +116,13 @@ class ChainSpanProcessor(SpanProcessor):
         self._lock = threading.Lock()
         self._warned_unsigned = False
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        self._downstream.on_start(span, parent_context)
-
-    def on_end(self, span: ReadableSpan) -> None:
+    def chain(self, span: ReadableSpan) -> ReadableSpan:
+        """The span as exported: chained (and redacted, sealed); itself, logged, if that fails."""
         try:
-            augmented = self._augment(span)
+            return self._augment(span)
         except Exception:  # recording must never break the agent
             _log.exception("agentreplay: could not chain span %r; exporting it unchained", span.name)
-            augmented = span
-        self._downstream.on_end(augmented)
+            return span
 
     def _augment(self, span: ReadableSpan) -> ReadableSpan:
         attributes = dict(span.attributes or {})
@@ -191,11 +189,70 @@ class ChainSpanProcessor(SpanProcessor):
             new_events.append(event)
         return out, new_events
 
+
+class ChainSpanProcessor(SpanProcessor):
+    """Chains each span as it ends, then hands the chained copy to the processor behind it.
+
+    Simple to put in front of any processor (tests use it with a ``SimpleSpanProcessor``);
+    the hashing runs on the thread that ends the span. The launcher uses
+    :class:`ChainingSpanExporter` instead, which hashes on the export thread.
+    """
+
+    def __init__(
+        self,
+        downstream: SpanProcessor,
+        *,
+        signing_key: Ed25519PrivateKey | None = None,
+        agent_id: str | None = None,
+        redactor: Redactor | None = None,
+    ) -> None:
+        self._downstream = downstream
+        self._chainer = Chainer(signing_key=signing_key, agent_id=agent_id, redactor=redactor)
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self._downstream.on_start(span, parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._downstream.on_end(self._chainer.chain(span))
+
     def shutdown(self) -> None:
         self._downstream.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return self._downstream.force_flush(timeout_millis)
+
+
+class ChainingSpanExporter(SpanExporter):
+    """Chains spans on their way into an exporter: hashing off the agent's thread.
+
+    Behind a ``BatchSpanProcessor`` the spans arrive in the order they ended (its queue
+    is first in, first out), which is the order ``seq`` counts. A span the queue dropped
+    never enters a chain, so local drops (counted and logged by the launcher's batcher)
+    do not make a run look tampered with.
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        signing_key: Ed25519PrivateKey | None = None,
+        agent_id: str | None = None,
+        redactor: Redactor | None = None,
+    ) -> None:
+        self.exporter = exporter
+        self._chainer = Chainer(signing_key=signing_key, agent_id=agent_id, redactor=redactor)
+        self._lock = threading.Lock()  # chain in arrival order, even behind a SimpleSpanProcessor
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with self._lock:
+            chained = [self._chainer.chain(s) for s in spans]
+        return self.exporter.export(chained)
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
 
 
 def _copy_span(span: ReadableSpan, attributes: Mapping, events: list[Event]) -> ReadableSpan:

@@ -3,8 +3,9 @@
 The distro sets defaults (OTLP over gRPC); the configurator builds the tracer provider:
 resource with the agent's identity, exporters chosen by ``OTEL_TRACES_EXPORTER`` (OTLP
 gRPC by default, HTTP by ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``) carrying the agent's
-identity token, a batch queue sized for bursts, and the chain processor in front of them
-all. The standard ``OTEL_*`` variables keep their meaning; the exporters read their own.
+identity token, a batch queue sized for bursts, and the hash chain computed on the
+way into each exporter (on the export thread, not the agent's). The standard ``OTEL_*``
+variables keep their meaning; the exporters read their own.
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.distro import BaseDistro
 from opentelemetry.sdk._configuration import _BaseConfigurator
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
 from agentreplay_otel import guard, redaction, replay, semconv, settings
-from agentreplay_otel.chain import ChainSpanProcessor
+from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.errors import ConfigurationError
 from agentreplay_otel.runs import end_auto_run
 from agentreplay_otel.version import __version__
@@ -95,23 +96,16 @@ def build_tracer_provider(environ: Mapping[str, str] | None = None) -> TracerPro
     resource = Resource.create(_resource_attributes(env, creds.agent_id))
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(_AutoRunCloser())  # shut down first: the auto run ends before the flush
+    chain_options = {
+        "signing_key": creds.signing_key,
+        "agent_id": resource.attributes.get(semconv.AGENT_ID),
+        "redactor": redaction.load(env),
+    }
     exporters = [_exporter(name, env, creds.token) for name in _exporter_names(env)]
-    batchers = [_batcher(exp, env) for exp in exporters if exp is not None]
-    downstream: SpanProcessor
-    if len(batchers) == 1:
-        downstream = batchers[0]
-    else:
-        downstream = SynchronousMultiSpanProcessor()
-        for b in batchers:
-            downstream.add_span_processor(b)
-    provider.add_span_processor(
-        ChainSpanProcessor(
-            downstream,
-            signing_key=creds.signing_key,
-            agent_id=resource.attributes.get(semconv.AGENT_ID),  # type: ignore[arg-type]
-            redactor=redaction.load(env),
-        )
-    )
+    # The chain is computed on each batcher's export thread, off the agent's path.
+    for exporter in exporters:
+        if exporter is not None:
+            provider.add_span_processor(_batcher(ChainingSpanExporter(exporter, **chain_options), env))
     return provider
 
 
