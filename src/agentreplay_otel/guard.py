@@ -227,6 +227,9 @@ class Guard:
             if self.control is None:
                 raise ControlUnavailable("no control endpoint configured")
             answer = self.control.authorize(request, timeout_s=self.deadline_s)
+            if answer.get("error") == "manifest_unknown" and self.signed_manifest is not None:
+                self._register()  # a collector that has not seen this manifest yet (or restarted)
+                answer = self.control.authorize(request, timeout_s=self.deadline_s)
             if "decision" not in answer:
                 raise ControlUnavailable(str(answer.get("error", "no decision in the answer")))
         except ControlUnavailable as exc:

@@ -89,9 +89,9 @@ def test_dollar_dollar_is_a_literal_dollar(raw: dict[str, Any]) -> None:
             "an integer",
         ),
         (
-            lambda d: d["processors"].update(agentreplay_scope={}),
-            "processors.agentreplay_scope",
-            "control plane",
+            lambda d: d["processors"].update(agentreplay_scope={"webhooks": ["ftp://x"]}),
+            "processors.agentreplay_scope.webhooks[0]",
+            "an http(s):// URL",
         ),
         (lambda d: d["processors"].update(filter={}), "processors.filter", "a processor type"),
         (

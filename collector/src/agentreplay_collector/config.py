@@ -25,8 +25,8 @@ TOP_LEVEL = ("receivers", "processors", "exporters", "extensions", "service")
 PIPELINE_ORDER = ("agentreplay_auth", "agentreplay_chain", "agentreplay_scope", "batch")
 """Where each processor may stand in ``service.pipelines.traces.processors``.
 
-``agentreplay_scope`` (signed manifests, spend, kill switch) is reserved for the
-control-plane issue: its place is fixed here, between the chain check and the batch.
+``agentreplay_scope`` (signed manifests, spend, kill switch) stands between the chain
+check and the batch: it sees every span before it is written.
 """
 MIB = 1024 * 1024
 
@@ -115,6 +115,20 @@ class ControlConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ScopeConfig:
+    """``agentreplay_scope``: manifests, spend caps, halts, alerts (see docs/control.md)."""
+
+    require_manifests: bool = False
+    manifests_dir: Path | None = None
+    admin_token: str | None = field(default=None, repr=False)
+    webhooks: tuple[str, ...] = ()
+    webhook_retries: int = 5
+    webhook_timeout_s: float = 5.0
+    trust_tiers: Path | None = None
+    trust_refresh_s: float = 60.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class TracesPipeline:
     receivers: tuple[str, ...]
     processors: tuple[str, ...]
@@ -133,6 +147,7 @@ class CollectorConfig:
     control: ControlConfig | None
     pipeline: TracesPipeline
     log_level: str = "info"
+    scope: ScopeConfig | None = None
 
 
 # --- substitution ------------------------------------------------------------------
@@ -407,8 +422,39 @@ def _parse_control(sec: _Section) -> ControlConfig:
     return cfg
 
 
+def _parse_scope(sec: _Section) -> ScopeConfig:
+    manifests = sec.string("manifests_dir")
+    tiers = sec.string("trust_tiers")
+    hooks = sec.string_list("webhooks")
+    for i, url in enumerate(hooks):
+        if not re.match(r"https?://[^/\s]+", url):
+            raise ConfigError(f"{sec.at('webhooks')}[{i}]", "an http(s):// URL", url)
+    token = sec.string("admin_token")
+    cfg = ScopeConfig(
+        require_manifests=sec.boolean("require_manifests", False),
+        manifests_dir=Path(manifests) if manifests else None,
+        admin_token=token or None,
+        webhooks=hooks,
+        webhook_retries=sec.integer("webhook_retries", 5, minimum=0, maximum=20),
+        webhook_timeout_s=sec.duration("webhook_timeout", 5.0),
+        trust_tiers=Path(tiers) if tiers else None,
+        trust_refresh_s=sec.duration("trust_refresh", 60.0),
+    )
+    sec.done()
+    if cfg.manifests_dir is not None and not cfg.manifests_dir.is_dir():
+        raise ConfigError(sec.at("manifests_dir"), "an existing directory of signed manifests", manifests)
+    if cfg.trust_tiers is not None and not cfg.trust_tiers.is_file():
+        raise ConfigError(sec.at("trust_tiers"), "an existing trust tier table (JSON)", tiers)
+    return cfg
+
+
 _RECEIVERS = {"otlp": _parse_otlp}
-_PROCESSORS = {"agentreplay_auth": _parse_auth, "agentreplay_chain": _parse_chain, "batch": _parse_batch}
+_PROCESSORS = {
+    "agentreplay_auth": _parse_auth,
+    "agentreplay_chain": _parse_chain,
+    "agentreplay_scope": _parse_scope,
+    "batch": _parse_batch,
+}
 
 
 def _parse_nop(sec: _Section) -> str:
@@ -426,11 +472,6 @@ def _components(root: _Section, kind: str, parsers: Mapping[str, Any]) -> dict[s
     out: dict[str, Any] = {}
     for component_id in list(sec.raw):
         ctype = _component_type(str(component_id))
-        if ctype == "agentreplay_scope" and kind == "processors":
-            raise ConfigError(
-                sec.at(str(component_id)),
-                "a processor available in this version; agentreplay_scope comes with the control plane",
-            )
         if ctype not in parsers:
             raise ConfigError(sec.at(str(component_id)), f"a {kind[:-1]} type among {sorted(parsers)}")
         out[str(component_id)] = parsers[ctype](sec.section(str(component_id)))
@@ -490,6 +531,7 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
         control=control,
         pipeline=pipeline,
         log_level="warning" if level.lower() == "warn" else level.lower(),
+        scope=used(processors, pipeline.processors, "agentreplay_scope"),
     )
 
 

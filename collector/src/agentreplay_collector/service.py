@@ -26,6 +26,7 @@ from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.readapi import build_app as build_read_app
 from agentreplay_collector.receivers.grpc import GrpcReceiver
 from agentreplay_collector.receivers.http import HttpReceiver
+from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_collector.store import Store
 
 _log = logging.getLogger("agentreplay_collector")
@@ -58,21 +59,51 @@ class Collector:
         self.batcher = (
             Batcher(config.batch, store, self.chain.observe if self.chain else None) if store else None
         )
-        self.pipeline = Pipeline(auth=self.auth, batcher=self.batcher)
+        self.scope = self._build_scope(config, store)
+        self.pipeline = Pipeline(
+            auth=self.auth, batcher=self.batcher, processors=[self.scope] if self.scope else ()
+        )
         self.grpc = GrpcReceiver(config.otlp.grpc, self.pipeline) if config.otlp.grpc else None
         self.http = HttpReceiver(config.otlp.http, self.pipeline) if config.otlp.http else None
         self._control = None
         if config.control is not None:
             from agentreplay_collector.asgi import AsgiServer
 
-            self._control = AsgiServer(
-                build_read_app(self.store, self.stats), config.control.endpoint, "control"
-            )
+            app = build_read_app(self.store, self.stats)
+            if self.scope is not None:
+                from agentreplay_collector import controlapi
+
+                assert config.scope is not None
+                app.router.routes.extend(controlapi.routes(self.scope, self.auth, config.scope.admin_token))
+            self._control = AsgiServer(app, config.control.endpoint, "control")
         self._schema_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
+    @staticmethod
+    def _build_scope(config: CollectorConfig, store: Store | None) -> ScopeProcessor | None:
+        """``agentreplay_scope``: manifests, spend, halts, alerts (its writer thread starts with the collector)."""
+        if config.scope is None:
+            return None
+        from agentreplay_collector.alerts import ControlWriter
+        from agentreplay_collector.trust import TrustBook, load_tiers
+        from agentreplay_otel.identity import load_public_key
+
+        cfg = config.scope
+        org = config.auth.org_public_key if config.auth and not config.auth.insecure else None
+        return ScopeProcessor(
+            cfg,
+            store,
+            org_public_key=load_public_key(org) if org else None,
+            writer=ControlWriter(
+                store, webhooks=cfg.webhooks, retries=cfg.webhook_retries, timeout_s=cfg.webhook_timeout_s
+            ),
+            trust=TrustBook(store, tiers=load_tiers(cfg.trust_tiers), refresh_s=cfg.trust_refresh_s),
+        )
+
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> Endpoints:
+        if self.scope is not None:
+            self.scope.writer.start()
         if self.batcher is not None:
             self.batcher.hold("the store is being opened")
             self.batcher.start()
@@ -120,6 +151,8 @@ class Collector:
         if self.chain is not None:
             self.chain.resume(self.store.pending_runs())
             self.chain.start()
+        if self.scope is not None:
+            self.scope.rebuild(self.store)
 
     async def _retry_store(self) -> None:
         while not await self._prepare_store():
@@ -150,6 +183,8 @@ class Collector:
             await loop.run_in_executor(None, self.batcher.stop)
         if self.chain is not None:
             await loop.run_in_executor(None, self.chain.stop)
+        if self.scope is not None:
+            await loop.run_in_executor(None, self.scope.writer.stop)
         if self._control:
             await self._control.stop()
         if self.store is not None:
@@ -181,6 +216,7 @@ class Collector:
             "buffered_spans": self.chain.buffered_spans if self.chain else 0,
             "verified_runs": self.chain.verified_runs if self.chain else 0,
             "verified_spans": self.chain.verified_spans if self.chain else 0,
+            **({"scope": self.scope.stats()} if self.scope else {}),
             # OS thread ids, for per-thread CPU accounting (/proc/PID/task/TID/stat)
             "threads": {
                 "writer": self.batcher.native_thread_id if self.batcher else 0,

@@ -250,6 +250,12 @@ class Store:
                 column_names=["Kid", "AgentId", "PublicKey", "FirstSeen"],
             )
 
+    def insert_rows(self, table: str, rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> None:
+        """Insert plain rows into one of the schema's tables (the control plane's decisions, halts, alerts)."""
+        if rows:
+            self._call(f"{table} insert", "insert", f"{self.database}.{table}", list(rows),
+                       column_names=list(columns))
+
     # --- reads (RunReader) -----------------------------------------------------------------
     def list_runs(
         self,

@@ -40,10 +40,12 @@ def write_config(
     grpc_max_mib: int = 16,
     http_max_bytes: int = 16 * 1024 * 1024,
     log_level: str = "info",
+    scope: dict[str, Any] | None = None,
 ) -> Path:
     """A collector config on loopback (port 0: the collector picks and reports free ports).
 
-    Auth is insecure unless ``org_public_key`` is given.
+    Auth is insecure unless ``org_public_key`` is given; ``scope`` (the ``agentreplay_scope``
+    section) adds the control plane to the pipeline.
     """
     protocols: dict[str, Any] = {}
     if grpc:
@@ -57,6 +59,7 @@ def write_config(
             "agentreplay_auth": auth,
             "agentreplay_chain": chain if chain is not None else {"quiet_period": "300ms"},
             "batch": batch or {},
+            **({"agentreplay_scope": scope} if scope is not None else {}),
         },
         "exporters": {"clickhouse": {"endpoint": store, "database": "agentreplay", "create_schema": True}},
         "extensions": {"agentreplay_control": {"endpoint": control}} if control else {},
@@ -65,7 +68,8 @@ def write_config(
             "pipelines": {
                 "traces": {
                     "receivers": ["otlp"],
-                    "processors": ["agentreplay_auth", "agentreplay_chain", "batch"],
+                    "processors": ["agentreplay_auth", "agentreplay_chain"]
+                    + (["agentreplay_scope"] if scope is not None else []) + ["batch"],
                     "exporters": ["clickhouse"],
                 }
             },

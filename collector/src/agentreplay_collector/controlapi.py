@@ -1,0 +1,188 @@
+"""The control API, beside the read API on the control endpoint (default 127.0.0.1:4320).
+
+    POST /v1/authorize     agent token  {kind, tool, arguments, cost_usd, run_id, ...} -> Decision + spend
+    POST /v1/manifests     (signed)     a signed manifest; verified against the org key -> {"sha256"}
+    GET  /v1/watch?agent=  agent token  JSON lines: a snapshot of halts, then halt/resume as they happen
+    POST /v1/halts         admin token  {scope: run|agent, target, reason}: the kill switch
+    POST /v1/resume        admin token  {scope, target}
+    GET  /v1/halts                      active halts
+    GET  /v1/decisions?run=             a run's policy decisions (guard, Authorize, collector)
+    GET  /v1/alerts?limit=              alerts, newest first, with delivery status
+    GET  /v1/trust?agent=               trust scores and their components
+
+Why HTTP and not gRPC: the endpoint exists already, the SDK needs only the standard library,
+and on a kept-alive loopback connection a request costs a fraction of a millisecond. Watch
+is one chunked response that never ends: the collector writes a line per halt, so the
+agent hears of it as soon as the line is flushed, and a ping line every few seconds lets
+both sides notice a dead peer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import hmac
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, StreamingResponse
+from starlette.routing import Route
+
+from agentreplay_collector import schema
+from agentreplay_collector.auth import AuthProcessor
+from agentreplay_collector.errors import RequestError, StoreError
+from agentreplay_collector.scope import SCOPE_AGENT, SCOPE_RUN, ScopeProcessor
+from agentreplay_otel.errors import AgentReplayError
+from agentreplay_otel.identity import AgentIdentity
+
+PING_S = 5.0
+
+
+def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str | None) -> list[Route]:
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentreplay-control")
+
+    async def blocking(fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
+
+    def identity(request: Request) -> AgentIdentity | None:
+        if auth is None:
+            return None
+        return auth.check(request.headers.get("authorization"), [])
+
+    def admin(request: Request) -> JSONResponse | None:
+        if not admin_token:
+            return JSONResponse({"error": "admin operations are off: set agentreplay_scope.admin_token"}, 403)
+        given = request.headers.get("authorization", "").removeprefix("Bearer ").strip()
+        if not hmac.compare_digest(given.encode(), admin_token.encode()):
+            return JSONResponse({"error": "admin token required (Authorization: Bearer <admin token>)"}, 401)
+        return None
+
+    def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> Any:
+            try:
+                return await handler(request)
+            except RequestError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
+            except (AgentReplayError, ValueError, KeyError, TypeError) as exc:
+                return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=400)
+            except StoreError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+
+        return endpoint
+
+    async def authorize(request: Request) -> JSONResponse:
+        who = identity(request)
+        answer = scope.authorize(json.loads(await request.body()), who)
+        return JSONResponse(answer, status_code=int(answer.pop("status", 200)))
+
+    async def manifests(request: Request) -> JSONResponse:
+        return JSONResponse({"sha256": scope.register(json.loads(await request.body()))})
+
+    async def watch(request: Request) -> Any:
+        who = identity(request)
+        agent = who.agent_id if who is not None else request.query_params.get("agent", "")
+        if who is not None and request.query_params.get("agent") not in (None, "", agent):
+            return JSONResponse({"error": f"the token is for agent {agent!r}"}, status_code=403)
+        queue = scope.bus.subscribe(agent)
+
+        async def lines() -> AsyncIterator[bytes]:
+            try:
+                snapshot = [h.to_json() for h in scope.halts.values()
+                            if h.scope == SCOPE_RUN or h.target == agent]
+                yield (json.dumps({"type": "snapshot", "halts": snapshot}) + "\n").encode()
+                while True:
+                    try:
+                        message = await asyncio.wait_for(queue.get(), PING_S)
+                    except TimeoutError:
+                        message = {"type": "ping"}
+                    yield (json.dumps(message) + "\n").encode()
+            finally:
+                scope.bus.unsubscribe(queue)
+
+        return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+    async def halt(request: Request) -> JSONResponse:
+        refused = admin(request)
+        if refused is not None:
+            return refused
+        doc = json.loads(await request.body())
+        kind, target = _target(doc)
+        made = scope.halt(kind, target, str(doc.get("reason") or "operator"), actor="operator",
+                          agent_id=target if kind == SCOPE_AGENT else "")
+        return JSONResponse(made.to_json())
+
+    async def resume(request: Request) -> JSONResponse:
+        refused = admin(request)
+        if refused is not None:
+            return refused
+        kind, target = _target(json.loads(await request.body()))
+        return JSONResponse({"resumed": scope.resume(kind, target, actor="operator"), "scope": kind,
+                             "target": target})
+
+    async def halts(request: Request) -> JSONResponse:
+        return JSONResponse({"halts": [h.to_json() for h in scope.halts.values()]})
+
+    async def decisions(request: Request) -> JSONResponse:
+        run = request.query_params.get("run", "").lower()
+        if scope.store is None:
+            return JSONResponse({"decisions": []})
+        rows = await blocking(scope.store.query,
+                              f"SELECT toString(Timestamp), RunId, SpanId, AgentId, Tool, Decision, Rule,"
+                              f" ManifestSha256, Detail FROM {scope.store.database}.{schema.DECISIONS}"
+                              " WHERE RunId = {run:String} ORDER BY Timestamp", {"run": run})
+        out = []
+        for ts, run_id, span, agent, tool, decision, rule, digest, detail in rows:
+            extra = _json(detail)
+            out.append({"time": ts, "run_id": run_id, "span_id": span, "agent_id": agent, "tool": tool,
+                        "decision": decision, "rule": rule, "manifest_sha256": digest,
+                        "detail": extra.get("detail", detail), "source": extra.get("source", "")})
+        return JSONResponse({"run_id": run, "decisions": out})
+
+    async def alerts(request: Request) -> JSONResponse:
+        limit = int(request.query_params.get("limit", "100"))
+        if scope.store is None:
+            return JSONResponse({"alerts": []})
+        rows = await blocking(scope.store.query,
+                              "SELECT toString(min(Timestamp)), AlertId, any(Severity), any(Kind), any(AgentId),"
+                              " any(RunId), any(Message), max(Delivered)"
+                              f" FROM {scope.store.database}.{schema.ALERTS} GROUP BY AlertId"
+                              " ORDER BY min(Timestamp) DESC LIMIT {limit:UInt32}", {"limit": limit})
+        return JSONResponse({"alerts": [
+            {"time": t, "alert_id": a, "severity": s, "kind": k, "agent_id": ag, "run_id": r, "message": m,
+             "delivered": bool(d)} for t, a, s, k, ag, r, m, d in rows]})
+
+    async def trust(request: Request) -> JSONResponse:
+        agent = request.query_params.get("agent")
+        agents = [agent] if agent else await blocking(scope.trust.agents)
+        scores = [await blocking(scope.trust.compute, a) for a in agents]
+        return JSONResponse({"agents": [s.to_json() for s in scores]})
+
+    return [
+        Route("/v1/authorize", guarded(authorize), methods=["POST"]),
+        Route("/v1/manifests", guarded(manifests), methods=["POST"]),
+        Route("/v1/watch", guarded(watch)),
+        Route("/v1/halts", guarded(halt), methods=["POST"]),
+        Route("/v1/halts", guarded(halts), methods=["GET"]),
+        Route("/v1/resume", guarded(resume), methods=["POST"]),
+        Route("/v1/decisions", guarded(decisions)),
+        Route("/v1/alerts", guarded(alerts)),
+        Route("/v1/trust", guarded(trust)),
+    ]
+
+
+def _target(doc: dict[str, Any]) -> tuple[str, str]:
+    kind = doc.get("scope")
+    target = str(doc.get("target") or "")
+    if kind not in (SCOPE_RUN, SCOPE_AGENT) or not target:
+        raise ValueError("expected {scope: run|agent, target: ID}")
+    return kind, target.lower() if kind == SCOPE_RUN else target
+
+
+def _json(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}

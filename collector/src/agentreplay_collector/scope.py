@@ -1,0 +1,391 @@
+"""``agentreplay_scope``: the collector's enforcement, on every span it receives.
+
+Defence in depth: the agent's guard refuses out-of-scope calls before they run, and this
+processor re-evaluates every received tool and LLM span against the manifest bound to the
+agent's identity token, with the same evaluator (``agentreplay_otel.manifest``). An agent
+that skipped its guard is caught here. It also keeps the global state the guard cannot:
+spend per run and per agent and UTC day (rebuilt from the store at start, so caps hold
+across restarts), and the halts (the kill switch).
+
+On a violation it halts the run: the halt is stored, pushed to every ``Watch`` stream of
+that agent, and an alert is stored and sent to the webhooks. Nothing is dropped: a halted
+run's spans are still written whole. ``Authorize`` answers from the same state.
+
+All state changes happen on the collector's event loop (the pipeline and the control API
+both run there); the rebuild at start runs before the receivers take exports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_collector import otlp, schema
+from agentreplay_collector.alerts import Alert, ControlWriter
+from agentreplay_collector.config import ScopeConfig
+from agentreplay_collector.errors import PermissionDenied
+from agentreplay_collector.store import Store
+from agentreplay_collector.trust import TrustBook
+from agentreplay_otel import semconv
+from agentreplay_otel import manifest as mf
+from agentreplay_otel.errors import AgentReplayError
+from agentreplay_otel.identity import AgentIdentity, verify_manifest
+
+_log = logging.getLogger(__name__)
+_RUN_MEMORY = 100_000
+SCOPE_RUN = "run"
+SCOPE_AGENT = "agent"
+ACTOR = "agentreplay_scope"
+# Denials that are not violations: the run was already halted, or the collector was away.
+_NOT_VIOLATIONS = frozenset({mf.RULE_HALTED, mf.RULE_AUTHORIZE_UNAVAILABLE})
+
+
+@dataclass
+class RunUsage:
+    agent_id: str
+    seen: dict[str, int] = field(default_factory=dict)  # tool calls whose spans arrived
+    authorized: dict[str, int] = field(default_factory=dict)  # tool calls Authorize allowed
+    spend_usd: float = 0.0
+    span_ids: set[str] = field(default_factory=set)
+
+    def tool_calls(self) -> dict[str, int]:
+        return {t: max(self.seen.get(t, 0), self.authorized.get(t, 0)) for t in {*self.seen, *self.authorized}}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Halt:
+    scope: str
+    target: str
+    reason: str
+    actor: str
+    time_ns: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scope": self.scope, "target": self.target, "reason": self.reason, "actor": self.actor,
+                "time_ns": str(self.time_ns)}
+
+
+def utc_day(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).date().isoformat()
+
+
+class HaltBus:
+    """Pushes halts and resumes to the Watch streams (asyncio queues, one per stream)."""
+
+    def __init__(self) -> None:
+        self._watchers: dict[asyncio.Queue[dict[str, Any]], tuple[str, asyncio.AbstractEventLoop]] = {}
+        self._lock = threading.Lock()
+
+    def subscribe(self, agent_id: str) -> asyncio.Queue[dict[str, Any]]:
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        with self._lock:
+            self._watchers[q] = (agent_id, asyncio.get_running_loop())
+        return q
+
+    def unsubscribe(self, q: asyncio.Queue[dict[str, Any]]) -> None:
+        with self._lock:
+            self._watchers.pop(q, None)
+
+    def publish(self, message: dict[str, Any], *, agent_id: str | None) -> None:
+        """To the agent's streams (``agent_id``), or to all (None: a run halt reaches whoever runs it)."""
+        with self._lock:
+            targets = [(q, loop) for q, (agent, loop) in self._watchers.items() if agent_id in (None, agent)]
+        for q, loop in targets:
+            loop.call_soon_threadsafe(q.put_nowait, message)
+
+    @property
+    def watchers(self) -> int:
+        return len(self._watchers)
+
+
+class ScopeProcessor:
+    def __init__(
+        self,
+        config: ScopeConfig,
+        store: Store | None,
+        *,
+        org_public_key: Ed25519PublicKey | None,
+        writer: ControlWriter,
+        trust: TrustBook,
+    ) -> None:
+        self.config = config
+        self.store = store
+        self.org_public_key = org_public_key
+        self.writer = writer
+        self.trust = trust
+        self.bus = HaltBus()
+        self.manifests: dict[str, mf.Manifest] = {}
+        self.halts: dict[tuple[str, str], Halt] = {}
+        self._runs: OrderedDict[str, RunUsage] = OrderedDict()
+        self._day: dict[tuple[str, str], float] = {}
+        self.violations = 0
+        if config.manifests_dir is not None:
+            self._load_dir(config.manifests_dir)
+
+    # --- manifests -------------------------------------------------------------------------
+    def _load_dir(self, directory: Path) -> None:
+        for path in sorted(directory.glob("*.json")):
+            try:
+                self.register(json.loads(path.read_text()))
+            except (OSError, ValueError, AgentReplayError) as exc:
+                _log.warning("manifests_dir: %s skipped: %s", path, exc)
+
+    def register(self, signed: Mapping[str, Any]) -> str:
+        """Learn a signed manifest (verified against the org key, unless auth is insecure)."""
+        if self.org_public_key is not None:
+            body = verify_manifest(signed, self.org_public_key)
+        else:
+            body = signed.get("manifest") if isinstance(signed, Mapping) else None
+            if not isinstance(body, dict):
+                raise mf.ManifestError("not a signed manifest: expected keys 'manifest' and 'signature'")
+        parsed = mf.parse_manifest(body)
+        self.manifests[parsed.sha256] = parsed
+        return parsed.sha256
+
+    def manifest_for(self, identity: AgentIdentity | None, claimed: str = "") -> mf.Manifest | None:
+        digest = identity.manifest_sha256 if identity is not None else claimed
+        return self.manifests.get(digest) if digest else None
+
+    # --- state ---------------------------------------------------------------------------
+    def _run(self, run_id: str, agent_id: str) -> RunUsage:
+        run = self._runs.get(run_id)
+        if run is None:
+            run = self._runs[run_id] = RunUsage(agent_id=agent_id)
+            while len(self._runs) > _RUN_MEMORY:
+                self._runs.popitem(last=False)
+        return run
+
+    def usage(self, run_id: str | None, agent_id: str, *, day: str | None = None) -> mf.Usage:
+        run = self._runs.get(run_id) if run_id else None
+        today = day or utc_day(time.time_ns())
+        return mf.Usage(
+            tool_calls=run.tool_calls() if run else {},
+            run_spend_usd=run.spend_usd if run else 0.0,
+            day_spend_usd=self._day.get((agent_id, today), 0.0),
+        )
+
+    def halted(self, run_id: str | None, agent_id: str | None) -> Halt | None:
+        return (self.halts.get((SCOPE_AGENT, agent_id)) if agent_id else None) or (
+            self.halts.get((SCOPE_RUN, run_id)) if run_id else None
+        )
+
+    def halt(self, scope: str, target: str, reason: str, *, actor: str, agent_id: str = "") -> Halt:
+        existing = self.halts.get((scope, target))
+        if existing is not None:
+            return existing
+        halt = Halt(scope=scope, target=target, reason=reason, actor=actor, time_ns=time.time_ns())
+        self.halts[(scope, target)] = halt
+        self.writer.halt([scope, target, reason, actor, 1, halt.time_ns])
+        self.bus.publish({"type": "halt", **halt.to_json()}, agent_id=target if scope == SCOPE_AGENT else None)
+        self.writer.alert(Alert(
+            kind="halt", severity="critical" if actor == ACTOR else "warning",
+            agent_id=agent_id or (target if scope == SCOPE_AGENT else ""),
+            run_id=target if scope == SCOPE_RUN else "", message=f"{scope} {target} halted: {reason}",
+            attributes={"actor": actor, "scope": scope},
+        ))
+        return halt
+
+    def resume(self, scope: str, target: str, *, actor: str) -> bool:
+        halt = self.halts.pop((scope, target), None)
+        self.writer.halt([scope, target, "resumed", actor, 0, time.time_ns()])
+        self.bus.publish({"type": "resume", "scope": scope, "target": target},
+                         agent_id=target if scope == SCOPE_AGENT else None)
+        return halt is not None
+
+    def violation(self, *, run_id: str, agent_id: str, decision: mf.Decision, detected_by: str,
+                  span_id: str = "", tool: str = "") -> None:
+        """Halt the run and alert: the one reaction to every violation, wherever it was found."""
+        self.violations += 1
+        if self.halted(run_id, agent_id) is None:
+            self.writer.alert(Alert(
+                kind="scope_violation", severity="critical", agent_id=agent_id, run_id=run_id,
+                message=f"{tool or 'call'} refused by {decision.rule}: {decision.detail}",
+                attributes={"rule": decision.rule, "manifest_sha256": decision.manifest_sha256,
+                            "detected_by": detected_by, "span_id": span_id, "tool": tool},
+            ))
+        self.halt(SCOPE_RUN, run_id, f"{decision.rule}: {decision.detail}", actor=ACTOR, agent_id=agent_id)
+
+    # --- the pipeline stage -------------------------------------------------------------------
+    def process(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None:
+        manifest = self.manifest_for(identity)
+        if self.config.require_manifests and identity is not None and manifest is None:
+            raise PermissionDenied(
+                f"this collector requires a manifest: agent {identity.agent_id!r} has "
+                + (f"manifest {identity.manifest_sha256[:12]} that is not registered"
+                   if identity.manifest_sha256 else "no manifest in its identity token")
+            )
+        for record in request.records:
+            agent = identity.agent_id if identity is not None else record.resource.get(semconv.AGENT_ID, "")
+            m = manifest or self.manifest_for(None, record.attributes.get(semconv.MANIFEST_SHA256, ""))
+            self._observe(record, agent, m)
+
+    def _observe(self, record: Any, agent: str, m: mf.Manifest | None) -> None:
+        run = self._run(record.trace_id, agent)
+        if record.span_id in run.span_ids:
+            return  # a retried export: counted once
+        run.span_ids.add(record.span_id)
+        attrs = record.attributes
+        tool = attrs.get(semconv.GEN_AI_TOOL_NAME, "")
+        refused = False
+        for event in record.events:
+            if event.name != semconv.EVENT_POLICY_DECISION:
+                continue
+            ea = event.attributes
+            outcome = ea.get(semconv.POLICY_DECISION, "")
+            decision = mf.Decision(allowed=outcome == mf.ALLOW, rule=ea.get(semconv.POLICY_RULE, ""),
+                                   manifest_sha256=ea.get(semconv.MANIFEST_SHA256, ""),
+                                   detail=ea.get(semconv.POLICY_DETAIL, ""))
+            source = ea.get(semconv.POLICY_SOURCE, "")
+            self._decision_row(record, agent, ea.get(semconv.GEN_AI_TOOL_NAME, tool), decision, source,
+                               event.time_ns)
+            if not decision.allowed:
+                refused = True
+                if decision.rule not in _NOT_VIOLATIONS:
+                    self.violation(run_id=record.trace_id, agent_id=agent, decision=decision,
+                                   detected_by=f"guard:{source}", span_id=record.span_id, tool=tool)
+        if refused:
+            return  # the body never ran: nothing to count, nothing spent
+        cost = _float(attrs.get(semconv.COST_USD))
+        operation = attrs.get(semconv.GEN_AI_OPERATION_NAME, "")
+        multiplier = self.trust.multiplier(agent)
+        day = utc_day(record.start_ns)
+        if operation == semconv.OP_EXECUTE_TOOL and tool and m is not None:
+            usage = mf.Usage(tool_calls=dict(run.seen), run_spend_usd=run.spend_usd,
+                             day_spend_usd=self._day.get((agent, day), 0.0))
+            verdict = mf.evaluate_tool(m, tool=tool, arguments=_arguments(attrs), usage=usage, cost_usd=cost,
+                                       spend_multiplier=multiplier)
+            if not verdict.allowed:
+                self._decision_row(record, agent, tool, verdict, "collector", record.end_ns)
+                self.violation(run_id=record.trace_id, agent_id=agent, decision=verdict, detected_by="collector",
+                               span_id=record.span_id, tool=tool)
+        if operation == semconv.OP_EXECUTE_TOOL and tool:
+            run.seen[tool] = run.seen.get(tool, 0) + 1
+        if cost:
+            run.spend_usd += cost
+            self._day[(agent, day)] = self._day.get((agent, day), 0.0) + cost
+            if m is not None and operation != semconv.OP_EXECUTE_TOOL:
+                verdict = mf.evaluate_spend(m, mf.Usage(run_spend_usd=run.spend_usd,
+                                                        day_spend_usd=self._day[(agent, day)]),
+                                            spend_multiplier=multiplier)
+                if not verdict.allowed:
+                    self._decision_row(record, agent, "", verdict, "collector", record.end_ns)
+                    self.violation(run_id=record.trace_id, agent_id=agent, decision=verdict,
+                                   detected_by="collector", span_id=record.span_id)
+
+    def _decision_row(self, record: Any, agent: str, tool: str, decision: mf.Decision, source: str,
+                      time_ns: int) -> None:
+        detail = json.dumps({"detail": decision.detail, "source": source}, separators=(",", ":"))
+        self.writer.decision([time_ns, record.trace_id, record.span_id, agent, tool, decision.decision,
+                              decision.rule, decision.manifest_sha256, detail])
+
+    # --- Authorize ------------------------------------------------------------------------------
+    def authorize(self, request: Mapping[str, Any], identity: AgentIdentity | None) -> dict[str, Any]:
+        """The synchronous check the guard makes for side effects and near caps."""
+        agent = identity.agent_id if identity is not None else str(request.get("agent_id") or "")
+        if identity is not None and request.get("agent_id") not in (None, "", agent):
+            raise PermissionDenied(f"the token is for agent {agent!r}, not {request.get('agent_id')!r}")
+        m = self.manifest_for(identity, str(request.get("manifest_sha256") or ""))
+        run_id = str(request.get("run_id") or "") or None
+        multiplier = self.trust.multiplier(agent)
+        usage = self.usage(run_id, agent)
+        halt = self.halted(run_id, agent)
+        digest = m.sha256 if m else ""
+        if halt is not None:
+            decision = mf.Decision(allowed=False, rule=mf.RULE_HALTED, manifest_sha256=digest, detail=halt.reason)
+        elif m is None:
+            if request.get("manifest_sha256"):
+                return {"error": "manifest_unknown", "status": 409}
+            decision = mf.Decision(allowed=True, rule=mf.RULE_NO_MANIFEST, manifest_sha256="")
+        elif request.get("kind") == "llm":
+            model = request.get("model")
+            decision = mf.evaluate_llm(m, model=model if isinstance(model, str) else None,
+                                       usage=_with_run_spend(usage, request), spend_multiplier=multiplier)
+        else:
+            tool = str(request.get("tool") or "")
+            calls = dict(usage.tool_calls)
+            calls[tool] = max(calls.get(tool, 0), int(request.get("tool_calls") or 0))
+            usage = mf.Usage(tool_calls=calls, run_spend_usd=usage.run_spend_usd, day_spend_usd=usage.day_spend_usd)
+            arguments = request.get("arguments")
+            decision = mf.evaluate_tool(m, tool=tool, arguments=arguments if isinstance(arguments, dict) else {},
+                                        usage=_with_run_spend(usage, request), cost_usd=_float(request.get("cost_usd")),
+                                        spend_multiplier=multiplier)
+            if decision.allowed and run_id:
+                run = self._run(run_id, agent)
+                run.authorized[tool] = calls[tool] + 1
+        if not decision.allowed and decision.rule not in _NOT_VIOLATIONS and run_id:
+            self.violation(run_id=run_id, agent_id=agent, decision=decision, detected_by="authorize",
+                           tool=str(request.get("tool") or ""))
+        return {**decision.to_json(), "run_spend_usd": usage.run_spend_usd, "day_spend_usd": usage.day_spend_usd,
+                "spend_multiplier": multiplier, "halted": halt is not None}
+
+    # --- start-up -----------------------------------------------------------------------------
+    def rebuild(self, store: Store) -> None:
+        """Spend and tool counts of recent runs, today's spend per agent, and active halts, from the store."""
+        db = store.database
+        deny = f"arrayExists(a -> a['{semconv.POLICY_DECISION}'] = 'deny', Events.Attributes)"
+        rows = store.query(
+            f"SELECT ResourceAttributes['{semconv.AGENT_ID}'], TraceId, toString(toDate(Timestamp, 'UTC')),"
+            f" SpanAttributes['{semconv.GEN_AI_OPERATION_NAME}'], SpanAttributes['{semconv.GEN_AI_TOOL_NAME}'],"
+            f" sum(toFloat64OrZero(SpanAttributes['{semconv.COST_USD}'])), countIf(NOT {deny})"
+            f" FROM (SELECT * FROM {db}.{schema.TRACES} WHERE Timestamp >= now() - INTERVAL 2 DAY"
+            f" LIMIT 1 BY {schema.SPAN_DEDUPE_KEY})"
+            " GROUP BY 1, 2, 3, 4, 5"
+        )
+        today = utc_day(time.time_ns())
+        for agent, run_id, day, operation, tool, cost, count in rows:
+            run = self._run(run_id, agent)
+            run.spend_usd += float(cost)
+            if operation == semconv.OP_EXECUTE_TOOL and tool:
+                run.seen[tool] = run.seen.get(tool, 0) + int(count)
+            if day == today:
+                self._day[(agent, day)] = self._day.get((agent, day), 0.0) + float(cost)
+        for scope, target, reason, actor, updated in store.query(
+            f"SELECT Scope, TargetId, Reason, Actor, toUnixTimestamp64Nano(UpdatedAt)"
+            f" FROM {db}.{schema.HALTS} FINAL WHERE Active = 1"
+        ):
+            self.halts[(scope, target)] = Halt(scope=scope, target=target, reason=reason, actor=actor,
+                                               time_ns=int(updated))
+        _log.info("agentreplay_scope: %d run(s), %d agent-day(s), %d halt(s) rebuilt from the store",
+                  len(self._runs), len(self._day), len(self.halts))
+
+    def stats(self) -> dict[str, Any]:
+        return {"manifests": len(self.manifests), "halts": len(self.halts), "violations": self.violations,
+                "watchers": self.bus.watchers, "webhooks_delivered": self.writer.delivered,
+                "webhooks_failed": self.writer.failed_deliveries}
+
+
+def _float(value: Any) -> float:
+    try:
+        return float(value) if value not in (None, "") else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
+def _arguments(attrs: Mapping[str, str]) -> dict[str, Any]:
+    raw = attrs.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _with_run_spend(usage: mf.Usage, request: Mapping[str, Any]) -> mf.Usage:
+    """The larger of the collector's and the agent's count of the run's spend (spans lag the agent)."""
+    agent_says = _float(request.get("run_spend_usd"))
+    if agent_says <= usage.run_spend_usd:
+        return usage
+    return mf.Usage(tool_calls=usage.tool_calls, run_spend_usd=agent_says, day_spend_usd=usage.day_spend_usd)

@@ -1,0 +1,162 @@
+"""Trust scores: how much an agent may spend follows from its own track record.
+
+From the agent's last ``WINDOW`` runs in the store:
+
+    failure_rate          runs whose run span ended in error / runs
+    regression_pass_rate  regression replays that passed / regression replays (none: left out)
+    violation_rate        runs with a scope violation / runs
+
+    raw   = (0.5 (1 - failure_rate) + 0.3 regression_pass_rate + 0.2 (1 - violation_rate)) / weights used
+    score = (PRIOR_WEIGHT * PRIOR + n * raw) / (PRIOR_WEIGHT + n)
+
+The prior (0.5, worth ``PRIOR_WEIGHT`` = 10 runs) smooths the score: a new agent starts in
+the middle, and one run moves it by at most 1/11. ``policies/trust_tiers.json`` maps the
+score to a tier and a spend multiplier that Authorize and the scope processor apply to a
+manifest's caps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentreplay_collector import schema
+from agentreplay_collector.errors import StoreError
+from agentreplay_collector.store import Store
+
+_log = logging.getLogger(__name__)
+
+WINDOW = 50
+PRIOR = 0.5
+PRIOR_WEIGHT = 10.0
+W_FAILURE, W_REGRESSION, W_VIOLATION = 0.5, 0.3, 0.2
+NOT_VIOLATIONS = ("halted", "authorize.unavailable")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tier:
+    name: str
+    min_score: float
+    spend_multiplier: float
+
+
+DEFAULT_TIERS = (
+    Tier(name="exemplary", min_score=0.85, spend_multiplier=2.0),
+    Tier(name="trusted", min_score=0.65, spend_multiplier=1.5),
+    Tier(name="standard", min_score=0.4, spend_multiplier=1.0),
+    Tier(name="probation", min_score=0.2, spend_multiplier=0.5),
+    Tier(name="restricted", min_score=0.0, spend_multiplier=0.1),
+)
+
+
+def load_tiers(path: Path | None) -> tuple[Tier, ...]:
+    if path is None:
+        return DEFAULT_TIERS
+    doc = json.loads(path.read_text())
+    tiers = tuple(Tier(name=str(t["name"]), min_score=float(t["min_score"]),
+                       spend_multiplier=float(t["spend_multiplier"])) for t in doc["tiers"])
+    return tuple(sorted(tiers, key=lambda t: -t.min_score))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrustScore:
+    agent_id: str
+    score: float
+    tier: str
+    spend_multiplier: float
+    runs: int
+    failure_rate: float
+    regression_pass_rate: float
+    regressions: int
+    scope_violations: int
+    computed_ns: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"agent_id": self.agent_id, "score": self.score, "tier": self.tier,
+                "spend_multiplier": self.spend_multiplier, "runs": self.runs, "failure_rate": self.failure_rate,
+                "regression_pass_rate": self.regression_pass_rate, "regressions": self.regressions,
+                "scope_violations": self.scope_violations, "computed_ns": str(self.computed_ns)}
+
+
+def score(*, runs: int, failures: int, regressions: int, regression_passes: int, violating_runs: int) -> float:
+    """The formula in the module docstring (pure, for tests and the docs)."""
+    if runs == 0:
+        return PRIOR
+    parts = [(W_FAILURE, 1 - failures / runs), (W_VIOLATION, 1 - min(1.0, violating_runs / runs))]
+    if regressions:
+        parts.append((W_REGRESSION, regression_passes / regressions))
+    raw = sum(w * v for w, v in parts) / sum(w for w, _ in parts)
+    return (PRIOR_WEIGHT * PRIOR + runs * raw) / (PRIOR_WEIGHT + runs)
+
+
+def tier_for(value: float, tiers: Sequence[Tier]) -> Tier:
+    return next((t for t in tiers if value >= t.min_score), tiers[-1])
+
+
+class TrustBook:
+    """Scores per agent, computed from the store and kept for ``refresh_s``."""
+
+    def __init__(self, store: Store | None, *, tiers: Sequence[Tier] = DEFAULT_TIERS, refresh_s: float = 60.0) -> None:
+        self.store = store
+        self.tiers = tuple(tiers)
+        self.refresh_s = refresh_s
+        self._cache: dict[str, TrustScore] = {}
+        self._lock = threading.Lock()
+
+    def multiplier(self, agent_id: str) -> float:
+        cached = self._cache.get(agent_id)
+        if cached is not None and time.time_ns() - cached.computed_ns < self.refresh_s * 1e9:
+            return cached.spend_multiplier
+        try:
+            return self.compute(agent_id).spend_multiplier
+        except StoreError as exc:
+            _log.warning("trust score of %s not computed: %s", agent_id, exc)
+            return cached.spend_multiplier if cached else tier_for(PRIOR, self.tiers).spend_multiplier
+
+    def compute(self, agent_id: str) -> TrustScore:
+        runs = failures = regressions = passes = violating = 0
+        if self.store is not None:
+            db = self.store.database
+            rows = self.store.query(
+                f"SELECT count(), countIf(StatusCode = 'Error'), countIf(RunKind = 'regression'),"
+                f" countIf(RunKind = 'regression' AND StatusCode != 'Error'),"
+                f" countIf(RunId IN (SELECT DISTINCT RunId FROM {db}.{schema.DECISIONS} WHERE AgentId = {{a:String}}"
+                f"   AND Decision = 'deny' AND Rule NOT IN {{skip:Array(String)}}))"
+                f" FROM (SELECT RunId, StatusCode, RunKind FROM {db}.{schema.RUNS} FINAL"
+                f"  WHERE AgentId = {{a:String}} ORDER BY Start DESC LIMIT {WINDOW})",
+                {"a": agent_id, "skip": list(NOT_VIOLATIONS)},
+            )
+            runs, failures, regressions, passes, violating = (int(v) for v in rows[0])
+        value = score(runs=runs, failures=failures, regressions=regressions, regression_passes=passes,
+                      violating_runs=violating)
+        tier = tier_for(value, self.tiers)
+        result = TrustScore(
+            agent_id=agent_id, score=round(value, 6), tier=tier.name, spend_multiplier=tier.spend_multiplier,
+            runs=runs, failure_rate=failures / runs if runs else 0.0,
+            regression_pass_rate=passes / regressions if regressions else 1.0, regressions=regressions,
+            scope_violations=violating, computed_ns=time.time_ns(),
+        )
+        with self._lock:
+            self._cache[agent_id] = result
+        if self.store is not None:
+            try:
+                self.store.insert_rows(schema.TRUST_SCORES, [[
+                    agent_id, result.computed_ns, result.score, result.tier, runs, result.failure_rate,
+                    result.regression_pass_rate, violating,
+                ]], ["AgentId", "Timestamp", "Score", "Tier", "Runs", "FailureRate", "RegressionPassRate",
+                     "ScopeViolations"])
+            except StoreError as exc:
+                _log.warning("trust score of %s not stored: %s", agent_id, exc)
+        return result
+
+    def agents(self) -> list[str]:
+        if self.store is None:
+            return sorted(self._cache)
+        rows = self.store.query(f"SELECT DISTINCT AgentId FROM {self.store.database}.{schema.RUNS} ORDER BY 1")
+        return [r[0] for r in rows if r[0]]
