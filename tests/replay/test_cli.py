@@ -5,22 +5,14 @@ fail and name the span. Every CLI call is a real subprocess (chDB allows one pro
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
-from agentreplay_collector.testing import CollectorProcess, write_config
-from agentreplay_otel import identity, semconv
-from agentreplay_replay.scenario import airline_server
-
-REPO = Path(__file__).resolve().parents[2]
-AGENT = REPO / "examples" / "flight_agent.py"
-BIN = Path(sys.executable).parent
+from agentreplay_replay.scenario import BIN, flight_world
 
 
 def agentreplay(*args: str, store: Path, collector: str = "http://127.0.0.1:9") -> subprocess.CompletedProcess:
@@ -34,41 +26,11 @@ def agentreplay(*args: str, store: Path, collector: str = "http://127.0.0.1:9") 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory):
     """One flight-agent run, recorded through a collector with auth on; the collector then stopped."""
-    tmp = tmp_path_factory.mktemp("cli")
-    store = tmp / "store"
-    org, agent = identity.generate_key(), identity.generate_key()
-    identity.write_public_key(org.public_key(), tmp / "org.pub.pem")
-    identity.write_private_key(agent, tmp / "agent.pem")
-    (tmp / "agent.jwt").write_text(
-        identity.issue_identity(org_key=org, agent_id="flight-booker", agent_public_key=agent.public_key())
-    )
-    config = write_config(tmp / "collector.yaml", store=f"chdb://{store}", org_public_key=tmp / "org.pub.pem")
-    with airline_server() as llm, CollectorProcess(config) as collector:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))} | {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.grpc}",
-            "OTEL_EXPORTER_OTLP_INSECURE": "true",
-            "OPENAI_BASE_URL": llm.base_url_openai,
-            "ANTHROPIC_BASE_URL": llm.base_url_anthropic,
-            semconv.ENV_AGENT_KEY: str(tmp / "agent.pem"),
-            semconv.ENV_IDENTITY: str(tmp / "agent.jwt"),
-        }
-        agent_run = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT)],
-                                   env=env, capture_output=True, text=True, timeout=120)
-        assert agent_run.returncode == 0, agent_run.stderr
-        run_id = _wait_verified(collector)
-        through_collector = agentreplay("runs", "--json", store=store, collector=collector.control)
-    return {"store": store, "run_id": run_id, "through_collector": through_collector}
-
-
-def _wait_verified(collector: CollectorProcess, timeout_s: float = 30) -> str:
-    deadline = time.monotonic() + timeout_s
-    with collector.client() as client:
-        while time.monotonic() < deadline:
-            runs = client.list_runs(limit=5)
-            if runs and runs[0].chain.status.value != "pending":
-                return runs[0].run_id
-            time.sleep(0.2)
-    raise AssertionError("the collector never judged the run")
+    with flight_world(tmp_path_factory.mktemp("cli")) as world:
+        world.record()
+        run_id = world.newest_verified_run()
+        through_collector = agentreplay("runs", "--json", store=world.store, collector=world.collector.control)
+    return {"store": world.store, "run_id": run_id, "through_collector": through_collector}
 
 
 def test_runs_lists_the_run_through_the_collector(recorded):

@@ -9,143 +9,94 @@ a fork at the booking step with a one-line prompt fix books Friday with tools sa
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
-import time
-from pathlib import Path
 
 import pytest
 
-from agentreplay_collector.testing import CollectorProcess, write_config
-from agentreplay_otel import identity, semconv
-from agentreplay_replay.scenario import FIX, airline_server
-
-REPO = Path(__file__).resolve().parents[2]
-AGENT = REPO / "examples" / "flight_agent.py"
-BIN = Path(sys.executable).parent
+from agentreplay_otel import semconv
+from agentreplay_replay.scenario import AGENT, BIN, FIX, REPO, flight_world
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    """Collector (auth on) + airline model + one recorded misbooking; yields a CLI runner."""
-    tmp = tmp_path_factory.mktemp("replay")
-    org, agent = identity.generate_key(), identity.generate_key()
-    identity.write_public_key(org.public_key(), tmp / "org.pub.pem")
-    identity.write_private_key(agent, tmp / "agent.pem")
-    (tmp / "agent.jwt").write_text(
-        identity.issue_identity(org_key=org, agent_id="flight-booker", agent_public_key=agent.public_key()))
-    config = write_config(tmp / "collector.yaml", store=f"chdb://{tmp / 'store'}",
-                          org_public_key=tmp / "org.pub.pem")
-    ledger = tmp / "ledger.jsonl"
-    with airline_server() as model, CollectorProcess(config) as collector:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))} | {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.grpc}",
-            "OTEL_EXPORTER_OTLP_INSECURE": "true",
-            "OPENAI_BASE_URL": model.base_url_openai,
-            "ANTHROPIC_BASE_URL": model.base_url_anthropic,
-            "FLIGHT_LEDGER": str(ledger),
-            semconv.ENV_AGENT_KEY: str(tmp / "agent.pem"),
-            semconv.ENV_IDENTITY: str(tmp / "agent.jwt"),
-        }
-        done = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT)],
-                              env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
-        assert done.returncode == 0, done.stderr
-        assert "TP125 on Saturday" in done.stdout  # the misbooking
-
-        def cli(*args: str) -> subprocess.CompletedProcess:
-            command, *rest = args  # options before any `-- agent command`
-            return subprocess.run([str(BIN / "agentreplay"), command, "--collector", collector.control,
-                                   *(["--otlp-endpoint", collector.grpc] if command in ("replay", "fork") else []),
-                                   *rest],
-                                  env=env, capture_output=True, text=True, timeout=180, cwd=REPO)
-
-        run_id = _wait_verified(collector)
-        yield {"cli": cli, "run_id": run_id, "model": model, "ledger": ledger, "collector": collector,
-               "store": tmp / "store", "env": env}
+    """Collector (auth on) + airline model + one recorded misbooking."""
+    with flight_world(tmp_path_factory.mktemp("replay")) as world:
+        assert "TP125 on Saturday" in world.record().stdout  # the misbooking
+        world.run_id = world.newest_verified_run()
+        yield world
 
 
-def _wait_verified(collector, timeout_s: float = 30) -> str:
-    deadline = time.monotonic() + timeout_s
-    with collector.client() as client:
-        while time.monotonic() < deadline:
-            runs = client.list_runs(limit=1)
-            if runs and runs[0].chain.status.value not in ("pending",):
-                return runs[0].run_id
-            time.sleep(0.2)
-    raise AssertionError("run never verified")
-
-
-def _bookings(ledger: Path) -> int:
-    return len(ledger.read_text().splitlines()) if ledger.exists() else 0
+def cli(world, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(world.cli_args(*args), env=world.env, capture_output=True, text=True, timeout=180, cwd=REPO)
 
 
 def test_strict_replay_makes_zero_live_calls_and_books_nothing(world):
-    requests, bookings = world["model"].request_count, _bookings(world["ledger"])
-    done = world["cli"]("replay", world["run_id"], "--json")
+    requests, bookings = world.model.request_count, world.bookings()
+    done = cli(world, "replay", world.run_id, "--json")
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)["report"]
     assert report["outcome"] == "matched" and report["live_calls"] == 0
     assert report["steps_matched"] == report["steps_recorded"] == 8
-    assert world["model"].request_count == requests  # the model server's own counter
-    assert _bookings(world["ledger"]) == bookings  # the booking tool's body never ran
+    assert world.model.request_count == requests  # the model server's own counter
+    assert world.bookings() == bookings  # the booking tool's body never ran
     replay_id = report["replay_run_id"]
-    with world["collector"].client() as client:
+    with world.collector.client() as client:
         spans = client.get_run_spans(replay_id)
     root = next(s for s in spans if s.is_root)
-    assert root.attributes[semconv.RUN_KIND] == "replay" and root.attributes[semconv.REPLAY_OF] == world["run_id"]
+    assert root.attributes[semconv.RUN_KIND] == "replay" and root.attributes[semconv.REPLAY_OF] == world.run_id
 
 
 def test_replay_report_for_a_person(world):
-    done = world["cli"]("replay", world["run_id"][:12])
+    done = cli(world, "replay", world.run_id[:12])
     assert done.returncode == 0, done.stderr
     assert "MATCHED" in done.stdout and "8 of 8 recorded" in done.stdout and "verified" in done.stdout
 
 
 def test_changed_prompt_diverges_at_the_right_step_with_the_field(world):
-    requests = world["model"].request_count
-    done = world["cli"]("replay", world["run_id"], "--json", "--", sys.executable, str(AGENT),
+    requests = world.model.request_count
+    done = cli(world, "replay", world.run_id, "--json", "--", sys.executable, str(AGENT),
                         "--policy", "You are a travel agent. Always book the cheapest flight.")
     assert done.returncode == 1, done.stdout + done.stderr
     divergence = json.loads(done.stdout)["report"]["divergence"]
     assert divergence["step"] == 0 and divergence["reason"] == "request-differs"
     assert [f["path"] for f in divergence["fields"]] == ["messages[0].content"]
-    assert world["model"].request_count == requests
+    assert world.model.request_count == requests
 
 
 def test_fork_at_the_booking_step_with_a_prompt_fix_books_friday_sandboxed(world):
-    bookings = _bookings(world["ledger"])
-    done = world["cli"]("fork", world["run_id"], "--at", "3", "--system", FIX)
+    bookings = world.bookings()
+    done = cli(world, "fork", world.run_id, "--at", "3", "--system", FIX)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "FORKED" in done.stdout and "request-differs" in done.stdout
-    assert _bookings(world["ledger"]) == bookings  # tools sandboxed: nothing booked for real
-    with world["collector"].client() as client:
+    assert world.bookings() == bookings  # tools sandboxed: nothing booked for real
+    with world.collector.client() as client:
         forks = [r for r in client.list_runs(limit=20) if r.run_kind == "fork"]
         spans = client.get_run_spans(forks[0].run_id)
     booking = next(s for s in spans if s.name == "execute_tool book_flight")
     assert json.loads(booking.attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"flight": "TP123", "day": "Friday"}
     assert booking.attributes[semconv.REPLAY_SOURCE] == "mock"
-    diff = world["cli"]("diff", world["run_id"], forks[0].run_id)
+    diff = cli(world, "diff", world.run_id, forks[0].run_id)
     assert diff.returncode == 1 and "first difference at step 3" in diff.stdout
 
 
 def test_tampered_run_is_refused_unless_allowed(world):
     """Last: stops the collector and edits the store."""
-    world["collector"].stop()
-    store = world["store"]
+    world.collector.stop()
+    store = world.store
     edit = textwrap.dedent(f"""
         import clickhouse_connect
         c = clickhouse_connect.get_client(interface="chdb", path={str(store)!r})
         c.command("ALTER TABLE agentreplay.otel_traces UPDATE StatusMessage = 'edited' "
-                  "WHERE TraceId = '{world["run_id"]}' AND SpanName = 'execute_tool book_flight' "
+                  "WHERE TraceId = '{world.run_id}' AND SpanName = 'execute_tool book_flight' "
                   "SETTINGS mutations_sync = 2")
     """)
     subprocess.run([sys.executable, "-c", edit], check=True, timeout=120)
-    base = [str(BIN / "agentreplay"), "replay", world["run_id"], "--store", f"chdb://{store}",
+    base = [str(BIN / "agentreplay"), "replay", world.run_id, "--store", f"chdb://{store}",
             "--collector", "http://127.0.0.1:9"]
-    refused = subprocess.run(base, env=world["env"], capture_output=True, text=True, timeout=180, cwd=REPO)
+    refused = subprocess.run(base, env=world.env, capture_output=True, text=True, timeout=180, cwd=REPO)
     assert refused.returncode == 2 and "does not verify" in refused.stderr and "--allow-unverified" in refused.stderr
-    allowed = subprocess.run([*base, "--allow-unverified"], env=world["env"], capture_output=True, text=True,
+    allowed = subprocess.run([*base, "--allow-unverified"], env=world.env, capture_output=True, text=True,
                              timeout=180, cwd=REPO)
     assert allowed.returncode in (0, 1) and "UNVERIFIED (edited at seq" in allowed.stdout
