@@ -183,7 +183,8 @@ class AgentReplayConfigurator(_BaseConfigurator):
     def _configure(self, **kwargs: Any) -> None:
         replay.install_from_env()  # before any run opens: a replay's runs are marked as replays
         trace.set_tracer_provider(build_tracer_provider())
-        guard.install_from_env(settings.current())  # a bad manifest or token stops the agent here
+        if replay.active() is None:  # a replay acts on nothing (tools sandboxed): nothing to enforce or watch
+            guard.install_from_env(settings.current())  # a bad manifest or token stops the agent here
         _configure_metrics()
         _log.debug("agentreplay %s: tracing configured", __version__)
 
