@@ -207,6 +207,7 @@ class Collector:
 
     def stats(self) -> dict[str, Any]:
         return {
+            "endpoints": self.endpoints.to_json(),  # where to send OTLP (the replay CLI asks)
             "exports": self.pipeline.exports,
             "accepted_spans": self.pipeline.accepted_spans,
             "written_spans": self.batcher.written_spans if self.batcher else 0,

@@ -111,9 +111,11 @@ class FlightWorld:
         raise TimeoutError(f"the collector did not judge the run in time; see {self.collector.log_path}")
 
     def cli_args(self, command: str, *rest: str) -> list[str]:
-        """``agentreplay COMMAND`` against this world (its options before any ``-- agent command``)."""
-        extra = ["--otlp-endpoint", self.collector.grpc] if command in ("replay", "fork") else []
-        return [str(BIN / "agentreplay"), command, "--collector", self.collector.control, *extra, *rest]
+        """``agentreplay COMMAND`` against this world (its options before any ``-- agent command``).
+
+        Replays and forks find the collector's OTLP endpoint by asking its control endpoint.
+        """
+        return [str(BIN / "agentreplay"), command, "--collector", self.collector.control, *rest]
 
     def bookings(self) -> int:
         """Bookings the airline really made (the booking tool's body writes each to its ledger)."""
