@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import socket
 import threading
 import time
 import urllib.parse
@@ -24,6 +25,21 @@ from typing import Any
 _log = logging.getLogger(__name__)
 
 DEFAULT_CONTROL = "http://127.0.0.1:4320"
+
+
+class _Connection(http.client.HTTPConnection):
+    """Headers and body leave in separate writes; without TCP_NODELAY, Nagle's algorithm holds
+    the body until the server's delayed ACK (about 40 ms) on every request."""
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class _TLSConnection(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        super().connect()
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class ControlUnavailable(Exception):
@@ -49,7 +65,7 @@ class ControlClient:
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
+            cls = _TLSConnection if self._https else _Connection
             conn = cls(self._host, self._port, timeout=timeout_s)
             self._local.conn = conn
         conn.timeout = timeout_s

@@ -48,7 +48,9 @@ class AsgiServer:
     async def start(self) -> None:
         """Bind (an OSError here names a taken port), then serve in a task."""
         family = socket.AF_INET6 if ":" in self._endpoint.host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM)
+        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets whose proto says TCP;
+        # without it a response written as headers then body waits for a delayed ACK (~40 ms).
+        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind((self._endpoint.host, self._endpoint.port))
