@@ -36,7 +36,8 @@ def test_repo_config_is_the_loopback_default() -> None:
     assert cfg.clickhouse.endpoint == "chdb://./.agentreplay/store"
     assert cfg.clickhouse.database == "agentreplay" and cfg.clickhouse.create_schema
     assert cfg.chain.quiet_period_s == 2.0 and cfg.chain.incomplete_after_s == 300.0
-    assert cfg.pipeline.processors == ("agentreplay_auth", "agentreplay_chain", "batch")
+    assert cfg.pipeline.processors == ("agentreplay_auth", "agentreplay_chain", "agentreplay_scope", "batch")
+    assert cfg.scope is not None and cfg.scope.require_manifests is False and cfg.scope.admin_token is None
 
 
 def test_env_substitution_with_and_without_default(raw: dict[str, Any]) -> None:

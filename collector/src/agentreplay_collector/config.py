@@ -429,7 +429,10 @@ def _parse_scope(sec: _Section) -> ScopeConfig:
     for i, url in enumerate(hooks):
         if not re.match(r"https?://[^/\s]+", url):
             raise ConfigError(f"{sec.at('webhooks')}[{i}]", "an http(s):// URL", url)
-    token = sec.string("admin_token")
+    raw_token = sec.get("admin_token")  # may be empty (an unset env var): admin operations are then off
+    if raw_token is not None and not isinstance(raw_token, str):
+        raise ConfigError(sec.at("admin_token"), "a string (empty turns admin operations off)", raw_token)
+    token = raw_token or None
     cfg = ScopeConfig(
         require_manifests=sec.boolean("require_manifests", False),
         manifests_dir=Path(manifests) if manifests else None,
