@@ -95,6 +95,10 @@ def test_second_booking_is_refused_before_it_runs_and_the_run_is_halted(tmp_path
             verify = subprocess.run([str(BIN / "agentreplay"), "verify", run.run_id, "--collector",
                                      collector.control], capture_output=True, text=True, timeout=60)
             assert verify.returncode == 0, verify.stdout + verify.stderr
+            trust = json.loads(cli("trust", "--agent", "flight-agent", "--json", collector=collector).stdout)
+            [score] = trust["agents"]
+            assert score["runs"] == 1 and score["scope_violations"] == 1
+            assert 0.4 < score["score"] < 0.55 and score["tier"] == "standard"  # one run moves it a little
         finally:
             collector.stop()
 
@@ -153,3 +157,31 @@ def test_kill_reaches_a_running_agent_over_watch_and_needs_the_admin_token(tmp_p
         assert resumed.returncode == 0, resumed.stderr
     finally:
         collector.stop()
+
+
+@pytest.mark.parametrize("fail_mode", ["closed", "open"])
+def test_collector_unreachable_during_authorize(tmp_path, org, fail_mode):
+    """The control endpoint is down (spans still flow): closed refuses, open proceeds; both are recorded."""
+    manifest = org.signed_manifest(flight_manifest(fail_mode=fail_mode))
+    creds = org.credentials("flight-agent", manifest)
+    ledger = tmp_path / "ledger.jsonl"
+    with LLMServer(double_booking_model) as llm:
+        collector = start_collector(tmp_path, org)
+        try:
+            env = agent_env(collector, llm=llm) | creds | {
+                "FLIGHT_LEDGER": str(ledger), "AGENTREPLAY_COLLECTOR": "http://127.0.0.1:9",
+                "AGENTREPLAY_AUTHORIZE_DEADLINE_MS": "100"}
+            done = run_agent(AGENT, env=env)
+            run = wait_run(collector, "flight-agent")
+            rows = json.loads(cli("decisions", run.run_id, "--json", collector=collector).stdout)["decisions"]
+            if fail_mode == "closed":
+                assert done.returncode != 0 and "authorize.unavailable" in done.stderr
+                assert not ledger.exists()
+                assert rows and all(d["decision"] == "deny" and d["source"] == "fail_closed" for d in rows)
+            else:
+                assert len(ledger.read_text().splitlines()) == 1  # the second booking is still refused locally
+                sources = {(d["tool"], d["decision"], d["source"]) for d in rows}
+                assert ("book_flight", "allow", "fail_open") in sources
+                assert ("book_flight", "deny", "local") in sources
+        finally:
+            collector.stop()

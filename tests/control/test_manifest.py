@@ -96,3 +96,15 @@ def test_decision_event_attributes_carry_rule_and_manifest_hash(flight):
     assert attrs["agentreplay.policy.rule"] == mf.RULE_TOOL_UNLISTED
     assert attrs["agentreplay.manifest.sha256"] == flight.sha256
     assert mf.Decision.from_json(decision.to_json()) == decision
+
+
+def test_trust_score_is_smoothed_and_maps_to_tiers():
+    from agentreplay_collector import trust
+
+    assert trust.score(runs=0, failures=0, regressions=0, regression_passes=0, violating_runs=0) == 0.5
+    one_bad = trust.score(runs=1, failures=1, regressions=0, regression_passes=0, violating_runs=1)
+    assert 0.5 - 1 / 11 <= one_bad < 0.5  # one run moves it by at most 1/11
+    good = trust.score(runs=50, failures=0, regressions=10, regression_passes=10, violating_runs=0)
+    assert good > 0.9 and trust.tier_for(good, trust.DEFAULT_TIERS).spend_multiplier == 2.0
+    shipped = trust.load_tiers(POLICIES / "trust_tiers.json")
+    assert shipped == trust.DEFAULT_TIERS

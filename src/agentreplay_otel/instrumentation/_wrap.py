@@ -32,7 +32,7 @@ from agentreplay_otel.instrumentation._stream import (
     tap_sse,
 )
 from agentreplay_otel.metrics import GenAIMetrics
-from agentreplay_otel.runs import current_run
+from agentreplay_otel.runs import _run_for_call
 
 _log = logging.getLogger(__name__)
 
@@ -153,9 +153,9 @@ def enforce(kwargs: Mapping[str, Any]) -> None:
     the model is not allowed or the run has already spent its cap."""
     g = guard.current()
     if g is not None:
-        state = current_run()
+        state = _run_for_call(None)  # opens the auto run if none is open: a refusal is recorded on it
         model = kwargs.get("model")
-        g.before_llm(run_span=state.span if state else None, model=model if isinstance(model, str) else None)
+        g.before_llm(run_span=state.span, model=model if isinstance(model, str) else None)
 
 
 def sync_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
