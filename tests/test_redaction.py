@@ -11,7 +11,6 @@ import agentreplay_otel
 from agentreplay_otel import redaction, semconv
 from agentreplay_otel.chain import ChainSpanProcessor, verify
 from agentreplay_otel.errors import ConfigurationError
-
 from agentreplay_otel.testing.providers import global_tracer_provider
 
 PII = "Mail jane.doe@example.com or call +44 20 7946 0958; card 4111 1111 1111 1111."

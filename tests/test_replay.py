@@ -16,7 +16,15 @@ from agentreplay_otel.chain import record_from_span
 from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
 from agentreplay_otel.recording import recording_from_spans
-from agentreplay_otel.replay import Mode, Plan, ReplayDivergence, ReplayNetworkBlocked, ReplaySession, install, uninstall
+from agentreplay_otel.replay import (
+    Mode,
+    Plan,
+    ReplayDivergence,
+    ReplayNetworkBlocked,
+    ReplaySession,
+    install,
+    uninstall,
+)
 from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 
 BODY_RUNS = {"book": 0}

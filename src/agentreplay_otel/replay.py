@@ -431,7 +431,7 @@ def sse_body(provider: str, events: list[Any]) -> bytes:
             lines.append(f"event: {kind}\ndata: {data}\n\n")
         else:
             lines.append(f"data: {data}\n\n")
-    if provider == semconv.PROVIDER_OPENAI and not any(l.startswith("event: response.") for l in lines):
+    if provider == semconv.PROVIDER_OPENAI and not any(line.startswith("event: response.") for line in lines):
         lines.append("data: [DONE]\n\n")
     return "".join(lines).encode()
 

@@ -18,9 +18,9 @@ from typing import Annotated, Any, TypedDict
 
 import pytest
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.config import get_stream_writer
 from langgraph.func import entrypoint, task
 from langgraph.graph import END, START, StateGraph
-from langgraph.config import get_stream_writer
 from langgraph.types import Command, Send, interrupt
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan

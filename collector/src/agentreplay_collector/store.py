@@ -470,7 +470,7 @@ def _span_from_row(r: Sequence[Any]) -> SpanRecord:
         attributes=dict(attrs),
         events=tuple(
             EventRecord(name=n, time_ns=int(t), attributes=dict(a))
-            for t, n, a in zip(ev_ts, ev_names, ev_attrs)
+            for t, n, a in zip(ev_ts, ev_names, ev_attrs, strict=True)
         ),
         resource=dict(resource),
     )

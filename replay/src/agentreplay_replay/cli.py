@@ -18,11 +18,18 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from agentreplay_collector.errors import StoreError
 from agentreplay_collector.client import CollectorClient
-from agentreplay_collector.store import DEFAULT_COLLECTOR, DEFAULT_STORE, RunReader, normalize_store, open_reader
+from agentreplay_collector.errors import StoreError
+from agentreplay_collector.store import (
+    DEFAULT_COLLECTOR,
+    DEFAULT_STORE,
+    RunReader,
+    normalize_store,
+    open_reader,
+)
 from agentreplay_otel import semconv
-from agentreplay_otel.chain import ChainReport, verify as verify_chain
+from agentreplay_otel.chain import ChainReport
+from agentreplay_otel.chain import verify as verify_chain
 from agentreplay_otel.recording import recording_from_spans
 from agentreplay_otel.replay import Mode, Plan
 from agentreplay_replay import render, replayer
@@ -340,7 +347,6 @@ def main() -> None:
 
 
 from agentreplay_replay import control as _control  # noqa: E402,F401  registers commands
-
 
 if __name__ == "__main__":
     main()

@@ -33,8 +33,8 @@ from agentreplay_otel.instrumentation._wrap import (
     replay_decision,
     sync_wrapper,
 )
-from agentreplay_otel.replay import LLMDecision
 from agentreplay_otel.instrumentation.anthropic import _extract
+from agentreplay_otel.replay import LLMDecision
 
 _log = logging.getLogger(__name__)
 
