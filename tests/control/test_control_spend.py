@@ -77,3 +77,18 @@ def test_authorize_refuses_a_token_asking_for_another_agent(tmp_path, org):
         assert anonymous.value.code == 401
     finally:
         collector.stop()
+
+
+def test_require_manifests_refuses_an_agent_without_one(tmp_path, org):
+    from agentreplay_collector.testing import CollectorProcess, write_config
+    from conftest import ADMIN
+
+    config = write_config(tmp_path / "strict.yaml", store=f"chdb://{tmp_path / 'store'}",
+                          org_public_key=org.public_path, scope={"admin_token": ADMIN, "require_manifests": True})
+    creds = org.credentials("no-manifest-agent", None)
+    with LLMServer(airline_model) as llm, CollectorProcess(config) as collector:
+        done = run_agent(AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(tmp_path / "l")})
+        assert done.returncode == 0  # the agent itself runs (recording never breaks it) ...
+        with collector.client() as client:
+            assert client.list_runs(agent="no-manifest-agent") == []  # ... but nothing of it is stored
+        assert "PERMISSION_DENIED" in done.stderr and "requires a manifest" in done.stderr
