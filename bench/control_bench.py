@@ -34,8 +34,10 @@ from agentreplay_otel.control import ControlClient
 ADMIN = "bench-admin"
 MANIFEST = {
     "version": 1,
-    "tools": {"lookup": {"max_per_run": 1_000_000_000, "args": {"q": {"max_length": 100}}},
-              "act": {"side_effect": True}},
+    "tools": {
+        "lookup": {"max_per_run": 1_000_000_000, "args": {"q": {"max_length": 100}}},
+        "act": {"side_effect": True},
+    },
     "spend": {"per_run_usd": 1e9, "per_day_usd": 1e12},
     "fail_mode": "closed",
 }
@@ -58,8 +60,12 @@ def pct(values: list[float], p: float) -> float:
 
 def summary_us(values_s: list[float]) -> dict[str, float]:
     us = [v * 1e6 for v in values_s]
-    return {"p50_us": round(pct(us, 50), 1), "p99_us": round(pct(us, 99), 1), "mean_us": round(statistics.fmean(us), 1),
-            "n": len(us)}
+    return {
+        "p50_us": round(pct(us, 50), 1),
+        "p99_us": round(pct(us, 99), 1),
+        "mean_us": round(statistics.fmean(us), 1),
+        "n": len(us),
+    }
 
 
 def per_call(fn, n: int) -> float:
@@ -78,16 +84,31 @@ def main() -> None:
     org, agent = identity.generate_key(), identity.generate_key()
     identity.write_public_key(org.public_key(), tmp / "org.pub")
     signed = identity.sign_manifest(MANIFEST, org)
-    token = identity.issue_identity(org_key=org, agent_id="bench", agent_public_key=agent.public_key(),
-                                    manifest_sha256=identity.manifest_sha256(MANIFEST))
-    config = write_config(tmp / "c.yaml", store=f"chdb://{tmp / 'store'}", org_public_key=tmp / "org.pub",
-                          scope={"admin_token": ADMIN}, log_level="warn")
+    token = identity.issue_identity(
+        org_key=org,
+        agent_id="bench",
+        agent_public_key=agent.public_key(),
+        manifest_sha256=identity.manifest_sha256(MANIFEST),
+    )
+    config = write_config(
+        tmp / "c.yaml",
+        store=f"chdb://{tmp / 'store'}",
+        org_public_key=tmp / "org.pub",
+        scope={"admin_token": ADMIN},
+        log_level="warn",
+    )
     with CollectorProcess(config) as collector:
         client = ControlClient(collector.control, token=token)
         client.post("/v1/manifests", signed, timeout_s=5)
         run_id = "ab" * 16
-        request = {"kind": "tool", "tool": "lookup", "arguments": {"q": "x"}, "run_id": run_id,
-                   "agent_id": "bench", "manifest_sha256": identity.manifest_sha256(MANIFEST)}
+        request = {
+            "kind": "tool",
+            "tool": "lookup",
+            "arguments": {"q": "x"},
+            "run_id": run_id,
+            "agent_id": "bench",
+            "manifest_sha256": identity.manifest_sha256(MANIFEST),
+        }
         for _ in range(200):
             client.authorize(request, timeout_s=2)
         latencies = []
@@ -101,8 +122,13 @@ def main() -> None:
         provider = TracerProvider()
         provider.add_span_processor(ChainSpanProcessor(SimpleSpanProcessor(InMemorySpanExporter())))
         trace.set_tracer_provider(provider)
-        g = guard.Guard(manifest=mf.parse_manifest(MANIFEST), agent_id="bench", control=client, deadline_s=1.0,
-                        signed_manifest=signed)
+        g = guard.Guard(
+            manifest=mf.parse_manifest(MANIFEST),
+            agent_id="bench",
+            control=client,
+            deadline_s=1.0,
+            signed_manifest=signed,
+        )
         g.day_spend_usd = 0.0
         n = min(args.calls, 5000)
         with agentreplay_otel.run("bench"):
@@ -121,9 +147,12 @@ def main() -> None:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
         def admin(path: str, body: dict) -> None:
-            req = urllib.request.Request(collector.control + path, data=json.dumps(body).encode(), method="POST",
-                                         headers={"Authorization": f"Bearer {ADMIN}",
-                                                  "Content-Type": "application/json"})
+            req = urllib.request.Request(
+                collector.control + path,
+                data=json.dumps(body).encode(),
+                method="POST",
+                headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"},
+            )
             opener.open(req, timeout=5).read()
 
         halt_latency = []
@@ -141,14 +170,19 @@ def main() -> None:
     result = {
         "benchmark": "control_plane",
         "authorize_loopback": authorize,
-        "tool_call_us": {"no_guard": round(bare * 1e6, 1), "guard_local_check": round(local * 1e6, 1),
-                         "guard_with_authorize": round(authorized * 1e6, 1)},
+        "tool_call_us": {
+            "no_guard": round(bare * 1e6, 1),
+            "guard_local_check": round(local * 1e6, 1),
+            "guard_with_authorize": round(authorized * 1e6, 1),
+        },
         "guard_added_us_local": round((local - bare) * 1e6, 1),
         "guard_added_us_with_authorize": round((authorized - bare) * 1e6, 1),
         "guard_local_ratio": round(local / bare, 3),
         "halt_to_agent": summary_us(halt_latency),
-        "goals": {"authorize_p99_under_1ms": authorize["p99_us"] < 1000,
-                  "halt_p99_under_100ms": pct(halt_latency, 99) < 0.1},
+        "goals": {
+            "authorize_p99_under_1ms": authorize["p99_us"] < 1000,
+            "halt_p99_under_100ms": pct(halt_latency, 99) < 0.1,
+        },
     }
     print(json.dumps(result, indent=2))
 

@@ -65,8 +65,8 @@ class Guard:
         self.manifest = manifest
         self.agent_id = agent_id
         self.control = control
-        self.deadline_s = deadline_s if deadline_s is not None else (
-            manifest.deadline_ms / 1000 if manifest else 0.25
+        self.deadline_s = (
+            deadline_s if deadline_s is not None else (manifest.deadline_ms / 1000 if manifest else 0.25)
         )
         self.signed_manifest = signed_manifest
         self._lock = threading.Lock()
@@ -93,7 +93,9 @@ class Guard:
     def on_watch(self, message: Mapping[str, Any]) -> None:
         kind = message.get("type")
         if kind == "snapshot":
-            self._remote_halts = {(h["scope"], h["target"]): h.get("reason", "") for h in message.get("halts", [])}
+            self._remote_halts = {
+                (h["scope"], h["target"]): h.get("reason", "") for h in message.get("halts", [])
+            }
         elif kind == "halt":
             halts = dict(self._remote_halts)
             halts[(message["scope"], message["target"])] = message.get("reason", "")
@@ -143,14 +145,23 @@ class Guard:
                 self.day_spend_usd += cost_usd
         m = self.manifest
         if m is not None:
-            verdict = mf.evaluate_spend(m, mf.Usage(run_spend_usd=spend, day_spend_usd=self.day_spend_usd),
-                                        spend_multiplier=self.spend_multiplier)
+            verdict = mf.evaluate_spend(
+                m,
+                mf.Usage(run_spend_usd=spend, day_spend_usd=self.day_spend_usd),
+                spend_multiplier=self.spend_multiplier,
+            )
             if not verdict.allowed:
                 self.halt_locally(run_id, f"{verdict.rule}: {verdict.detail}")
 
     # --- tool calls --------------------------------------------------------------------
     def before_tool(
-        self, *, span: Span, tool: str, side_effect: bool, arguments: Mapping[str, Any], cost_usd: float | None
+        self,
+        *,
+        span: Span,
+        tool: str,
+        side_effect: bool,
+        arguments: Mapping[str, Any],
+        cost_usd: float | None,
     ) -> None:
         """Raise RunHalted or ScopeViolation (after recording why on ``span``) or return: may run."""
         run_id = format(span.get_span_context().trace_id, "032x")
@@ -165,17 +176,34 @@ class Guard:
         if m is None:
             return
         usage = self._usage(run_id)
-        decision = mf.evaluate_tool(m, tool=tool, arguments=arguments, usage=usage, cost_usd=cost_usd,
-                                    spend_multiplier=self.spend_multiplier)
+        decision = mf.evaluate_tool(
+            m,
+            tool=tool,
+            arguments=arguments,
+            usage=usage,
+            cost_usd=cost_usd,
+            spend_multiplier=self.spend_multiplier,
+        )
         source = SOURCE_LOCAL
         if decision.allowed and mf.needs_authorization(
-            m, tool=tool, side_effect=side_effect, usage=usage, cost_usd=cost_usd,
+            m,
+            tool=tool,
+            side_effect=side_effect,
+            usage=usage,
+            cost_usd=cost_usd,
             spend_multiplier=self.spend_multiplier,
         ):
             decision, source = self._authorize(
-                {"kind": "tool", "tool": tool, "side_effect": side_effect, "arguments": dict(arguments),
-                 "cost_usd": cost_usd, "run_id": run_id, "tool_calls": usage.tool_calls.get(tool, 0),
-                 "run_spend_usd": usage.run_spend_usd}
+                {
+                    "kind": "tool",
+                    "tool": tool,
+                    "side_effect": side_effect,
+                    "arguments": dict(arguments),
+                    "cost_usd": cost_usd,
+                    "run_id": run_id,
+                    "tool_calls": usage.tool_calls.get(tool, 0),
+                    "run_spend_usd": usage.run_spend_usd,
+                }
             )
         _event(span, decision, source, tool)
         if decision.allowed:
@@ -195,8 +223,9 @@ class Guard:
         m = self.manifest
         if reason is not None:
             if run_span is not None:
-                decision = mf.Decision(allowed=False, rule=mf.RULE_HALTED, manifest_sha256=m.sha256 if m else "",
-                                       detail=reason)
+                decision = mf.Decision(
+                    allowed=False, rule=mf.RULE_HALTED, manifest_sha256=m.sha256 if m else "", detail=reason
+                )
                 _event(run_span, decision, SOURCE_HALT, None)
             raise RunHalted(f"run {run_id or '(none yet)'} is halted: {reason}")
         if m is None:
@@ -234,10 +263,18 @@ class Guard:
                 raise ControlUnavailable(str(answer.get("error", "no decision in the answer")))
         except ControlUnavailable as exc:
             if m.fail_open:
-                return mf.Decision(allowed=True, rule=mf.RULE_AUTHORIZE_UNAVAILABLE, manifest_sha256=m.sha256,
-                                   detail=f"fail-open: {exc}"), SOURCE_FAIL_OPEN
-            return mf.Decision(allowed=False, rule=mf.RULE_AUTHORIZE_UNAVAILABLE, manifest_sha256=m.sha256,
-                               detail=f"fail-closed: {exc}"), SOURCE_FAIL_CLOSED
+                return mf.Decision(
+                    allowed=True,
+                    rule=mf.RULE_AUTHORIZE_UNAVAILABLE,
+                    manifest_sha256=m.sha256,
+                    detail=f"fail-open: {exc}",
+                ), SOURCE_FAIL_OPEN
+            return mf.Decision(
+                allowed=False,
+                rule=mf.RULE_AUTHORIZE_UNAVAILABLE,
+                manifest_sha256=m.sha256,
+                detail=f"fail-closed: {exc}",
+            ), SOURCE_FAIL_CLOSED
         if answer.get("day_spend_usd") is not None:
             self.day_spend_usd = float(answer["day_spend_usd"])
         if answer.get("spend_multiplier") is not None:
@@ -248,7 +285,9 @@ class Guard:
     def start_watch(self) -> None:
         if self.control is None or not self.agent_id or self.watcher is not None:
             return
-        self.watcher = Watcher(self.control, self.agent_id, self.on_watch, before_connect=self._register).start()
+        self.watcher = Watcher(
+            self.control, self.agent_id, self.on_watch, before_connect=self._register
+        ).start()
 
     def _register(self) -> None:
         if self.signed_manifest is not None and self.control is not None:
@@ -313,7 +352,9 @@ def from_settings(current_settings: Settings, environ: Mapping[str, str] | None 
     try:
         deadline_s = int(deadline) / 1000 if deadline else None
     except ValueError as exc:
-        raise ConfigurationError(f"{semconv.ENV_AUTHORIZE_DEADLINE_MS}={deadline!r} is not an integer") from exc
+        raise ConfigurationError(
+            f"{semconv.ENV_AUTHORIZE_DEADLINE_MS}={deadline!r} is not an integer"
+        ) from exc
     return Guard(
         manifest=parsed,
         agent_id=creds.agent_id,
@@ -341,4 +382,3 @@ def wait_for_watch(timeout_s: float = 5.0) -> bool:
     if guard is None or guard.watcher is None:
         return False
     return guard.watcher.connected.wait(timeout_s)
-

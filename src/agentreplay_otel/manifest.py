@@ -118,18 +118,36 @@ class Decision:
         }
 
     def to_json(self) -> dict[str, Any]:
-        return {"decision": self.decision, "rule": self.rule, "manifest_sha256": self.manifest_sha256,
-                "detail": self.detail}
+        return {
+            "decision": self.decision,
+            "rule": self.rule,
+            "manifest_sha256": self.manifest_sha256,
+            "detail": self.detail,
+        }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Decision:
-        return cls(allowed=doc.get("decision") == ALLOW, rule=str(doc.get("rule", "")),
-                   manifest_sha256=str(doc.get("manifest_sha256", "")), detail=str(doc.get("detail", "")))
+        return cls(
+            allowed=doc.get("decision") == ALLOW,
+            rule=str(doc.get("rule", "")),
+            manifest_sha256=str(doc.get("manifest_sha256", "")),
+            detail=str(doc.get("detail", "")),
+        )
 
 
 # --- parsing ---------------------------------------------------------------------------
-_TOP_KEYS = {"$schema", "version", "agent", "description", "tools", "unlisted_tools", "models", "spend",
-             "authorization", "fail_mode"}
+_TOP_KEYS = {
+    "$schema",
+    "version",
+    "agent",
+    "description",
+    "tools",
+    "unlisted_tools",
+    "models",
+    "spend",
+    "authorization",
+    "fail_mode",
+}
 _TOOL_KEYS = {"side_effect", "authorize", "max_per_run", "max_cost_usd", "args"}
 _ARG_KEYS = {"enum", "minimum", "maximum", "pattern", "max_length", "required"}
 
@@ -153,8 +171,11 @@ def parse_manifest(body: Mapping[str, Any]) -> Manifest:
     if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) for m in models)):
         raise ManifestError("manifest.models: expected a list of model name prefixes")
     spend = _obj(body.get("spend", {}), "manifest.spend", {"per_run_usd", "per_day_usd"})
-    auth = _obj(body.get("authorization", {}), "manifest.authorization",
-                {"side_effects", "near_cap_fraction", "deadline_ms"})
+    auth = _obj(
+        body.get("authorization", {}),
+        "manifest.authorization",
+        {"side_effects", "near_cap_fraction", "deadline_ms"},
+    )
     fail_mode = body.get("fail_mode", FAIL_CLOSED)
     if fail_mode not in (FAIL_CLOSED, FAIL_OPEN):
         raise ManifestError(f"manifest.fail_mode: expected 'closed' or 'open', got {fail_mode!r}")
@@ -279,10 +300,15 @@ def evaluate_tool(
                 return _deny(m, f"tool.arg.{name}.{problem[0]}", f"{tool}: {problem[1]}")
         done = usage.tool_calls.get(tool, 0)
         if rule.max_per_run is not None and done >= rule.max_per_run:
-            return _deny(m, RULE_MAX_PER_RUN,
-                         f"{tool} may run at most {rule.max_per_run} time(s) per run; this would be call {done + 1}")
+            return _deny(
+                m,
+                RULE_MAX_PER_RUN,
+                f"{tool} may run at most {rule.max_per_run} time(s) per run; this would be call {done + 1}",
+            )
         if rule.max_cost_usd is not None and cost_usd is not None and cost_usd > rule.max_cost_usd:
-            return _deny(m, RULE_MAX_COST, f"{tool} would cost {cost_usd:.2f} USD, over {rule.max_cost_usd:.2f}")
+            return _deny(
+                m, RULE_MAX_COST, f"{tool} would cost {cost_usd:.2f} USD, over {rule.max_cost_usd:.2f}"
+            )
     spend = evaluate_spend(m, usage, added_usd=cost_usd or 0.0, spend_multiplier=spend_multiplier)
     if not spend.allowed:
         return spend
@@ -301,7 +327,11 @@ def evaluate_llm(m: Manifest, *, model: str | None, usage: Usage, spend_multipli
 
 
 def evaluate_spend(
-    m: Manifest, usage: Usage, *, added_usd: float = 0.0, spend_multiplier: float = 1.0,
+    m: Manifest,
+    usage: Usage,
+    *,
+    added_usd: float = 0.0,
+    spend_multiplier: float = 1.0,
     at_cap_denies: bool = False,
 ) -> Decision:
     """Is spend within the caps (times the trust multiplier) once ``added_usd`` is spent?"""
@@ -314,13 +344,22 @@ def evaluate_spend(
         limit = cap * spend_multiplier
         total = spent + added_usd
         if total > limit + 1e-9 or (at_cap_denies and total >= limit - 1e-12):
-            return _deny(m, rule, f"{what} spend would be {total:.4f} USD, cap {limit:.4f} USD"
-                                  f" ({cap:g} x trust {spend_multiplier:g})")
+            return _deny(
+                m,
+                rule,
+                f"{what} spend would be {total:.4f} USD, cap {limit:.4f} USD"
+                f" ({cap:g} x trust {spend_multiplier:g})",
+            )
     return Decision(allowed=True, rule="spend.within", manifest_sha256=m.sha256)
 
 
 def needs_authorization(
-    m: Manifest, *, tool: str | None, side_effect: bool, usage: Usage, cost_usd: float | None = None,
+    m: Manifest,
+    *,
+    tool: str | None,
+    side_effect: bool,
+    usage: Usage,
+    cost_usd: float | None = None,
     spend_multiplier: float = 1.0,
 ) -> bool:
     """Whether the guard must ask the collector (global state: halts, daily spend) first."""
@@ -328,7 +367,11 @@ def needs_authorization(
     if rule is not None and rule.authorize is not None:
         if rule.authorize:
             return True
-    elif tool is not None and m.authorize_side_effects and (side_effect or (rule is not None and rule.side_effect)):
+    elif (
+        tool is not None
+        and m.authorize_side_effects
+        and (side_effect or (rule is not None and rule.side_effect))
+    ):
         return True
     return near_cap(m, usage, added_usd=cost_usd or 0.0, spend_multiplier=spend_multiplier)
 
@@ -337,7 +380,11 @@ def near_cap(m: Manifest, usage: Usage, *, added_usd: float = 0.0, spend_multipl
     if m.per_day_usd is not None and usage.day_spend_usd is None:
         return True  # not known yet: ask
     for cap, spent in ((m.per_run_usd, usage.run_spend_usd), (m.per_day_usd, usage.day_spend_usd)):
-        if cap is not None and spent is not None and spent + added_usd >= m.near_cap_fraction * cap * spend_multiplier:
+        if (
+            cap is not None
+            and spent is not None
+            and spent + added_usd >= m.near_cap_fraction * cap * spend_multiplier
+        ):
             return True
     return False
 

@@ -37,9 +37,30 @@ def test_keys_init_writes_the_org_key_owner_only_and_refuses_to_overwrite(keys):
 
 def test_sign_and_issue_give_credentials_the_sdk_accepts(keys, tmp_path):
     signed = tmp_path / "flight.signed.json"
-    _ok("manifest", "sign", str(POLICIES / "flight-agent.manifest.json"), "--out", str(signed), "--keys", str(keys))
-    out = json.loads(_ok("identity", "issue", "--agent", "flight-agent", "--manifest", str(signed),
-                         "--keys", str(keys), "--out", str(tmp_path / "agent"), "--json"))
+    _ok(
+        "manifest",
+        "sign",
+        str(POLICIES / "flight-agent.manifest.json"),
+        "--out",
+        str(signed),
+        "--keys",
+        str(keys),
+    )
+    out = json.loads(
+        _ok(
+            "identity",
+            "issue",
+            "--agent",
+            "flight-agent",
+            "--manifest",
+            str(signed),
+            "--keys",
+            str(keys),
+            "--out",
+            str(tmp_path / "agent"),
+            "--json",
+        )
+    )
     for name in ("agent.key", "identity.jwt"):
         assert stat.S_IMODE((tmp_path / "agent" / name).stat().st_mode) == 0o600
     creds = identity.load_credentials(out["env"])
@@ -55,9 +76,30 @@ def test_a_malformed_manifest_is_not_signed(keys, tmp_path):
 
 def _credentials(keys: Path, tmp_path: Path) -> dict[str, str]:
     signed = tmp_path / "flight.signed.json"
-    _ok("manifest", "sign", str(POLICIES / "flight-agent.manifest.json"), "--out", str(signed), "--keys", str(keys))
-    doc = json.loads(_ok("identity", "issue", "--agent", "flight-agent", "--manifest", str(signed),
-                         "--keys", str(keys), "--out", str(tmp_path / "agent"), "--json"))
+    _ok(
+        "manifest",
+        "sign",
+        str(POLICIES / "flight-agent.manifest.json"),
+        "--out",
+        str(signed),
+        "--keys",
+        str(keys),
+    )
+    doc = json.loads(
+        _ok(
+            "identity",
+            "issue",
+            "--agent",
+            "flight-agent",
+            "--manifest",
+            str(signed),
+            "--keys",
+            str(keys),
+            "--out",
+            str(tmp_path / "agent"),
+            "--json",
+        )
+    )
     return doc["env"]
 
 
@@ -83,8 +125,11 @@ def test_an_expired_token_is_refused(keys, tmp_path):
     env = _credentials(keys, tmp_path)
     org = identity.load_private_key(keys / "org.key")
     agent = identity.load_private_key(env[semconv.ENV_AGENT_KEY])
-    Path(env[semconv.ENV_IDENTITY]).write_text(identity.issue_identity(
-        org_key=org, agent_id="flight-agent", agent_public_key=agent.public_key(), ttl_s=10, now=1_000))
+    Path(env[semconv.ENV_IDENTITY]).write_text(
+        identity.issue_identity(
+            org_key=org, agent_id="flight-agent", agent_public_key=agent.public_key(), ttl_s=10, now=1_000
+        )
+    )
     with pytest.raises(IdentityError, match="expired"):
         identity.load_credentials(env)
 

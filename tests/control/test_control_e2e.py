@@ -9,11 +9,11 @@ import time
 from pathlib import Path
 
 import pytest
+from controlkit import ADMIN, BIN, REPO, agent_env, flight_manifest, run_agent
 
 from agentreplay_collector.testing import CollectorProcess, write_config
 from agentreplay_otel import identity
 from agentreplay_otel.testing.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
-from conftest import ADMIN, BIN, REPO, agent_env, flight_manifest, run_agent
 
 pytestmark = pytest.mark.e2e
 AGENT = REPO / "examples" / "flight_agent.py"
@@ -27,11 +27,20 @@ def double_booking_model(request: Request) -> ScriptedReply:
     if request.stream:
         return ScriptedReply(text="Done.")
     messages = request.body.get("messages", []) or []
-    bookings = sum(1 for m in messages if isinstance(m, dict)
-                   for c in (m.get("tool_calls") or []) if c.get("function", {}).get("name") == "book_flight")
+    bookings = sum(
+        1
+        for m in messages
+        if isinstance(m, dict)
+        for c in (m.get("tool_calls") or [])
+        if c.get("function", {}).get("name") == "book_flight"
+    )
     if not any(isinstance(m, dict) and m.get("role") == "tool" for m in messages):
-        return ScriptedReply(tool_calls=[ToolCallSpec("search_flights", {"destination": "Lisbon", "day": "Friday"}),
-                                         ToolCallSpec("search_flights", {"destination": "Lisbon", "day": "Saturday"})])
+        return ScriptedReply(
+            tool_calls=[
+                ToolCallSpec("search_flights", {"destination": "Lisbon", "day": "Friday"}),
+                ToolCallSpec("search_flights", {"destination": "Lisbon", "day": "Saturday"}),
+            ]
+        )
     if bookings == 0:
         return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": "TP125", "day": "Saturday"})])
     if bookings == 1:
@@ -39,20 +48,32 @@ def double_booking_model(request: Request) -> ScriptedReply:
     return ScriptedReply(text="Booked twice.")
 
 
-def start_collector(tmp: Path, org, *, webhook_url: str | None = None, name: str = "c",
-                    store: Path | None = None) -> CollectorProcess:
+def start_collector(
+    tmp: Path, org, *, webhook_url: str | None = None, name: str = "c", store: Path | None = None
+) -> CollectorProcess:
     scope = {"admin_token": ADMIN, "webhooks": [webhook_url] if webhook_url else [], "webhook_retries": 5}
-    config = write_config(tmp / f"{name}.yaml", store=f"chdb://{store or tmp / 'store'}",
-                          org_public_key=org.public_path, scope=scope)
+    config = write_config(
+        tmp / f"{name}.yaml",
+        store=f"chdb://{store or tmp / 'store'}",
+        org_public_key=org.public_path,
+        scope=scope,
+    )
     return CollectorProcess(config).start()
 
 
-def cli(*args: str, collector: CollectorProcess, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def cli(
+    *args: str, collector: CollectorProcess, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     import os
 
     base = {k: v for k, v in os.environ.items() if not k.startswith("AGENTREPLAY_")} | (env or {})
-    return subprocess.run([str(BIN / "agentreplay"), *args, "--collector", collector.control],
-                          capture_output=True, text=True, timeout=60, env=base)
+    return subprocess.run(
+        [str(BIN / "agentreplay"), *args, "--collector", collector.control],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=base,
+    )
 
 
 def wait_run(collector: CollectorProcess, agent: str, timeout_s: float = 20.0):
@@ -73,8 +94,12 @@ def test_second_booking_is_refused_before_it_runs_and_the_run_is_halted(tmp_path
     with LLMServer(double_booking_model) as llm:
         collector = start_collector(tmp_path, org, webhook_url=webhook.url)
         try:
-            done = run_agent(AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger)})
-            assert done.returncode != 0 and "ScopeViolation" in done.stderr and "tool.max_per_run" in done.stderr
+            done = run_agent(
+                AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger)}
+            )
+            assert (
+                done.returncode != 0 and "ScopeViolation" in done.stderr and "tool.max_per_run" in done.stderr
+            )
             # the side-effect counter: one booking reached the airline
             assert [json.loads(line)["flight"] for line in ledger.read_text().splitlines()] == ["TP125"]
             run = wait_run(collector, "flight-agent")
@@ -92,8 +117,12 @@ def test_second_booking_is_refused_before_it_runs_and_the_run_is_halted(tmp_path
             alerts = json.loads(cli("alerts", "--json", collector=collector).stdout)["alerts"]
             assert any(a["kind"] == "scope_violation" and a["delivered"] for a in alerts) or webhook.received
             assert run.chain.intact  # recording never stopped: the halted run is stored whole and verifies
-            verify = subprocess.run([str(BIN / "agentreplay"), "verify", run.run_id, "--collector",
-                                     collector.control], capture_output=True, text=True, timeout=60)
+            verify = subprocess.run(
+                [str(BIN / "agentreplay"), "verify", run.run_id, "--collector", collector.control],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert verify.returncode == 0, verify.stdout + verify.stderr
             trust = json.loads(cli("trust", "--agent", "flight-agent", "--json", collector=collector).stdout)
             [score] = trust["agents"]
@@ -112,8 +141,14 @@ def test_an_agent_that_bypasses_the_guard_is_halted_by_the_collector(tmp_path, o
         try:
             # the manifest must be known to the collector without the guard's help
             with collector.client() as client:
-                client._opener.open(_post(collector.control + "/v1/manifests", json.loads(manifest.read_text())))
-            env = agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger), "AGENTREPLAY_GUARD": "off"}
+                client._opener.open(
+                    _post(collector.control + "/v1/manifests", json.loads(manifest.read_text()))
+                )
+            env = (
+                agent_env(collector, llm=llm)
+                | creds
+                | {"FLIGHT_LEDGER": str(ledger), "AGENTREPLAY_GUARD": "off"}
+            )
             done = run_agent(AGENT, env=env)
             assert done.returncode == 0, done.stderr
             assert len(ledger.read_text().splitlines()) == 2  # nothing in the agent stopped it
@@ -128,8 +163,9 @@ def test_an_agent_that_bypasses_the_guard_is_halted_by_the_collector(tmp_path, o
 def _post(url: str, body: dict):
     import urllib.request
 
-    return urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                  headers={"Content-Type": "application/json"})
+    return urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
 
 
 def test_kill_reaches_a_running_agent_over_watch_and_needs_the_admin_token(tmp_path, org):
@@ -140,20 +176,33 @@ def test_kill_reaches_a_running_agent_over_watch_and_needs_the_admin_token(tmp_p
         import os
 
         base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))}
-        proc = subprocess.Popen([str(BIN / "opentelemetry-instrument"), sys.executable, str(LOOPER)],
-                                env=base | agent_env(collector) | creds, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [str(BIN / "opentelemetry-instrument"), sys.executable, str(LOOPER)],
+            env=base | agent_env(collector) | creds,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "started"
         refused = cli("kill", "--agent", "looper", collector=collector)
         assert refused.returncode != 0 and "admin token" in (refused.stdout + refused.stderr)
-        killed = cli("kill", "--agent", "looper", "--reason", "runaway", collector=collector,
-                     env={"AGENTREPLAY_ADMIN_TOKEN": ADMIN})
+        killed = cli(
+            "kill",
+            "--agent",
+            "looper",
+            "--reason",
+            "runaway",
+            collector=collector,
+            env={"AGENTREPLAY_ADMIN_TOKEN": ADMIN},
+        )
         assert killed.returncode == 0, killed.stderr
         out, err = proc.communicate(timeout=20)
         assert proc.returncode == 0, err
         assert "halted after" in out and "runaway" in out
-        resumed = cli("resume", "--agent", "looper", collector=collector, env={"AGENTREPLAY_ADMIN_TOKEN": ADMIN})
+        resumed = cli(
+            "resume", "--agent", "looper", collector=collector, env={"AGENTREPLAY_ADMIN_TOKEN": ADMIN}
+        )
         assert resumed.returncode == 0, resumed.stderr
     finally:
         collector.stop()
@@ -168,9 +217,15 @@ def test_collector_unreachable_during_authorize(tmp_path, org, fail_mode):
     with LLMServer(double_booking_model) as llm:
         collector = start_collector(tmp_path, org)
         try:
-            env = agent_env(collector, llm=llm) | creds | {
-                "FLIGHT_LEDGER": str(ledger), "AGENTREPLAY_COLLECTOR": "http://127.0.0.1:9",
-                "AGENTREPLAY_AUTHORIZE_DEADLINE_MS": "100"}
+            env = (
+                agent_env(collector, llm=llm)
+                | creds
+                | {
+                    "FLIGHT_LEDGER": str(ledger),
+                    "AGENTREPLAY_COLLECTOR": "http://127.0.0.1:9",
+                    "AGENTREPLAY_AUTHORIZE_DEADLINE_MS": "100",
+                }
+            )
             done = run_agent(AGENT, env=env)
             run = wait_run(collector, "flight-agent")
             rows = json.loads(cli("decisions", run.run_id, "--json", collector=collector).stdout)["decisions"]
@@ -179,7 +234,9 @@ def test_collector_unreachable_during_authorize(tmp_path, org, fail_mode):
                 assert not ledger.exists()
                 assert rows and all(d["decision"] == "deny" and d["source"] == "fail_closed" for d in rows)
             else:
-                assert len(ledger.read_text().splitlines()) == 1  # the second booking is still refused locally
+                assert (
+                    len(ledger.read_text().splitlines()) == 1
+                )  # the second booking is still refused locally
                 sources = {(d["tool"], d["decision"], d["source"]) for d in rows}
                 assert ("book_flight", "allow", "fail_open") in sources
                 assert ("book_flight", "deny", "local") in sources

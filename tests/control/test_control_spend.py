@@ -1,4 +1,4 @@
-"""Spend caps from LLM cost: a run cap halts the run; a daily cap holds across runs and a collector restart."""
+"""Spend caps: LLM cost alone halts a run at its cap; a daily cap holds across runs and a restart."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import urllib.error
 import urllib.request
 
 import pytest
+from controlkit import REPO, agent_env, flight_manifest, run_agent
+from test_control_e2e import start_collector, wait_run
 
 from agentreplay_otel.testing.llm_server import LLMServer
 from agentreplay_replay.scenario import airline_model
-from conftest import REPO, agent_env, flight_manifest, run_agent
-from test_control_e2e import start_collector, wait_run
 
 pytestmark = pytest.mark.e2e
 AGENT = REPO / "examples" / "flight_agent.py"
@@ -25,12 +25,17 @@ def test_a_run_that_crosses_its_cap_through_llm_cost_alone_is_halted(tmp_path, o
     with LLMServer(airline_model) as llm:
         collector = start_collector(tmp_path, org, webhook_url=webhook.url)
         try:
-            done = run_agent(AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger)})
+            done = run_agent(
+                AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger)}
+            )
             assert done.returncode != 0 and "RunHalted" in done.stderr and "spend.per_run" in done.stderr
             assert not ledger.exists()  # halted after the first model call: nothing booked
             run = wait_run(collector, "flight-agent")
             alert = webhook.wait_for(lambda a: a["kind"] == "scope_violation" and a["run_id"] == run.run_id)
-            assert alert["attributes"]["rule"] == "spend.per_run" and alert["attributes"]["detected_by"] == "collector"
+            assert (
+                alert["attributes"]["rule"] == "spend.per_run"
+                and alert["attributes"]["detected_by"] == "collector"
+            )
         finally:
             collector.stop()
 
@@ -43,14 +48,18 @@ def test_a_daily_cap_holds_across_two_runs_and_a_collector_restart(tmp_path, org
     with LLMServer(airline_model) as llm:
         collector = start_collector(tmp_path, org)
         try:
-            first = run_agent(AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger)})
+            first = run_agent(
+                AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger)}
+            )
             assert first.returncode == 0, first.stderr
             wait_run(collector, "flight-agent")
         finally:
             collector.stop()
         collector = start_collector(tmp_path, org, name="restarted")  # same store: spend rebuilt from it
         try:
-            second = run_agent(AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger)})
+            second = run_agent(
+                AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(ledger)}
+            )
             assert second.returncode != 0 and "ScopeViolation" in second.stderr
             assert "spend.per_day" in second.stderr
             assert len(ledger.read_text().splitlines()) == 1  # the second booking never reached the airline
@@ -60,14 +69,16 @@ def test_a_daily_cap_holds_across_two_runs_and_a_collector_restart(tmp_path, org
 
 def test_authorize_refuses_a_token_asking_for_another_agent(tmp_path, org):
     manifest = org.signed_manifest(flight_manifest())
-    token = (org.credentials("agent-a", manifest))
+    token = org.credentials("agent-a", manifest)
     collector = start_collector(tmp_path, org)
     try:
         jwt = open(token["AGENTREPLAY_IDENTITY"]).read().strip()
         request = urllib.request.Request(
-            collector.control + "/v1/authorize", method="POST",
+            collector.control + "/v1/authorize",
+            method="POST",
             data=json.dumps({"agent_id": "agent-b", "kind": "tool", "tool": "search_flights"}).encode(),
-            headers={"Authorization": f"Bearer {jwt}", "Content-Type": "application/json"})
+            headers={"Authorization": f"Bearer {jwt}", "Content-Type": "application/json"},
+        )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10)
         assert refused.value.code == 403
@@ -80,14 +91,21 @@ def test_authorize_refuses_a_token_asking_for_another_agent(tmp_path, org):
 
 
 def test_require_manifests_refuses_an_agent_without_one(tmp_path, org):
-    from agentreplay_collector.testing import CollectorProcess, write_config
-    from conftest import ADMIN
+    from controlkit import ADMIN
 
-    config = write_config(tmp_path / "strict.yaml", store=f"chdb://{tmp_path / 'store'}",
-                          org_public_key=org.public_path, scope={"admin_token": ADMIN, "require_manifests": True})
+    from agentreplay_collector.testing import CollectorProcess, write_config
+
+    config = write_config(
+        tmp_path / "strict.yaml",
+        store=f"chdb://{tmp_path / 'store'}",
+        org_public_key=org.public_path,
+        scope={"admin_token": ADMIN, "require_manifests": True},
+    )
     creds = org.credentials("no-manifest-agent", None)
     with LLMServer(airline_model) as llm, CollectorProcess(config) as collector:
-        done = run_agent(AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(tmp_path / "l")})
+        done = run_agent(
+            AGENT, env=agent_env(collector, llm=llm) | creds | {"FLIGHT_LEDGER": str(tmp_path / "l")}
+        )
         assert done.returncode == 0  # the agent itself runs (recording never breaks it) ...
         with collector.client() as client:
             assert client.list_runs(agent="no-manifest-agent") == []  # ... but nothing of it is stored

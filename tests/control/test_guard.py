@@ -13,8 +13,8 @@ from agentreplay_otel import guard, semconv
 from agentreplay_otel import manifest as mf
 from agentreplay_otel.control import ControlClient
 from agentreplay_otel.errors import ConfigurationError, RunHalted, ScopeViolation
-from agentreplay_otel.settings import Settings
 from agentreplay_otel.identity import Credentials
+from agentreplay_otel.settings import Settings
 
 POLICIES = Path(__file__).resolve().parents[2] / "policies"
 BODY = json.loads((POLICIES / "flight-agent.manifest.json").read_text())
@@ -33,8 +33,12 @@ def installed():
     installed_guards: list[guard.Guard | None] = []
 
     def install(body=BODY, *, control: str | None = None) -> guard.Guard:
-        g = guard.Guard(manifest=mf.parse_manifest(body), agent_id="flight-agent",
-                        control=ControlClient(control or _dead_endpoint()), deadline_s=0.2)
+        g = guard.Guard(
+            manifest=mf.parse_manifest(body),
+            agent_id="flight-agent",
+            control=ControlClient(control or _dead_endpoint()),
+            deadline_s=0.2,
+        )
         g.day_spend_usd = 0.0  # known (else every call asks the collector for the day's spend)
         installed_guards.append(guard.install(g))
         return g

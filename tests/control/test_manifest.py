@@ -30,8 +30,13 @@ def test_example_manifests_parse_and_validate_against_the_schema():
 def test_max_per_run_allows_the_first_booking_and_denies_the_second(flight):
     args = {"flight": "TP123", "day": "Friday"}
     first = mf.evaluate_tool(flight, tool="book_flight", arguments=args, usage=mf.Usage(), cost_usd=129)
-    second = mf.evaluate_tool(flight, tool="book_flight", arguments=args,
-                              usage=mf.Usage(tool_calls={"book_flight": 1}), cost_usd=129)
+    second = mf.evaluate_tool(
+        flight,
+        tool="book_flight",
+        arguments=args,
+        usage=mf.Usage(tool_calls={"book_flight": 1}),
+        cost_usd=129,
+    )
     assert first.allowed and first.rule == mf.RULE_TOOL_ALLOWED and first.manifest_sha256 == flight.sha256
     assert not second.allowed and second.rule == mf.RULE_MAX_PER_RUN and "at most 1" in second.detail
 
@@ -52,10 +57,17 @@ def test_argument_constraints_and_unlisted_tools_are_denied(flight, tool, args, 
 
 def test_spend_caps_scale_with_the_trust_multiplier(flight):
     usage = mf.Usage(run_spend_usd=550.0)
-    assert not mf.evaluate_tool(flight, tool="book_flight", arguments={"flight": "TP1"}, usage=usage,
-                                cost_usd=99).allowed
-    assert mf.evaluate_tool(flight, tool="book_flight", arguments={"flight": "TP1"}, usage=usage,
-                            cost_usd=99, spend_multiplier=1.5).allowed
+    assert not mf.evaluate_tool(
+        flight, tool="book_flight", arguments={"flight": "TP1"}, usage=usage, cost_usd=99
+    ).allowed
+    assert mf.evaluate_tool(
+        flight,
+        tool="book_flight",
+        arguments={"flight": "TP1"},
+        usage=usage,
+        cost_usd=99,
+        spend_multiplier=1.5,
+    ).allowed
     day = mf.evaluate_llm(flight, model="gpt-4o-mini", usage=mf.Usage(day_spend_usd=5000.0))
     assert not day.allowed and day.rule == mf.RULE_SPEND_DAY
 
@@ -68,10 +80,12 @@ def test_llm_models_outside_the_list_are_denied(flight):
 def test_side_effects_and_unknown_day_spend_need_authorization(flight):
     assert mf.needs_authorization(flight, tool="book_flight", side_effect=False, usage=mf.Usage())
     assert not mf.needs_authorization(flight, tool="search_flights", side_effect=False, usage=mf.Usage())
-    assert mf.needs_authorization(flight, tool="search_flights", side_effect=False,
-                                  usage=mf.Usage(day_spend_usd=None))
-    assert mf.needs_authorization(flight, tool="search_flights", side_effect=False,
-                                  usage=mf.Usage(run_spend_usd=500.0))
+    assert mf.needs_authorization(
+        flight, tool="search_flights", side_effect=False, usage=mf.Usage(day_spend_usd=None)
+    )
+    assert mf.needs_authorization(
+        flight, tool="search_flights", side_effect=False, usage=mf.Usage(run_spend_usd=500.0)
+    )
 
 
 @pytest.mark.parametrize(

@@ -29,9 +29,29 @@ from agentreplay_collector.store import Store
 
 _log = logging.getLogger(__name__)
 
-DECISION_COLUMNS = ["Timestamp", "RunId", "SpanId", "AgentId", "Tool", "Decision", "Rule", "ManifestSha256", "Detail"]
+DECISION_COLUMNS = [
+    "Timestamp",
+    "RunId",
+    "SpanId",
+    "AgentId",
+    "Tool",
+    "Decision",
+    "Rule",
+    "ManifestSha256",
+    "Detail",
+]
 HALT_COLUMNS = ["Scope", "TargetId", "Reason", "Actor", "Active", "UpdatedAt"]
-ALERT_COLUMNS = ["Timestamp", "AlertId", "Severity", "Kind", "AgentId", "RunId", "Message", "Attributes", "Delivered"]
+ALERT_COLUMNS = [
+    "Timestamp",
+    "AlertId",
+    "Severity",
+    "Kind",
+    "AgentId",
+    "RunId",
+    "Message",
+    "Attributes",
+    "Delivered",
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -46,20 +66,37 @@ class Alert:
     time_ns: int = field(default_factory=time.time_ns)
 
     def to_json(self) -> dict[str, Any]:
-        return {"alert_id": self.alert_id, "kind": self.kind, "severity": self.severity,
-                "agent_id": self.agent_id, "run_id": self.run_id, "message": self.message,
-                "attributes": dict(self.attributes), "time_ns": str(self.time_ns)}
+        return {
+            "alert_id": self.alert_id,
+            "kind": self.kind,
+            "severity": self.severity,
+            "agent_id": self.agent_id,
+            "run_id": self.run_id,
+            "message": self.message,
+            "attributes": dict(self.attributes),
+            "time_ns": str(self.time_ns),
+        }
 
     def row(self, delivered: bool) -> list[Any]:
-        return [self.time_ns, self.alert_id, self.severity, self.kind, self.agent_id, self.run_id, self.message,
-                dict(self.attributes), 1 if delivered else 0]
+        return [
+            self.time_ns,
+            self.alert_id,
+            self.severity,
+            self.kind,
+            self.agent_id,
+            self.run_id,
+            self.message,
+            dict(self.attributes),
+            1 if delivered else 0,
+        ]
 
 
 class ControlWriter:
     """One thread that writes control-plane rows and delivers alerts to webhooks."""
 
-    def __init__(self, store: Store | None, *, webhooks: Sequence[str] = (), retries: int = 5,
-                 timeout_s: float = 5.0) -> None:
+    def __init__(
+        self, store: Store | None, *, webhooks: Sequence[str] = (), retries: int = 5, timeout_s: float = 5.0
+    ) -> None:
         self.store = store
         self.webhooks = tuple(webhooks)
         self.retries = retries
@@ -69,7 +106,9 @@ class ControlWriter:
         self._rows: queue.SimpleQueue[tuple[str, list[Any]] | None] = queue.SimpleQueue()
         self._deliveries: queue.SimpleQueue[Alert | None] = queue.SimpleQueue()
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        self._writer = threading.Thread(target=self._write_loop, name="agentreplay-control-writer", daemon=True)
+        self._writer = threading.Thread(
+            target=self._write_loop, name="agentreplay-control-writer", daemon=True
+        )
         self._sender = threading.Thread(target=self._send_loop, name="agentreplay-webhooks", daemon=True)
         self._stopping = threading.Event()
 
@@ -115,7 +154,11 @@ class ControlWriter:
     def _flush(self, batch: Mapping[str, list[list[Any]]]) -> None:
         if self.store is None:
             return
-        columns = {schema.DECISIONS: DECISION_COLUMNS, schema.HALTS: HALT_COLUMNS, schema.ALERTS: ALERT_COLUMNS}
+        columns = {
+            schema.DECISIONS: DECISION_COLUMNS,
+            schema.HALTS: HALT_COLUMNS,
+            schema.ALERTS: ALERT_COLUMNS,
+        }
         for table, rows in batch.items():
             for attempt in range(20):  # the store may be briefly away; rows are kept meanwhile
                 try:
@@ -147,7 +190,9 @@ class ControlWriter:
             for attempt in range(self.retries + 1):
                 try:
                     request = urllib.request.Request(
-                        url, data=body, method="POST",
+                        url,
+                        data=body,
+                        method="POST",
                         headers={"Content-Type": "application/json", "X-AgentReplay-Alert": alert.alert_id},
                     )
                     with self._opener.open(request, timeout=self.timeout_s) as response:

@@ -89,8 +89,9 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
 
         async def lines() -> AsyncIterator[bytes]:
             try:
-                snapshot = [h.to_json() for h in scope.halts.values()
-                            if h.scope == SCOPE_RUN or h.target == agent]
+                snapshot = [
+                    h.to_json() for h in scope.halts.values() if h.scope == SCOPE_RUN or h.target == agent
+                ]
                 yield (json.dumps({"type": "snapshot", "halts": snapshot}) + "\n").encode()
                 while True:
                     try:
@@ -109,8 +110,13 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
             return refused
         doc = json.loads(await request.body())
         kind, target = _target(doc)
-        made = scope.halt(kind, target, str(doc.get("reason") or "operator"), actor="operator",
-                          agent_id=target if kind == SCOPE_AGENT else "")
+        made = scope.halt(
+            kind,
+            target,
+            str(doc.get("reason") or "operator"),
+            actor="operator",
+            agent_id=target if kind == SCOPE_AGENT else "",
+        )
         return JSONResponse(made.to_json())
 
     async def resume(request: Request) -> JSONResponse:
@@ -118,8 +124,9 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
         if refused is not None:
             return refused
         kind, target = _target(json.loads(await request.body()))
-        return JSONResponse({"resumed": scope.resume(kind, target, actor="operator"), "scope": kind,
-                             "target": target})
+        return JSONResponse(
+            {"resumed": scope.resume(kind, target, actor="operator"), "scope": kind, "target": target}
+        )
 
     async def halts(request: Request) -> JSONResponse:
         return JSONResponse({"halts": [h.to_json() for h in scope.halts.values()]})
@@ -128,30 +135,61 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
         run = request.query_params.get("run", "").lower()
         if scope.store is None:
             return JSONResponse({"decisions": []})
-        rows = await blocking(scope.store.query,
-                              f"SELECT toString(Timestamp), RunId, SpanId, AgentId, Tool, Decision, Rule,"
-                              f" ManifestSha256, Detail FROM {scope.store.database}.{schema.DECISIONS}"
-                              " WHERE RunId = {run:String} ORDER BY Timestamp", {"run": run})
+        rows = await blocking(
+            scope.store.query,
+            f"SELECT toString(Timestamp), RunId, SpanId, AgentId, Tool, Decision, Rule,"
+            f" ManifestSha256, Detail FROM {scope.store.database}.{schema.DECISIONS}"
+            " WHERE RunId = {run:String} ORDER BY Timestamp",
+            {"run": run},
+        )
         out = []
         for ts, run_id, span, agent, tool, decision, rule, digest, detail in rows:
             extra = _json(detail)
-            out.append({"time": ts, "run_id": run_id, "span_id": span, "agent_id": agent, "tool": tool,
-                        "decision": decision, "rule": rule, "manifest_sha256": digest,
-                        "detail": extra.get("detail", detail), "source": extra.get("source", "")})
+            out.append(
+                {
+                    "time": ts,
+                    "run_id": run_id,
+                    "span_id": span,
+                    "agent_id": agent,
+                    "tool": tool,
+                    "decision": decision,
+                    "rule": rule,
+                    "manifest_sha256": digest,
+                    "detail": extra.get("detail", detail),
+                    "source": extra.get("source", ""),
+                }
+            )
         return JSONResponse({"run_id": run, "decisions": out})
 
     async def alerts(request: Request) -> JSONResponse:
         limit = int(request.query_params.get("limit", "100"))
         if scope.store is None:
             return JSONResponse({"alerts": []})
-        rows = await blocking(scope.store.query,
-                              "SELECT toString(min(Timestamp)), AlertId, any(Severity), any(Kind), any(AgentId),"
-                              " any(RunId), any(Message), max(Delivered)"
-                              f" FROM {scope.store.database}.{schema.ALERTS} GROUP BY AlertId"
-                              " ORDER BY min(Timestamp) DESC LIMIT {limit:UInt32}", {"limit": limit})
-        return JSONResponse({"alerts": [
-            {"time": t, "alert_id": a, "severity": s, "kind": k, "agent_id": ag, "run_id": r, "message": m,
-             "delivered": bool(d)} for t, a, s, k, ag, r, m, d in rows]})
+        rows = await blocking(
+            scope.store.query,
+            "SELECT toString(min(Timestamp)), AlertId, any(Severity), any(Kind), any(AgentId),"
+            " any(RunId), any(Message), max(Delivered)"
+            f" FROM {scope.store.database}.{schema.ALERTS} GROUP BY AlertId"
+            " ORDER BY min(Timestamp) DESC LIMIT {limit:UInt32}",
+            {"limit": limit},
+        )
+        return JSONResponse(
+            {
+                "alerts": [
+                    {
+                        "time": t,
+                        "alert_id": a,
+                        "severity": s,
+                        "kind": k,
+                        "agent_id": ag,
+                        "run_id": r,
+                        "message": m,
+                        "delivered": bool(d),
+                    }
+                    for t, a, s, k, ag, r, m, d in rows
+                ]
+            }
+        )
 
     async def trust(request: Request) -> JSONResponse:
         agent = request.query_params.get("agent")

@@ -37,8 +37,8 @@ from agentreplay_collector.config import ScopeConfig
 from agentreplay_collector.errors import PermissionDenied
 from agentreplay_collector.store import Store
 from agentreplay_collector.trust import TrustBook
-from agentreplay_otel import semconv
 from agentreplay_otel import manifest as mf
+from agentreplay_otel import semconv
 from agentreplay_otel.errors import AgentReplayError
 from agentreplay_otel.identity import AgentIdentity, verify_manifest
 
@@ -60,7 +60,9 @@ class RunUsage:
     span_ids: set[str] = field(default_factory=set)
 
     def tool_calls(self) -> dict[str, int]:
-        return {t: max(self.seen.get(t, 0), self.authorized.get(t, 0)) for t in {*self.seen, *self.authorized}}
+        return {
+            t: max(self.seen.get(t, 0), self.authorized.get(t, 0)) for t in {*self.seen, *self.authorized}
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,8 +74,13 @@ class Halt:
     time_ns: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"scope": self.scope, "target": self.target, "reason": self.reason, "actor": self.actor,
-                "time_ns": str(self.time_ns)}
+        return {
+            "scope": self.scope,
+            "target": self.target,
+            "reason": self.reason,
+            "actor": self.actor,
+            "time_ns": str(self.time_ns),
+        }
 
 
 def utc_day(ns: int) -> str:
@@ -187,33 +194,59 @@ class ScopeProcessor:
         halt = Halt(scope=scope, target=target, reason=reason, actor=actor, time_ns=time.time_ns())
         self.halts[(scope, target)] = halt
         self.writer.halt([scope, target, reason, actor, 1, halt.time_ns])
-        self.bus.publish({"type": "halt", **halt.to_json()}, agent_id=target if scope == SCOPE_AGENT else None)
-        self.writer.alert(Alert(
-            kind="halt", severity="critical" if actor == ACTOR else "warning",
-            agent_id=agent_id or (target if scope == SCOPE_AGENT else ""),
-            run_id=target if scope == SCOPE_RUN else "", message=f"{scope} {target} halted: {reason}",
-            attributes={"actor": actor, "scope": scope},
-        ))
+        self.bus.publish(
+            {"type": "halt", **halt.to_json()}, agent_id=target if scope == SCOPE_AGENT else None
+        )
+        self.writer.alert(
+            Alert(
+                kind="halt",
+                severity="critical" if actor == ACTOR else "warning",
+                agent_id=agent_id or (target if scope == SCOPE_AGENT else ""),
+                run_id=target if scope == SCOPE_RUN else "",
+                message=f"{scope} {target} halted: {reason}",
+                attributes={"actor": actor, "scope": scope},
+            )
+        )
         return halt
 
     def resume(self, scope: str, target: str, *, actor: str) -> bool:
         halt = self.halts.pop((scope, target), None)
         self.writer.halt([scope, target, "resumed", actor, 0, time.time_ns()])
-        self.bus.publish({"type": "resume", "scope": scope, "target": target},
-                         agent_id=target if scope == SCOPE_AGENT else None)
+        self.bus.publish(
+            {"type": "resume", "scope": scope, "target": target},
+            agent_id=target if scope == SCOPE_AGENT else None,
+        )
         return halt is not None
 
-    def violation(self, *, run_id: str, agent_id: str, decision: mf.Decision, detected_by: str,
-                  span_id: str = "", tool: str = "") -> None:
+    def violation(
+        self,
+        *,
+        run_id: str,
+        agent_id: str,
+        decision: mf.Decision,
+        detected_by: str,
+        span_id: str = "",
+        tool: str = "",
+    ) -> None:
         """Halt the run and alert: the one reaction to every violation, wherever it was found."""
         self.violations += 1
         if self.halted(run_id, agent_id) is None:
-            self.writer.alert(Alert(
-                kind="scope_violation", severity="critical", agent_id=agent_id, run_id=run_id,
-                message=f"{tool or 'call'} refused by {decision.rule}: {decision.detail}",
-                attributes={"rule": decision.rule, "manifest_sha256": decision.manifest_sha256,
-                            "detected_by": detected_by, "span_id": span_id, "tool": tool},
-            ))
+            self.writer.alert(
+                Alert(
+                    kind="scope_violation",
+                    severity="critical",
+                    agent_id=agent_id,
+                    run_id=run_id,
+                    message=f"{tool or 'call'} refused by {decision.rule}: {decision.detail}",
+                    attributes={
+                        "rule": decision.rule,
+                        "manifest_sha256": decision.manifest_sha256,
+                        "detected_by": detected_by,
+                        "span_id": span_id,
+                        "tool": tool,
+                    },
+                )
+            )
         self.halt(SCOPE_RUN, run_id, f"{decision.rule}: {decision.detail}", actor=ACTOR, agent_id=agent_id)
 
     # --- the pipeline stage -------------------------------------------------------------------
@@ -222,8 +255,11 @@ class ScopeProcessor:
         if self.config.require_manifests and identity is not None and manifest is None:
             raise PermissionDenied(
                 f"this collector requires a manifest: agent {identity.agent_id!r} has "
-                + (f"manifest {identity.manifest_sha256[:12]} that is not registered"
-                   if identity.manifest_sha256 else "no manifest in its identity token")
+                + (
+                    f"manifest {identity.manifest_sha256[:12]} that is not registered"
+                    if identity.manifest_sha256
+                    else "no manifest in its identity token"
+                )
             )
         for record in request.records:
             agent = identity.agent_id if identity is not None else record.resource.get(semconv.AGENT_ID, "")
@@ -243,17 +279,27 @@ class ScopeProcessor:
                 continue
             ea = event.attributes
             outcome = ea.get(semconv.POLICY_DECISION, "")
-            decision = mf.Decision(allowed=outcome == mf.ALLOW, rule=ea.get(semconv.POLICY_RULE, ""),
-                                   manifest_sha256=ea.get(semconv.MANIFEST_SHA256, ""),
-                                   detail=ea.get(semconv.POLICY_DETAIL, ""))
+            decision = mf.Decision(
+                allowed=outcome == mf.ALLOW,
+                rule=ea.get(semconv.POLICY_RULE, ""),
+                manifest_sha256=ea.get(semconv.MANIFEST_SHA256, ""),
+                detail=ea.get(semconv.POLICY_DETAIL, ""),
+            )
             source = ea.get(semconv.POLICY_SOURCE, "")
-            self._decision_row(record, agent, ea.get(semconv.GEN_AI_TOOL_NAME, tool), decision, source,
-                               event.time_ns)
+            self._decision_row(
+                record, agent, ea.get(semconv.GEN_AI_TOOL_NAME, tool), decision, source, event.time_ns
+            )
             if not decision.allowed:
                 refused = True
                 if decision.rule not in _NOT_VIOLATIONS:
-                    self.violation(run_id=record.trace_id, agent_id=agent, decision=decision,
-                                   detected_by=f"guard:{source}", span_id=record.span_id, tool=tool)
+                    self.violation(
+                        run_id=record.trace_id,
+                        agent_id=agent,
+                        decision=decision,
+                        detected_by=f"guard:{source}",
+                        span_id=record.span_id,
+                        tool=tool,
+                    )
         if refused:
             return  # the body never ran: nothing to count, nothing spent
         cost = _float(attrs.get(semconv.COST_USD))
@@ -261,33 +307,67 @@ class ScopeProcessor:
         multiplier = self.trust.multiplier(agent)
         day = utc_day(record.start_ns)
         if operation == semconv.OP_EXECUTE_TOOL and tool and m is not None:
-            usage = mf.Usage(tool_calls=dict(run.seen), run_spend_usd=run.spend_usd,
-                             day_spend_usd=self._day.get((agent, day), 0.0))
-            verdict = mf.evaluate_tool(m, tool=tool, arguments=_arguments(attrs), usage=usage, cost_usd=cost,
-                                       spend_multiplier=multiplier)
+            usage = mf.Usage(
+                tool_calls=dict(run.seen),
+                run_spend_usd=run.spend_usd,
+                day_spend_usd=self._day.get((agent, day), 0.0),
+            )
+            verdict = mf.evaluate_tool(
+                m,
+                tool=tool,
+                arguments=_arguments(attrs),
+                usage=usage,
+                cost_usd=cost,
+                spend_multiplier=multiplier,
+            )
             if not verdict.allowed:
                 self._decision_row(record, agent, tool, verdict, "collector", record.end_ns)
-                self.violation(run_id=record.trace_id, agent_id=agent, decision=verdict, detected_by="collector",
-                               span_id=record.span_id, tool=tool)
+                self.violation(
+                    run_id=record.trace_id,
+                    agent_id=agent,
+                    decision=verdict,
+                    detected_by="collector",
+                    span_id=record.span_id,
+                    tool=tool,
+                )
         if operation == semconv.OP_EXECUTE_TOOL and tool:
             run.seen[tool] = run.seen.get(tool, 0) + 1
         if cost:
             run.spend_usd += cost
             self._day[(agent, day)] = self._day.get((agent, day), 0.0) + cost
             if m is not None and operation != semconv.OP_EXECUTE_TOOL:
-                verdict = mf.evaluate_spend(m, mf.Usage(run_spend_usd=run.spend_usd,
-                                                        day_spend_usd=self._day[(agent, day)]),
-                                            spend_multiplier=multiplier)
+                verdict = mf.evaluate_spend(
+                    m,
+                    mf.Usage(run_spend_usd=run.spend_usd, day_spend_usd=self._day[(agent, day)]),
+                    spend_multiplier=multiplier,
+                )
                 if not verdict.allowed:
                     self._decision_row(record, agent, "", verdict, "collector", record.end_ns)
-                    self.violation(run_id=record.trace_id, agent_id=agent, decision=verdict,
-                                   detected_by="collector", span_id=record.span_id)
+                    self.violation(
+                        run_id=record.trace_id,
+                        agent_id=agent,
+                        decision=verdict,
+                        detected_by="collector",
+                        span_id=record.span_id,
+                    )
 
-    def _decision_row(self, record: Any, agent: str, tool: str, decision: mf.Decision, source: str,
-                      time_ns: int) -> None:
+    def _decision_row(
+        self, record: Any, agent: str, tool: str, decision: mf.Decision, source: str, time_ns: int
+    ) -> None:
         detail = json.dumps({"detail": decision.detail, "source": source}, separators=(",", ":"))
-        self.writer.decision([time_ns, record.trace_id, record.span_id, agent, tool, decision.decision,
-                              decision.rule, decision.manifest_sha256, detail])
+        self.writer.decision(
+            [
+                time_ns,
+                record.trace_id,
+                record.span_id,
+                agent,
+                tool,
+                decision.decision,
+                decision.rule,
+                decision.manifest_sha256,
+                detail,
+            ]
+        )
 
     # --- Authorize ------------------------------------------------------------------------------
     def authorize(self, request: Mapping[str, Any], identity: AgentIdentity | None) -> dict[str, Any]:
@@ -302,32 +382,55 @@ class ScopeProcessor:
         halt = self.halted(run_id, agent)
         digest = m.sha256 if m else ""
         if halt is not None:
-            decision = mf.Decision(allowed=False, rule=mf.RULE_HALTED, manifest_sha256=digest, detail=halt.reason)
+            decision = mf.Decision(
+                allowed=False, rule=mf.RULE_HALTED, manifest_sha256=digest, detail=halt.reason
+            )
         elif m is None:
             if request.get("manifest_sha256"):
                 return {"error": "manifest_unknown", "status": 409}
             decision = mf.Decision(allowed=True, rule=mf.RULE_NO_MANIFEST, manifest_sha256="")
         elif request.get("kind") == "llm":
             model = request.get("model")
-            decision = mf.evaluate_llm(m, model=model if isinstance(model, str) else None,
-                                       usage=_with_run_spend(usage, request), spend_multiplier=multiplier)
+            decision = mf.evaluate_llm(
+                m,
+                model=model if isinstance(model, str) else None,
+                usage=_with_run_spend(usage, request),
+                spend_multiplier=multiplier,
+            )
         else:
             tool = str(request.get("tool") or "")
             calls = dict(usage.tool_calls)
             calls[tool] = max(calls.get(tool, 0), int(request.get("tool_calls") or 0))
-            usage = mf.Usage(tool_calls=calls, run_spend_usd=usage.run_spend_usd, day_spend_usd=usage.day_spend_usd)
+            usage = mf.Usage(
+                tool_calls=calls, run_spend_usd=usage.run_spend_usd, day_spend_usd=usage.day_spend_usd
+            )
             arguments = request.get("arguments")
-            decision = mf.evaluate_tool(m, tool=tool, arguments=arguments if isinstance(arguments, dict) else {},
-                                        usage=_with_run_spend(usage, request), cost_usd=_float(request.get("cost_usd")),
-                                        spend_multiplier=multiplier)
+            decision = mf.evaluate_tool(
+                m,
+                tool=tool,
+                arguments=arguments if isinstance(arguments, dict) else {},
+                usage=_with_run_spend(usage, request),
+                cost_usd=_float(request.get("cost_usd")),
+                spend_multiplier=multiplier,
+            )
             if decision.allowed and run_id:
                 run = self._run(run_id, agent)
                 run.authorized[tool] = calls[tool] + 1
         if not decision.allowed and decision.rule not in _NOT_VIOLATIONS and run_id:
-            self.violation(run_id=run_id, agent_id=agent, decision=decision, detected_by="authorize",
-                           tool=str(request.get("tool") or ""))
-        return {**decision.to_json(), "run_spend_usd": usage.run_spend_usd, "day_spend_usd": usage.day_spend_usd,
-                "spend_multiplier": multiplier, "halted": halt is not None}
+            self.violation(
+                run_id=run_id,
+                agent_id=agent,
+                decision=decision,
+                detected_by="authorize",
+                tool=str(request.get("tool") or ""),
+            )
+        return {
+            **decision.to_json(),
+            "run_spend_usd": usage.run_spend_usd,
+            "day_spend_usd": usage.day_spend_usd,
+            "spend_multiplier": multiplier,
+            "halted": halt is not None,
+        }
 
     # --- start-up -----------------------------------------------------------------------------
     def rebuild(self, store: Store) -> None:
@@ -336,7 +439,8 @@ class ScopeProcessor:
         deny = f"arrayExists(a -> a['{semconv.POLICY_DECISION}'] = 'deny', Events.Attributes)"
         rows = store.query(
             f"SELECT ResourceAttributes['{semconv.AGENT_ID}'], TraceId, toString(toDate(Timestamp, 'UTC')),"
-            f" SpanAttributes['{semconv.GEN_AI_OPERATION_NAME}'], SpanAttributes['{semconv.GEN_AI_TOOL_NAME}'],"
+            f" SpanAttributes['{semconv.GEN_AI_OPERATION_NAME}'],"
+            f" SpanAttributes['{semconv.GEN_AI_TOOL_NAME}'],"
             f" sum(toFloat64OrZero(SpanAttributes['{semconv.COST_USD}'])), countIf(NOT {deny})"
             f" FROM (SELECT * FROM {db}.{schema.TRACES} WHERE Timestamp >= now() - INTERVAL 2 DAY"
             f" LIMIT 1 BY {schema.SPAN_DEDUPE_KEY})"
@@ -354,15 +458,25 @@ class ScopeProcessor:
             f"SELECT Scope, TargetId, Reason, Actor, toUnixTimestamp64Nano(UpdatedAt)"
             f" FROM {db}.{schema.HALTS} FINAL WHERE Active = 1"
         ):
-            self.halts[(scope, target)] = Halt(scope=scope, target=target, reason=reason, actor=actor,
-                                               time_ns=int(updated))
-        _log.info("agentreplay_scope: %d run(s), %d agent-day(s), %d halt(s) rebuilt from the store",
-                  len(self._runs), len(self._day), len(self.halts))
+            self.halts[(scope, target)] = Halt(
+                scope=scope, target=target, reason=reason, actor=actor, time_ns=int(updated)
+            )
+        _log.info(
+            "agentreplay_scope: %d run(s), %d agent-day(s), %d halt(s) rebuilt from the store",
+            len(self._runs),
+            len(self._day),
+            len(self.halts),
+        )
 
     def stats(self) -> dict[str, Any]:
-        return {"manifests": len(self.manifests), "halts": len(self.halts), "violations": self.violations,
-                "watchers": self.bus.watchers, "webhooks_delivered": self.writer.delivered,
-                "webhooks_failed": self.writer.failed_deliveries}
+        return {
+            "manifests": len(self.manifests),
+            "halts": len(self.halts),
+            "violations": self.violations,
+            "watchers": self.bus.watchers,
+            "webhooks_delivered": self.writer.delivered,
+            "webhooks_failed": self.writer.failed_deliveries,
+        }
 
 
 def _float(value: Any) -> float:

@@ -59,8 +59,14 @@ def load_tiers(path: Path | None) -> tuple[Tier, ...]:
     if path is None:
         return DEFAULT_TIERS
     doc = json.loads(path.read_text())
-    tiers = tuple(Tier(name=str(t["name"]), min_score=float(t["min_score"]),
-                       spend_multiplier=float(t["spend_multiplier"])) for t in doc["tiers"])
+    tiers = tuple(
+        Tier(
+            name=str(t["name"]),
+            min_score=float(t["min_score"]),
+            spend_multiplier=float(t["spend_multiplier"]),
+        )
+        for t in doc["tiers"]
+    )
     return tuple(sorted(tiers, key=lambda t: -t.min_score))
 
 
@@ -78,13 +84,23 @@ class TrustScore:
     computed_ns: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"agent_id": self.agent_id, "score": self.score, "tier": self.tier,
-                "spend_multiplier": self.spend_multiplier, "runs": self.runs, "failure_rate": self.failure_rate,
-                "regression_pass_rate": self.regression_pass_rate, "regressions": self.regressions,
-                "scope_violations": self.scope_violations, "computed_ns": str(self.computed_ns)}
+        return {
+            "agent_id": self.agent_id,
+            "score": self.score,
+            "tier": self.tier,
+            "spend_multiplier": self.spend_multiplier,
+            "runs": self.runs,
+            "failure_rate": self.failure_rate,
+            "regression_pass_rate": self.regression_pass_rate,
+            "regressions": self.regressions,
+            "scope_violations": self.scope_violations,
+            "computed_ns": str(self.computed_ns),
+        }
 
 
-def score(*, runs: int, failures: int, regressions: int, regression_passes: int, violating_runs: int) -> float:
+def score(
+    *, runs: int, failures: int, regressions: int, regression_passes: int, violating_runs: int
+) -> float:
     """The formula in the module docstring (pure, for tests and the docs)."""
     if runs == 0:
         return PRIOR
@@ -102,7 +118,9 @@ def tier_for(value: float, tiers: Sequence[Tier]) -> Tier:
 class TrustBook:
     """Scores per agent, computed from the store and kept for ``refresh_s``."""
 
-    def __init__(self, store: Store | None, *, tiers: Sequence[Tier] = DEFAULT_TIERS, refresh_s: float = 60.0) -> None:
+    def __init__(
+        self, store: Store | None, *, tiers: Sequence[Tier] = DEFAULT_TIERS, refresh_s: float = 60.0
+    ) -> None:
         self.store = store
         self.tiers = tuple(tiers)
         self.refresh_s = refresh_s
@@ -126,31 +144,63 @@ class TrustBook:
             rows = self.store.query(
                 f"SELECT count(), countIf(StatusCode = 'Error'), countIf(RunKind = 'regression'),"
                 f" countIf(RunKind = 'regression' AND StatusCode != 'Error'),"
-                f" countIf(RunId IN (SELECT DISTINCT RunId FROM {db}.{schema.DECISIONS} WHERE AgentId = {{a:String}}"
+                f" countIf(RunId IN (SELECT DISTINCT RunId FROM {db}.{schema.DECISIONS}"
+                "   WHERE AgentId = {a:String}"
                 f"   AND Decision = 'deny' AND Rule NOT IN {{skip:Array(String)}}))"
                 f" FROM (SELECT RunId, StatusCode, RunKind FROM {db}.{schema.RUNS} FINAL"
                 f"  WHERE AgentId = {{a:String}} ORDER BY Start DESC LIMIT {WINDOW})",
                 {"a": agent_id, "skip": list(NOT_VIOLATIONS)},
             )
             runs, failures, regressions, passes, violating = (int(v) for v in rows[0])
-        value = score(runs=runs, failures=failures, regressions=regressions, regression_passes=passes,
-                      violating_runs=violating)
+        value = score(
+            runs=runs,
+            failures=failures,
+            regressions=regressions,
+            regression_passes=passes,
+            violating_runs=violating,
+        )
         tier = tier_for(value, self.tiers)
         result = TrustScore(
-            agent_id=agent_id, score=round(value, 6), tier=tier.name, spend_multiplier=tier.spend_multiplier,
-            runs=runs, failure_rate=failures / runs if runs else 0.0,
-            regression_pass_rate=passes / regressions if regressions else 1.0, regressions=regressions,
-            scope_violations=violating, computed_ns=time.time_ns(),
+            agent_id=agent_id,
+            score=round(value, 6),
+            tier=tier.name,
+            spend_multiplier=tier.spend_multiplier,
+            runs=runs,
+            failure_rate=failures / runs if runs else 0.0,
+            regression_pass_rate=passes / regressions if regressions else 1.0,
+            regressions=regressions,
+            scope_violations=violating,
+            computed_ns=time.time_ns(),
         )
         with self._lock:
             self._cache[agent_id] = result
         if self.store is not None:
             try:
-                self.store.insert_rows(schema.TRUST_SCORES, [[
-                    agent_id, result.computed_ns, result.score, result.tier, runs, result.failure_rate,
-                    result.regression_pass_rate, violating,
-                ]], ["AgentId", "Timestamp", "Score", "Tier", "Runs", "FailureRate", "RegressionPassRate",
-                     "ScopeViolations"])
+                self.store.insert_rows(
+                    schema.TRUST_SCORES,
+                    [
+                        [
+                            agent_id,
+                            result.computed_ns,
+                            result.score,
+                            result.tier,
+                            runs,
+                            result.failure_rate,
+                            result.regression_pass_rate,
+                            violating,
+                        ]
+                    ],
+                    [
+                        "AgentId",
+                        "Timestamp",
+                        "Score",
+                        "Tier",
+                        "Runs",
+                        "FailureRate",
+                        "RegressionPassRate",
+                        "ScopeViolations",
+                    ],
+                )
             except StoreError as exc:
                 _log.warning("trust score of %s not stored: %s", agent_id, exc)
         return result
@@ -158,5 +208,7 @@ class TrustBook:
     def agents(self) -> list[str]:
         if self.store is None:
             return sorted(self._cache)
-        rows = self.store.query(f"SELECT DISTINCT AgentId FROM {self.store.database}.{schema.RUNS} ORDER BY 1")
+        rows = self.store.query(
+            f"SELECT DISTINCT AgentId FROM {self.store.database}.{schema.RUNS} ORDER BY 1"
+        )
         return [r[0] for r in rows if r[0]]

@@ -37,8 +37,9 @@ DEFAULT_KEYS = Path(".agentreplay/keys")
 
 keys_app = typer.Typer(help="The org's signing key.", no_args_is_help=True)
 manifest_app = typer.Typer(help="Scope manifests: sign them with the org key.", no_args_is_help=True)
-identity_app = typer.Typer(help="Agent identities: a key pair and a token bound to a manifest.",
-                           no_args_is_help=True)
+identity_app = typer.Typer(
+    help="Agent identities: a key pair and a token bound to a manifest.", no_args_is_help=True
+)
 app.add_typer(keys_app, name="keys")
 app.add_typer(manifest_app, name="manifest")
 app.add_typer(identity_app, name="identity")
@@ -46,13 +47,21 @@ app.add_typer(identity_app, name="identity")
 KeysDirOpt = Annotated[Path, typer.Option("--keys", help="Directory of the org key pair.")]
 OrgKeyOpt = Annotated[
     Path | None,
-    typer.Option("--org-key", envvar=semconv.ENV_ORG_KEY, show_envvar=True,
-                 help="The org's private key [default: KEYS/org.key]."),
+    typer.Option(
+        "--org-key",
+        envvar=semconv.ENV_ORG_KEY,
+        show_envvar=True,
+        help="The org's private key [default: KEYS/org.key].",
+    ),
 ]
 AdminOpt = Annotated[
     str | None,
-    typer.Option("--admin-token", envvar=semconv.ENV_ADMIN_TOKEN, show_envvar=True,
-                 help="The collector's admin token (kill, resume)."),
+    typer.Option(
+        "--admin-token",
+        envvar=semconv.ENV_ADMIN_TOKEN,
+        show_envvar=True,
+        help="The collector's admin token (kill, resume).",
+    ),
 ]
 
 
@@ -77,8 +86,12 @@ def _org_key(keys: Path, org_key: Path | None) -> identity.Ed25519PrivateKey:
 @keys_app.command("init")
 def keys_init(
     keys: KeysDirOpt = DEFAULT_KEYS,
-    force: Annotated[bool, typer.Option(help="Replace an existing key (every manifest and token "
-                                             "signed with the old one stops verifying).")] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="Replace an existing key (every manifest and token signed with the old one stops verifying)."
+        ),
+    ] = False,
 ) -> None:
     """Create the org's Ed25519 signing key (org.key, 0600) and its public key (org.pub)."""
     private, public = keys / "org.key", keys / "org.pub"
@@ -138,8 +151,13 @@ def identity_issue(
     target = out_dir or keys / "agents" / agent
     agent_key = identity.generate_key()
     identity.write_private_key(agent_key, target / "agent.key")
-    token = identity.issue_identity(org_key=org, agent_id=agent, agent_public_key=agent_key.public_key(),
-                                    manifest_sha256=digest, ttl_s=int(ttl_days * 86400))
+    token = identity.issue_identity(
+        org_key=org,
+        agent_id=agent,
+        agent_public_key=agent_key.public_key(),
+        manifest_sha256=digest,
+        ttl_s=int(ttl_days * 86400),
+    )
     _write_owner_only(target / "identity.jwt", token + "\n")
     env = {
         semconv.ENV_AGENT_KEY: str(target / "agent.key"),
@@ -149,9 +167,13 @@ def identity_issue(
     if manifest is not None:
         env[semconv.ENV_MANIFEST] = str(manifest)
     if json_:
-        _print_json({"agent": agent, "kid": identity.key_id(agent_key), "manifest_sha256": digest, "env": env})
+        _print_json(
+            {"agent": agent, "kid": identity.key_id(agent_key), "manifest_sha256": digest, "env": env}
+        )
         return
-    out.print(f"agent {agent}: key {identity.key_id(agent_key)}, token bound to manifest {digest or '(none)'}")
+    out.print(
+        f"agent {agent}: key {identity.key_id(agent_key)}, token bound to manifest {digest or '(none)'}"
+    )
     for name, value in env.items():
         out.print(f"export {name}={value}")
 
@@ -162,8 +184,15 @@ def _control(collector: str | None) -> str:
     return (url if "://" in url else f"http://{url}").rstrip("/")
 
 
-def _request(collector: str | None, method: str, path: str, *, body: Any = None,
-             params: dict[str, Any] | None = None, admin_token: str | None = None) -> Any:
+def _request(
+    collector: str | None,
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    params: dict[str, Any] | None = None,
+    admin_token: str | None = None,
+) -> Any:
     query = {k: v for k, v in (params or {}).items() if v is not None}
     url = _control(collector) + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
     headers = {"Content-Type": "application/json"}
@@ -195,14 +224,21 @@ def _target(run_id: str | None, agent: str | None) -> tuple[str, str]:
 def kill(
     run_id: Annotated[str | None, typer.Argument(help="The run to halt.")] = None,
     agent: Annotated[str | None, typer.Option("--agent", help="Halt every run of this agent.")] = None,
-    reason: Annotated[str, typer.Option(help="Why (in the halt, the alert and the agent's error).")] = "operator",
+    reason: Annotated[
+        str, typer.Option(help="Why (in the halt, the alert and the agent's error).")
+    ] = "operator",
     admin_token: AdminOpt = None,
     collector: CollectorOpt = None,
 ) -> None:
     """Halt a run or an agent: its next LLM or tool call raises RunHalted. Recording continues."""
     scope, target = _target(run_id, agent)
-    doc = _request(collector, "POST", "/v1/halts", body={"scope": scope, "target": target, "reason": reason},
-                   admin_token=admin_token)
+    doc = _request(
+        collector,
+        "POST",
+        "/v1/halts",
+        body={"scope": scope, "target": target, "reason": reason},
+        admin_token=admin_token,
+    )
     out.print(f"halted {scope} {target}: {doc.get('reason', reason)}")
 
 
@@ -215,7 +251,9 @@ def resume(
 ) -> None:
     """Lift a halt on a run or an agent."""
     scope, target = _target(run_id, agent)
-    _request(collector, "POST", "/v1/resume", body={"scope": scope, "target": target}, admin_token=admin_token)
+    _request(
+        collector, "POST", "/v1/resume", body={"scope": scope, "target": target}, admin_token=admin_token
+    )
     out.print(f"resumed {scope} {target}")
 
 
@@ -249,8 +287,15 @@ def alerts(
         return
     table = Table("time", "severity", "kind", "agent", "run", "message", "delivered")
     for a in doc["alerts"]:
-        table.add_row(a["time"], a["severity"], a["kind"], a["agent_id"], a["run_id"][:12], a["message"],
-                      "yes" if a["delivered"] else "no")
+        table.add_row(
+            a["time"],
+            a["severity"],
+            a["kind"],
+            a["agent_id"],
+            a["run_id"][:12],
+            a["message"],
+            "yes" if a["delivered"] else "no",
+        )
     out.print(table)
 
 
@@ -265,8 +310,18 @@ def trust(
     if json_:
         _print_json(doc)
         return
-    table = Table("agent", "score", "tier", "x spend", "runs", "failure rate", "regression pass", "violations")
+    table = Table(
+        "agent", "score", "tier", "x spend", "runs", "failure rate", "regression pass", "violations"
+    )
     for t in doc["agents"]:
-        table.add_row(t["agent_id"], f"{t['score']:.3f}", t["tier"], f"{t['spend_multiplier']:g}", str(t["runs"]),
-                      f"{t['failure_rate']:.2f}", f"{t['regression_pass_rate']:.2f}", str(t["scope_violations"]))
+        table.add_row(
+            t["agent_id"],
+            f"{t['score']:.3f}",
+            t["tier"],
+            f"{t['spend_multiplier']:g}",
+            str(t["runs"]),
+            f"{t['failure_rate']:.2f}",
+            f"{t['regression_pass_rate']:.2f}",
+            str(t["scope_violations"]),
+        )
     out.print(table)
