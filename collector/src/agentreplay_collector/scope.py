@@ -151,11 +151,11 @@ class ScopeProcessor:
     def register(self, signed: Mapping[str, Any]) -> str:
         """Learn a signed manifest (verified against the org key, unless auth is insecure)."""
         if self.org_public_key is not None:
-            body = verify_manifest(signed, self.org_public_key)
+            body: Any = verify_manifest(signed, self.org_public_key)
         else:
             body = signed.get("manifest") if isinstance(signed, Mapping) else None
-            if not isinstance(body, dict):
-                raise mf.ManifestError("not a signed manifest: expected keys 'manifest' and 'signature'")
+        if not isinstance(body, dict):
+            raise mf.ManifestError("not a signed manifest: expected keys 'manifest' and 'signature'")
         parsed = mf.parse_manifest(body)
         self.manifests[parsed.sha256] = parsed
         return parsed.sha256
