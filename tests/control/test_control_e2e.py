@@ -158,6 +158,17 @@ def test_an_agent_that_bypasses_the_guard_is_halted_by_the_collector(tmp_path, o
             assert alert["attributes"]["rule"] == "tool.max_per_run"
         finally:
             collector.stop()
+        # after a restart the collector still knows the manifest (stored), though nobody registers it
+        collector = start_collector(tmp_path, org, webhook_url=webhook.url, name="restarted")
+        try:
+            env |= agent_env(collector, llm=llm)  # the new collector's ports
+            assert run_agent(AGENT, env=env).returncode == 0
+            second = webhook.wait_for(
+                lambda a: a["kind"] == "scope_violation" and a["run_id"] != run.run_id, timeout_s=30
+            )
+            assert second["attributes"]["detected_by"] == "collector"
+        finally:
+            collector.stop()
 
 
 def _post(url: str, body: dict):

@@ -131,6 +131,9 @@ class ControlWriter:
     def halt(self, row: list[Any]) -> None:
         self._rows.put((schema.HALTS, row))
 
+    def manifest(self, row: list[Any]) -> None:
+        self._rows.put((schema.MANIFESTS, row))
+
     def alert(self, alert: Alert) -> None:
         self._rows.put((schema.ALERTS, alert.row(delivered=False)))
         if self.webhooks:
@@ -155,6 +158,7 @@ class ControlWriter:
         if self.store is None:
             return
         columns = {
+            schema.MANIFESTS: ["Sha256", "Signed", "UpdatedAt"],
             schema.DECISIONS: DECISION_COLUMNS,
             schema.HALTS: HALT_COLUMNS,
             schema.ALERTS: ALERT_COLUMNS,

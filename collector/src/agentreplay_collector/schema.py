@@ -10,7 +10,7 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
   the merge happens). Two *different* spans claiming one span id are both kept, so the
   verifier sees a forgery instead of the store hiding it.
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
-  trust_scores, agent_keys) sit beside them.
+  trust_scores, agent_keys, manifests) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
 ``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
@@ -33,6 +33,7 @@ HALTS = "halts"
 CLASSIFICATIONS = "classifications"
 TRUST_SCORES = "trust_scores"
 AGENT_KEYS = "agent_keys"
+MANIFESTS = "manifests"
 
 CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
 """Part of the span identity: the same span retried is one row, a forged twin is another."""
@@ -240,6 +241,17 @@ _AGENT_KEYS = _Table(
     tail="ORDER BY (Kid)",
 )
 
+_MANIFESTS = _Table(
+    name=MANIFESTS,
+    columns="""
+    Sha256 String,
+    Signed String CODEC(ZSTD(1)),
+    UpdatedAt DateTime64(9)""",
+    engine="ReplacingMergeTree",
+    engine_args="UpdatedAt",
+    tail="ORDER BY (Sha256)",
+)
+
 TABLES: tuple[_Table, ...] = (
     _TRACES,
     _TRACE_ID_TS,
@@ -250,6 +262,7 @@ TABLES: tuple[_Table, ...] = (
     _CLASSIFICATIONS,
     _TRUST_SCORES,
     _AGENT_KEYS,
+    _MANIFESTS,
 )
 
 

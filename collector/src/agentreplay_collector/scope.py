@@ -148,8 +148,9 @@ class ScopeProcessor:
             except (OSError, ValueError, AgentReplayError) as exc:
                 _log.warning("manifests_dir: %s skipped: %s", path, exc)
 
-    def register(self, signed: Mapping[str, Any]) -> str:
-        """Learn a signed manifest (verified against the org key, unless auth is insecure)."""
+    def register(self, signed: Mapping[str, Any], *, persist: bool = True) -> str:
+        """Learn a signed manifest (verified against the org key, unless auth is insecure); stored,
+        so that after a restart spans of an agent that never registers again are still judged."""
         if self.org_public_key is not None:
             body: Any = verify_manifest(signed, self.org_public_key)
         else:
@@ -157,6 +158,8 @@ class ScopeProcessor:
         if not isinstance(body, dict):
             raise mf.ManifestError("not a signed manifest: expected keys 'manifest' and 'signature'")
         parsed = mf.parse_manifest(body)
+        if parsed.sha256 not in self.manifests and persist:
+            self.writer.manifest([parsed.sha256, json.dumps(dict(signed)), time.time_ns()])
         self.manifests[parsed.sha256] = parsed
         return parsed.sha256
 
@@ -454,6 +457,11 @@ class ScopeProcessor:
                 run.seen[tool] = run.seen.get(tool, 0) + int(count)
             if day == today:
                 self._day[(agent, day)] = self._day.get((agent, day), 0.0) + float(cost)
+        for (signed,) in store.query(f"SELECT Signed FROM {db}.{schema.MANIFESTS} FINAL"):
+            try:
+                self.register(json.loads(signed), persist=False)
+            except (ValueError, AgentReplayError) as exc:  # e.g. signed by a key since rotated
+                _log.warning("stored manifest skipped: %s", exc)
         for scope, target, reason, actor, updated in store.query(
             f"SELECT Scope, TargetId, Reason, Actor, toUnixTimestamp64Nano(UpdatedAt)"
             f" FROM {db}.{schema.HALTS} FINAL WHERE Active = 1"

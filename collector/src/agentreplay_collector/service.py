@@ -81,7 +81,7 @@ class Collector:
 
     @staticmethod
     def _build_scope(config: CollectorConfig, store: Store | None) -> ScopeProcessor | None:
-        """``agentreplay_scope``: manifests, spend, halts, alerts (its writer thread starts with the collector)."""
+        """``agentreplay_scope``: manifests, spend, halts, alerts (its writer starts with the collector)."""
         if config.scope is None:
             return None
         from agentreplay_collector.alerts import ControlWriter
