@@ -17,6 +17,7 @@ demo: venv
 	$(BIN)/python -m agentreplay_replay.demo
 
 test: venv
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 # The official OpenAI instrumentor is installed beside, not into, the venv: its entry point

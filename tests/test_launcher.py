@@ -14,11 +14,10 @@ import grpc
 import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
+from agentreplay_collector import otlp
 from agentreplay_otel import identity, semconv
 from agentreplay_otel.chain import verify
 from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
-
-agentreplay_collector = pytest.importorskip("agentreplay_collector.otlp")
 
 AGENT = Path(__file__).parent / "agents" / "booking_agent.py"
 BIN = Path(sys.executable).parent
@@ -39,7 +38,7 @@ class Sink(trace_service_pb2_grpc.TraceServiceServicer):
         return trace_service_pb2.ExportTraceServiceResponse()
 
     def records(self):
-        return [r for req in self.requests for r in agentreplay_collector.convert(req).records]
+        return [r for req in self.requests for r in otlp.convert(req).records]
 
 
 @pytest.fixture
