@@ -146,7 +146,8 @@ def _finish(span: Span, spec: ToolSpec, arguments: dict, result: Any) -> None:
     try:
         if settings.current().capture_content:
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, to_json(result))
-        cost = _cost(spec.cost, arguments)
+        # A sandboxed call (in a replay) acted on nothing, so it cost nothing.
+        cost = None if replay.active() is not None else _cost(spec.cost, arguments)
         if cost is not None:
             span.set_attribute(semconv.COST_USD, cost)
             g = guard.current()

@@ -8,7 +8,9 @@
 4. shows the run with the ``agentreplay`` CLI: the run list, its timeline, its verification;
 5. replays it strictly (zero live calls), then forks it at the booking step with a
    one-line prompt fix, which books Friday with every tool sandboxed;
-6. stops everything it started, and says where to look next.
+6. asks the agent for two flights: its signed manifest allows one booking per run, so the
+   second is refused before it runs, the run is halted and an alert raised;
+7. stops everything it started, and says where to look next.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def main() -> int:
     if not AGENT.exists():
         raise SystemExit(f"the example agent is missing: {AGENT} (run the demo from a checkout)")
     started = time.monotonic()
-    step("1-2. identity (org key, agent key, token) and the collector (auth on, embedded ClickHouse)")
+    step("1-2. identity (org key, signed manifest, agent key, token) and the collector (auth, scope, chDB)")
     with flight_world(WORK, store=STORE) as world:
         console.print(f"collector up: OTLP gRPC {world.collector.grpc}, control {world.collector.control}, "
                       f"store {STORE.relative_to(REPO)}")
@@ -63,8 +65,17 @@ def main() -> int:
         step("6. fork at the booking step (3) with a one-line prompt fix, tools sandboxed")
         forked = cli(world, "fork", run_id, "--at", "3", "--system", FIX)
         console.print(f"bookings made by the fork: {world.bookings() - booked}")
+        step("7. the manifest at work: asked for two flights, the agent may book one per run")
+        booked = world.bookings()
+        refused = world.record("Book me flights to Lisbon on Friday and on Saturday.", check=False)
+        console.print(f"agent stopped: [bold red]{refused.stderr.strip().splitlines()[-1]}")
+        console.print(f"bookings made: {world.bookings() - booked} (the second never ran)")
+        halted_run = world.newest_verified_run()
+        cli(world, "show", halted_run)
+        cli(world, "alerts", "--limit", "3")
     step(f"done in {time.monotonic() - started:.1f}s; nothing left running")
-    failed = [name for name, rc in (("verify", verified), ("replay", replayed), ("fork", forked)) if rc != 0]
+    failed = [name for name, rc in (("verify", verified), ("replay", replayed), ("fork", forked),
+                                    ("refusal", 0 if refused.returncode != 0 else 1)) if rc != 0]
     if failed:
         console.print(f"[bold red]{', '.join(failed)} did not succeed; see above")
     console.print(
@@ -74,7 +85,8 @@ def main() -> int:
         "  .venv/bin/agentreplay verify --all          # recompute every chain from the stored rows\n"
         f"  .venv/bin/agentreplay replay {run_id[:12]}    # replay it again (start a collector to record it)\n"
         f"  {WORK.relative_to(REPO)}/collector.log       # what the collector did\n"
-        "  docs/recorder.md, docs/collector.md, docs/replay.md"
+        "  .venv/bin/agentreplay decisions RUN         # every policy decision of a run\n"
+        "  docs/recorder.md, docs/collector.md, docs/replay.md, docs/control.md"
     )
     return 1 if failed else 0
 

@@ -43,6 +43,14 @@ def airline_model(request: Request) -> ScriptedReply:
     if request.stream:
         return ScriptedReply(text="Your booking is confirmed. " + _booked_text(request))
     results = _tool_results(request)
+    days = _requested_days(request)
+    if len(days) > 1 and results:  # "Friday and Saturday": one booking per day asked for
+        booked = {b.get("day") for b in _bookings(request)}
+        todo = [d for d in days if d not in booked]
+        if todo:
+            flight = {"Friday": "TP123", "Saturday": "TP125"}.get(todo[0], "TP199")
+            return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": flight, "day": todo[0]})])
+        return ScriptedReply(text="Booked " + " and ".join(days) + ".")
     booking = _booking(request)
     if booking:
         return ScriptedReply(text=f"Booked {booking['flight']} on {booking['day']}.")
@@ -56,16 +64,28 @@ def airline_model(request: Request) -> ScriptedReply:
     return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": "TP125", "day": "Saturday"})])
 
 
-def _booking(request: Request) -> dict | None:
-    """The arguments of the booking the agent already made in this conversation, if any."""
+def _bookings(request: Request) -> list[dict]:
+    """The arguments of every booking the agent already asked for in this conversation."""
+    found = []
     for message in request.body.get("messages", []) or []:
         for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
             if call.get("function", {}).get("name") == "book_flight":
                 try:
-                    return json.loads(call["function"].get("arguments") or "{}")
+                    found.append(json.loads(call["function"].get("arguments") or "{}"))
                 except ValueError:
-                    return {}
-    return None
+                    found.append({})
+    return found
+
+
+def _booking(request: Request) -> dict | None:
+    bookings = _bookings(request)
+    return bookings[0] if bookings else None
+
+
+def _requested_days(request: Request) -> list[str]:
+    first = next((m.get("content", "") for m in request.body.get("messages", []) or []
+                  if isinstance(m, dict) and m.get("role") == "user"), "")
+    return [d for d in ("Friday", "Saturday", "Sunday") if d in str(first)]
 
 
 def _booked_text(request: Request) -> str:
@@ -91,11 +111,11 @@ class FlightWorld:
     env: dict[str, str]
     ledger: Path
 
-    def record(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run the flight agent under ``opentelemetry-instrument``; fails loudly if it fails."""
+    def record(self, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run the flight agent under ``opentelemetry-instrument``; with ``check``, fail loudly if it fails."""
         done = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT), *args],
                               env=self.env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
-        if done.returncode != 0:
+        if check and done.returncode != 0:
             raise RuntimeError(f"the agent failed:\n{done.stderr[-4000:]}")
         return done
 
@@ -127,18 +147,26 @@ REPO = Path(__file__).resolve().parents[3]
 AGENT = REPO / "examples" / "flight_agent.py"
 
 
+MANIFEST = REPO / "policies" / "flight-agent.manifest.json"
+
+
 def issue_identity(root: Path, agent_id: str = "flight-booker") -> dict[str, str]:
-    """An org key, the agent's key and its identity token on disk, as an operator issues them."""
+    """As an operator issues them: an org key, the flight manifest signed by it, the agent's key,
+    and its identity token bound to that manifest (at most one booking per run)."""
     root.mkdir(parents=True, exist_ok=True)
     org, agent = identity.generate_key(), identity.generate_key()
     identity.write_private_key(org, root / "org.pem")
     identity.write_public_key(org.public_key(), root / "org.pub.pem")
     identity.write_private_key(agent, root / "agent.pem")
-    (root / "agent.jwt").write_text(
-        identity.issue_identity(org_key=org, agent_id=agent_id, agent_public_key=agent.public_key()))
+    manifest = json.loads(MANIFEST.read_text())
+    (root / "manifest.signed.json").write_text(json.dumps(identity.sign_manifest(manifest, org)))
+    (root / "agent.jwt").write_text(identity.issue_identity(
+        org_key=org, agent_id=agent_id, agent_public_key=agent.public_key(),
+        manifest_sha256=identity.manifest_sha256(manifest)))
     return {
         semconv.ENV_AGENT_KEY: str(root / "agent.pem"),
         semconv.ENV_IDENTITY: str(root / "agent.jwt"),
+        semconv.ENV_MANIFEST: str(root / "manifest.signed.json"),
         semconv.ENV_ORG_PUBLIC_KEY: str(root / "org.pub.pem"),
     }
 
@@ -148,7 +176,7 @@ def flight_world(root: Path, *, store: Path | None = None) -> Iterator[FlightWor
     creds = issue_identity(root)
     store = store or root / "store"
     config = write_config(root / "collector.yaml", store=f"chdb://{store}",
-                          org_public_key=creds[semconv.ENV_ORG_PUBLIC_KEY])
+                          org_public_key=creds[semconv.ENV_ORG_PUBLIC_KEY], scope={})
     ledger = root / "airline-ledger.jsonl"
     ledger.unlink(missing_ok=True)
     with airline_server() as model, CollectorProcess(config, log=root / "collector.log") as collector:
@@ -159,5 +187,6 @@ def flight_world(root: Path, *, store: Path | None = None) -> Iterator[FlightWor
             "OPENAI_BASE_URL": model.base_url_openai,
             "ANTHROPIC_BASE_URL": model.base_url_anthropic,
             "FLIGHT_LEDGER": str(ledger),
+            semconv.ENV_COLLECTOR: collector.control,  # the guard's Authorize and Watch
         }
         yield FlightWorld(root=root, store=store, collector=collector, model=model, env=env, ledger=ledger)

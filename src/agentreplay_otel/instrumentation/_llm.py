@@ -70,6 +70,7 @@ class LLMCall:
         self._metrics = metrics
         self._lock = threading.Lock()
         self._ended = False
+        self.charged = True  # False for an answer a replay took from the recording: nothing was spent
         self._started = time.perf_counter()
         self.model = model
         self.metric_attributes = {
@@ -116,7 +117,7 @@ class LLMCall:
         if result.output_tokens is not None:
             attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = result.output_tokens
         cost = cost_usd(result.response_model or self.model, result.input_tokens, result.output_tokens)
-        if cost is not None:
+        if cost is not None and self.charged:
             attrs[semconv.COST_USD] = cost
             g = guard.current()
             if g is not None:  # counted against the caps: the next call sees it

@@ -140,12 +140,18 @@ def replayed_kwargs(kwargs: dict[str, Any], decision: replay.LLMDecision | None)
     return merged
 
 
-def refuse(call: LLMCall | None, decision: replay.LLMDecision | None) -> None:
-    """Raise a replay's refusal (a divergence) into the agent, recorded on the call's span."""
-    if decision is not None and decision.error is not None:
+def apply_replay(call: LLMCall | None, decision: replay.LLMDecision | None) -> None:
+    """In a replay: mark a recorded answer as such (it costs nothing: no cost, no spend), or
+    raise the replay's refusal (a divergence) into the agent, recorded on the call's span."""
+    if decision is None:
+        return
+    if decision.error is not None:
         if call is not None:
             call.fail(decision.error)
         raise decision.error
+    if call is not None:
+        call.charged = decision.live
+        call.span.set_attribute(semconv.REPLAY_SOURCE, "live" if decision.live else "recorded")
 
 
 def enforce(kwargs: Mapping[str, Any]) -> None:
@@ -166,7 +172,7 @@ def sync_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
         if decision is None:
             enforce(kwargs)
         call = begin(endpoint, recorder, instance, kwargs)
-        refuse(call, decision)
+        apply_replay(call, decision)
         if call is None:
             with replay.answering(decision):
                 return wrapped(*args, **kwargs)
@@ -192,7 +198,7 @@ def async_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
         if decision is None:
             enforce(kwargs)
         call = begin(endpoint, recorder, instance, kwargs)
-        refuse(call, decision)
+        apply_replay(call, decision)
         if call is None:
             with replay.answering(decision):
                 return await wrapped(*args, **kwargs)

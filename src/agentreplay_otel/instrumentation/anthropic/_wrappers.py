@@ -26,10 +26,10 @@ from agentreplay_otel.instrumentation._stream import AsyncStreamProxy, SyncStrea
 from agentreplay_otel.instrumentation._wrap import (
     Endpoint,
     Recorder,
+    apply_replay,
     async_wrapper,
     begin,
     read_once_arguments,
-    refuse,
     replay_decision,
     sync_wrapper,
 )
@@ -109,7 +109,7 @@ class MessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
     def __enter__(self) -> Any:
         decision = self._self_decide()
         call = self._self_call = self._self_begin()
-        refuse(call, decision)
+        apply_replay(call, decision)
         if call is None:
             with replay.answering(decision):
                 return self.__wrapped__.__enter__()
@@ -144,7 +144,7 @@ class AsyncMessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
     async def __aenter__(self) -> Any:
         decision = self._self_decide()
         call = self._self_call = self._self_begin()
-        refuse(call, decision)
+        apply_replay(call, decision)
         if call is None:
             with replay.answering(decision):
                 return await self.__wrapped__.__aenter__()
