@@ -123,3 +123,28 @@ def test_a_server_that_is_down_is_unavailable() -> None:
     store = Store("http://127.0.0.1:9", timeout_s=0.5)
     with pytest.raises(StoreUnavailable):
         store.list_runs()
+
+
+def test_run_list_shows_a_run_halted_by_the_control_plane_until_it_is_resumed(chdb_store):
+    """The chain processor owns the run's row; a halt lives in the halts table. Readers see both."""
+    import datetime as _dt
+
+    from agentreplay_collector import schema as _schema
+    from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+
+    run = RunSummary(run_id="ab" * 16, agent_id="booker", agent_name="booker", service_name="booker",
+                     run_kind="record", name="invoke_agent booker", start_ns=1_700_000_000_000_000_000,
+                     end_ns=1_700_000_001_000_000_000, span_count=3, status_code="Unset", cost_usd=1.0,
+                     chain=ChainStatus(run_id="ab" * 16, status=ChainState.INTACT, seal="valid", span_count=3))
+    chdb_store.upsert_runs([run], updated_ns=1)
+    assert chdb_store.list_runs()[0].halted is False
+
+    def halt(active: int, second: int) -> None:
+        chdb_store.insert_rows(_schema.HALTS, [["run", run.run_id, "tool.max_per_run", "scope", active,
+                                                _dt.datetime(2026, 1, 1, 0, 0, second)]],
+                               ["Scope", "TargetId", "Reason", "Actor", "Active", "UpdatedAt"])
+
+    halt(1, 1)
+    assert chdb_store.list_runs()[0].halted is True and chdb_store.get_run(run.run_id).halted is True
+    halt(0, 2)  # resumed
+    assert chdb_store.list_runs()[0].halted is False

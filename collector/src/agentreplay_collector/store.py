@@ -67,12 +67,21 @@ class RunReader(Protocol):
     def __exit__(self, *exc: object) -> None: ...
 
 
-_RUN_COLUMNS = (
+_RUN_COLUMNS_TEMPLATE = (
     "RunId, AgentId, AgentName, ServiceName, RunKind, RunSpanName, toUnixTimestamp64Nano(Start),"
     " toUnixTimestamp64Nano(End), SpanCount, StatusCode, CostUsd, ChainStatus, ChainProblem, ChainSeq,"
-    " ChainSpanId, ChainDetail, SealStatus, UnsealedSpans, Halted, Classification, ManifestSha256, ReplayOf,"
-    " toUnixTimestamp64Nano(UpdatedAt)"
+    " ChainSpanId, ChainDetail, SealStatus, UnsealedSpans,"
+    " (Halted != 0"
+    " OR RunId IN (SELECT TargetId FROM {db}.{halts} FINAL WHERE Scope = 'run' AND Active = 1)"
+    " OR AgentId IN (SELECT TargetId FROM {db}.{halts} FINAL WHERE Scope = 'agent' AND Active = 1)) AS HaltedNow,"
+    " Classification, ManifestSha256, ReplayOf, toUnixTimestamp64Nano(UpdatedAt)"
 )
+
+
+def _run_columns(database: str) -> str:
+    """The runs table's columns; a run is halted if its row says so or a halt (of the run or its
+    agent) is active: the chain processor owns the row, the scope processor the halts."""
+    return _RUN_COLUMNS_TEMPLATE.format(db=database, halts=schema.HALTS)
 _RUN_INSERT_COLUMNS = (
     "RunId",
     "AgentId",
@@ -282,19 +291,19 @@ class Store:
             where.append("Start < fromUnixTimestamp64Nano({until:Int64})")
             params["until"] = int(until_ns)
         sql = (
-            f"SELECT {_RUN_COLUMNS} FROM {self.database}.{schema.RUNS} FINAL WHERE {' AND '.join(where)}"
+            f"SELECT {_run_columns(self.database)} FROM {self.database}.{schema.RUNS} FINAL WHERE {' AND '.join(where)}"
             " ORDER BY Start DESC, RunId LIMIT {limit:UInt32}"
         )
         rows = self._call("run list", "query", sql, parameters=params).result_rows
         return [_run_from_row(r) for r in rows]
 
     def get_chain_status(self, run_id: str) -> ChainStatus | None:
-        sql = f"SELECT {_RUN_COLUMNS} FROM {self.database}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"
+        sql = f"SELECT {_run_columns(self.database)} FROM {self.database}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"
         rows = self._call("run lookup", "query", sql, parameters={"run": run_id}).result_rows
         return _run_from_row(rows[0]).chain if rows else None
 
     def get_run(self, run_id: str) -> RunSummary | None:
-        sql = f"SELECT {_RUN_COLUMNS} FROM {self.database}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"
+        sql = f"SELECT {_run_columns(self.database)} FROM {self.database}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"
         rows = self._call("run lookup", "query", sql, parameters={"run": run_id}).result_rows
         return _run_from_row(rows[0]) if rows else None
 
