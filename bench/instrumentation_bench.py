@@ -9,7 +9,9 @@ Three configurations, measured in interleaved rounds so drift hits all alike:
 * ``official``: the OpenTelemetry GenAI OpenAI instrumentor, content capture ``SPAN_ONLY``.
 
 Both instrumented configurations export through a ``BatchSpanProcessor`` to an exporter
-that discards, so the figure is what the agent's own thread pays. Prints JSON (and writes
+that discards, so the figure is what the agent's own thread pays: wall time, and the
+calling thread's CPU time (steadier on a shared machine; it leaves out the export thread,
+where our chain is computed, and the server process). Prints JSON (and writes
 ``bench/results/instrumentation.json``): median µs per call, µs added over the baseline,
 and the ratio of what we add to what the official instrumentor adds.
 
@@ -72,6 +74,7 @@ class Config:
         self.name = name
         self.setup = setup
         self.samples: dict[str, list[float]] = {"plain": [], "stream": []}
+        self.cpu: dict[str, list[float]] = {"plain": [], "stream": []}
 
 
 def ours() -> Callable[[], None]:
@@ -128,11 +131,12 @@ def model_server() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def measure(client: openai.OpenAI, calls: int, stream: bool) -> list[float]:
+def measure(client: openai.OpenAI, calls: int, stream: bool) -> tuple[list[float], list[float]]:
+    """Wall time and the calling thread's CPU time of each call (CPU time ignores the neighbours)."""
     msgs = messages()
-    out = []
+    out, cpu = [], []
     for _ in range(calls):
-        start = time.perf_counter()
+        start, start_cpu = time.perf_counter(), time.thread_time()
         if stream:
             for _chunk in client.chat.completions.create(
                 model="gpt-4o-mini", messages=msgs, stream=True, stream_options={"include_usage": True}
@@ -141,7 +145,8 @@ def measure(client: openai.OpenAI, calls: int, stream: bool) -> list[float]:
         else:
             client.chat.completions.create(model="gpt-4o-mini", messages=msgs)
         out.append(time.perf_counter() - start)
-    return out
+        cpu.append(time.thread_time() - start_cpu)
+    return out, cpu
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -168,7 +173,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 teardown = config.setup() if config.setup else None
                 try:
                     for mode in ("plain", "stream"):
-                        config.samples[mode] += measure(client, args.calls, stream=mode == "stream")
+                        wall, cpu = measure(client, args.calls, stream=mode == "stream")
+                        config.samples[mode] += wall
+                        config.cpu[mode] += cpu
                 finally:
                     if teardown:
                         teardown()
@@ -184,6 +191,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
         if "official" in added and added["official"] > 0:
             entry["ratio_added_agentreplay_to_official"] = round(added["agentreplay"] / added["official"], 3)
+        cpu = {c.name: statistics.median(c.cpu[mode]) * 1e6 for c in configs}
+        cpu_added = {name: cpu[name] - cpu["baseline"] for name in cpu if name != "baseline"}
+        entry["thread_cpu_median_us"] = {k: round(v, 1) for k, v in cpu.items()}
+        entry["thread_cpu_added_us"] = {k: round(v, 1) for k, v in cpu_added.items()}
+        if "official" in cpu_added and cpu_added["official"] > 0:
+            entry["ratio_thread_cpu_added_agentreplay_to_official"] = round(
+                cpu_added["agentreplay"] / cpu_added["official"], 3)
         result[mode] = entry
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2))
