@@ -204,3 +204,35 @@ def test_fork_applies_the_fix_goes_live_and_sandboxes_tools(instrumented):
     report = session.finish()
     assert report.outcome == "forked" and report.steps_matched == 2 and report.live_calls == 5
     assert next(s for s in spans if s.is_root).attributes[semconv.RUN_KIND] == "fork"
+
+
+@agentreplay_otel.tool
+def flaky(n: int) -> int:
+    BODY_RUNS["book"] += 1
+    raise ValueError(f"upstream said no to {n}")
+
+
+def test_a_tool_that_failed_fails_again_in_replay_without_running(instrumented):
+    from agentreplay_otel.errors import ScopeViolation
+    from agentreplay_otel.replay import ReplayedToolError
+
+    @agentreplay_otel.tool
+    def guarded(n: int) -> int:
+        raise ScopeViolation(f"guarded refused by tool.max_per_run: call {n}")
+
+    def failing_agent():
+        for fn in (flaky, guarded):
+            try:
+                fn(1)
+            except Exception as exc:  # noqa: BLE001 - the agent's own handling, recorded and replayed
+                yield type(exc).__name__, str(exc)
+
+    recorded, recording, _ = record(instrumented, lambda: list(failing_agent()))
+    bodies = BODY_RUNS["book"]
+    session = ReplaySession(recording, Plan())
+    install(session)
+    replayed, _, _ = record(instrumented, lambda: list(failing_agent()))
+    assert BODY_RUNS["book"] == bodies  # the body did not run again
+    assert replayed[1] == recorded[1] == ("ScopeViolation", "guarded refused by tool.max_per_run: call 1")
+    assert replayed[0] == (ReplayedToolError.__name__, "ValueError (recorded): upstream said no to 1")
+    assert session.finish().outcome == "matched"

@@ -49,7 +49,8 @@ class RecordedStep:
     stream: list[str] | None = None  # LLM: each streamed event's JSON, in order
     result: str | None = None  # tool: the result JSON
     failed: bool = False
-    error: str = ""
+    error: str = ""  # the span's status message
+    error_type: str = ""  # error.type: the exception's class name
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -93,7 +94,8 @@ def step_from_span(span: SpanRecord) -> RecordedStep | None:
         return None
     op = a.get(semconv.GEN_AI_OPERATION_NAME, "")
     common = dict(step=int(raw_step), span_id=span.span_id, span_name=span.name,
-                  failed=span.status_code == "Error", error=span.status_message, operation=op)
+                  failed=span.status_code == "Error", error=span.status_message, operation=op,
+                  error_type=a.get(semconv.ERROR_TYPE, ""))
     if op == semconv.OP_EXECUTE_TOOL:
         args = _json_or(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS), {})
         return RecordedStep(kind=KIND_TOOL, name=a.get(semconv.GEN_AI_TOOL_NAME, ""), request=args,

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from agentreplay_otel import semconv
-from agentreplay_otel.errors import AgentReplayError
+from agentreplay_otel.errors import AgentReplayError, RunHalted, ScopeViolation
 from agentreplay_otel.recording import KIND_LLM, KIND_TOOL, RecordedStep, Recording, request_fingerprint
 
 _log = logging.getLogger(__name__)
@@ -54,6 +54,21 @@ class ReplayDivergence(AgentReplayError):
 
 class ReplayNetworkBlocked(AgentReplayError):
     """A network connection the replay does not allow (replays make no live calls)."""
+
+
+class ReplayedToolError(AgentReplayError):
+    """A tool call that failed in the recording fails again, with the recorded message."""
+
+
+def recorded_failure(step: RecordedStep) -> AgentReplayError:
+    """The failure a recorded tool call ended in: enforcement decisions as their own type (so the
+    agent meets the same ``ScopeViolation`` or ``RunHalted``), anything else as ReplayedToolError."""
+    message = step.error.split(": ", 1)[1] if ": " in step.error else step.error
+    if step.error_type == ScopeViolation.__qualname__:
+        return ScopeViolation(message)
+    if step.error_type == RunHalted.__qualname__:
+        return RunHalted(message)
+    return ReplayedToolError(f"{step.error_type or 'error'} (recorded): {message}")
 
 
 class ForkComplete(AgentReplayError):
@@ -264,6 +279,8 @@ class ReplaySession:
                 else:
                     self.matched += 1
                     assert recorded is not None
+                    if recorded.failed:
+                        raise recorded_failure(recorded)
                     return _decode(recorded.result), "recorded"
             return self._sandboxed(step, name, arguments, func, recorded)
 
