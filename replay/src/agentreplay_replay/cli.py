@@ -207,10 +207,10 @@ def _otlp_for(collector: str | None, given: str | None) -> str | None:
 
 
 def _replay(source: RunReader, run_id: str, plan: Plan, command: list[str] | None, allow_unverified: bool,
-            otlp: str | None) -> replayer.ReplayOutcome:
+            collector: str | None, otlp_endpoint: str | None) -> replayer.ReplayOutcome:
     try:
         return replayer.run(source, run_id, plan, command=command or (), allow_unverified=allow_unverified,
-                            otlp=otlp)
+                            otlp=_otlp_for(collector, otlp_endpoint))
     except replayer.ReplayError as exc:
         raise CLIError(str(exc)) from exc
 
@@ -258,7 +258,7 @@ def replay(
     plan = Plan(mode=Mode(mode), on_divergence=on_divergence)
     with reader(store, collector) as source:
         full = resolve_run(source, run_id)
-        outcome = _replay(source, full, plan, command, allow_unverified, _otlp_for(collector, otlp_endpoint))
+        outcome = _replay(source, full, plan, command, allow_unverified, collector, otlp_endpoint)
     _finish(outcome, json_)
 
 
@@ -299,10 +299,9 @@ def fork(
     plan = Plan(mode=Mode.FORK, fork_at=at, fork_steps=steps, fix={k: v for k, v in fix.items() if v is not None})
     with reader(store, collector) as source:
         full = resolve_run(source, run_id)
-        recording_steps = source.get_run_spans(full)
-        outcome = _replay(source, full, plan, command, allow_unverified, _otlp_for(collector, otlp_endpoint))
+        outcome = _replay(source, full, plan, command, allow_unverified, collector, otlp_endpoint)
         fork_id = (outcome.report or {}).get("replay_run_id", "")
-        forked = source.get_run_spans(fork_id) if fork_id and recording_steps else []
+        forked = source.get_run_spans(fork_id) if fork_id else []
     if forked and not json_:
         pairs = pair_steps(outcome.recording, recording_from_spans(forked))
         out.print(render.side_by_side(full, fork_id, pairs))
