@@ -77,7 +77,8 @@ def load_recording(path: str | Path) -> Recording:
     return Recording.from_json(Path(path).read_text())
 
 
-def _json_or(text: str | None, default: Any) -> Any:
+def json_or(text: str | None, default: Any) -> Any:
+    """A stored JSON attribute, parsed; ``default`` when it is missing or not JSON."""
     if text is None:
         return default
     try:
@@ -97,15 +98,15 @@ def step_from_span(span: SpanRecord) -> RecordedStep | None:
                   failed=span.status_code == "Error", error=span.status_message, operation=op,
                   error_type=a.get(semconv.ERROR_TYPE, ""))
     if op == semconv.OP_EXECUTE_TOOL:
-        args = _json_or(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS), {})
+        args = json_or(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS), {})
         return RecordedStep(kind=KIND_TOOL, name=a.get(semconv.GEN_AI_TOOL_NAME, ""), request=args,
                             fingerprint=request_fingerprint(args), result=a.get(semconv.GEN_AI_TOOL_CALL_RESULT),
                             **common)
-    request = _json_or(a.get(semconv.REQUEST), {})
+    request = json_or(a.get(semconv.REQUEST), {})
     return RecordedStep(
         kind=KIND_LLM, name=a.get(semconv.GEN_AI_REQUEST_MODEL, ""), provider=a.get(semconv.GEN_AI_PROVIDER_NAME, ""),
         request=request, fingerprint=request_fingerprint(request), response=a.get(semconv.RESPONSE),
-        stream=_json_or(a.get(semconv.RESPONSE_STREAM), None), **common,
+        stream=json_or(a.get(semconv.RESPONSE_STREAM), None), **common,
     )
 
 
@@ -114,7 +115,7 @@ def recording_from_spans(spans: Iterable[SpanRecord]) -> Recording:
     roots = [s for s in spans if s.is_root]
     root = roots[0] if roots else None
     steps = sorted((s for s in map(step_from_span, spans) if s is not None), key=lambda s: s.step)
-    entry = _json_or(root.attributes.get(semconv.RUN_ENTRYPOINT) if root else None, [])
+    entry = json_or(root.attributes.get(semconv.RUN_ENTRYPOINT) if root else None, [])
     return Recording(
         run_id=spans[0].trace_id if spans else "",
         agent_id=(root.resource.get(semconv.AGENT_ID, "") if root else ""),

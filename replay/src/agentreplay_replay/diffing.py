@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentreplay_otel.recording import KIND_TOOL, RecordedStep, Recording
+from agentreplay_otel.recording import KIND_TOOL, RecordedStep, Recording, json_or
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,8 +45,8 @@ def first_difference(pairs: list[StepPair]) -> StepPair | None:
 def step_label(step: RecordedStep) -> str:
     if step.kind == KIND_TOOL:
         args = json.dumps(step.request, ensure_ascii=False, separators=(",", ":"))
-        return f"{step.name}({_clip(args, 50)})"
-    return f"{step.name}: {_clip(last_user_text(step.request), 50)}"
+        return f"{step.name}({_one_line(args, 50)})"
+    return f"{step.name}: {_one_line(last_user_text(step.request), 50)}"
 
 
 def answer_text(step: RecordedStep) -> str:
@@ -55,7 +55,7 @@ def answer_text(step: RecordedStep) -> str:
         return step.result or ""
     if step.stream is not None:
         return _stream_text(step.stream)
-    return _response_text(_loads(step.response))
+    return _response_text(json_or(step.response, None))
 
 
 def last_user_text(request: dict[str, Any]) -> str:
@@ -98,7 +98,7 @@ def _response_text(doc: Any) -> str:
 def _stream_text(events: list[Any]) -> str:
     parts: list[str] = []
     for raw in events:
-        doc = _loads(raw) if isinstance(raw, str) else raw
+        doc = json_or(raw, None) if isinstance(raw, str) else raw
         if not isinstance(doc, dict):
             continue
         for choice in doc.get("choices", []):
@@ -111,13 +111,10 @@ def _stream_text(events: list[Any]) -> str:
     return "".join(parts)
 
 
-def _loads(text: str | None) -> Any:
-    try:
-        return json.loads(text) if text else None
-    except ValueError:
-        return None
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, an ellipsis marking the cut (every view of a step uses it)."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _one_line(text: str, limit: int) -> str:
+    return clip(" ".join(text.split()), limit)

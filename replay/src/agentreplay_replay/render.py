@@ -16,7 +16,7 @@ from rich.tree import Tree
 from agentreplay_collector.models import ChainStatus, RunSummary
 from agentreplay_otel.chain import ChainReport
 from agentreplay_otel.recording import RecordedStep
-from agentreplay_replay.diffing import StepPair, answer_text, step_label
+from agentreplay_replay.diffing import StepPair, answer_text, clip, step_label
 from agentreplay_replay.timeline import TimelineNode, first_failure
 
 _CHAIN_STYLE = {"intact": "green", "broken": "bold red", "unsealed": "yellow", "incomplete": "yellow",
@@ -168,8 +168,7 @@ def divergence_parts(d: dict[str, Any]) -> list[Any]:
 
 
 def _clip(value: Any, limit: int = 70) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), limit)
 
 
 def side_by_side(left_id: str, right_id: str, pairs: Sequence[StepPair]) -> Table:

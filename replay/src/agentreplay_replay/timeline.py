@@ -9,6 +9,7 @@ from typing import Any
 
 from agentreplay_otel import semconv
 from agentreplay_otel.canonical import SpanRecord
+from agentreplay_replay.diffing import clip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +89,7 @@ def _short(text: str, limit: int = 60) -> str:
         text = json.dumps(json.loads(text), ensure_ascii=False, separators=(",", ":"))
     except (ValueError, TypeError):
         pass
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return clip(text, limit)
 
 
 def first_failure(nodes: Sequence[TimelineNode]) -> TimelineNode | None:
