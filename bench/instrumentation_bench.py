@@ -78,31 +78,23 @@ class Config:
 
 
 def ours() -> Callable[[], None]:
-    key = identity.generate_key()
     provider = TracerProvider(resource=Resource.create({semconv.AGENT_ID: "bench"}))
     # As the launcher sets it up: the chain is computed on the export thread.
-    provider.add_span_processor(BatchSpanProcessor(ChainingSpanExporter(DiscardExporter(), signing_key=key),
-                                                   max_queue_size=65536))
-    previous = swap_global_tracer_provider(provider)
-    instrumentor = OpenAIInstrumentor()
-    instrumentor.instrument(tracer_provider=provider)
-
-    def teardown() -> None:
-        instrumentor.uninstrument()
-        provider.shutdown()
-        swap_global_tracer_provider(previous)
-
-    return teardown
+    exporter = ChainingSpanExporter(DiscardExporter(), signing_key=identity.generate_key())
+    return instrumented(provider, exporter, OpenAIInstrumentor())
 
 
 def official() -> Callable[[], None]:
     os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
     os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
     module = importlib.import_module("opentelemetry.instrumentation.genai.openai")
-    provider = TracerProvider()
-    provider.add_span_processor(BatchSpanProcessor(DiscardExporter(), max_queue_size=65536))
+    return instrumented(TracerProvider(), DiscardExporter(), module.OpenAIInstrumentor())
+
+
+def instrumented(provider: TracerProvider, exporter: SpanExporter, instrumentor: Any) -> Callable[[], None]:
+    """Install ``provider`` (batching into ``exporter``) and ``instrumentor``; returns the undo."""
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
     previous = swap_global_tracer_provider(provider)
-    instrumentor = module.OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
 
     def teardown() -> None:
