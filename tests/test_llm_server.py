@@ -428,3 +428,169 @@ def test_cli_serves_a_script_file_until_sigterm(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=5) == 0
+
+
+# -- legacy completions, embeddings, token counts, thinking, structured output, headers ------------
+
+
+def test_legacy_completions_plain_and_streamed() -> None:
+    with LLMServer([ScriptedReply(text="Once upon a time")]) as srv:
+        client = oai(srv)
+        result = client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Tell me a story")
+        assert isinstance(result, openai.types.Completion) and result.object == "text_completion"
+        assert result.id.startswith("cmpl-") and result.choices[0].text == "Once upon a time"
+        assert result.choices[0].finish_reason == "stop"
+        assert result.usage is not None and (result.usage.prompt_tokens, result.usage.completion_tokens) == (
+            4,
+            4,
+        )
+        stream = client.completions.create(
+            model="gpt-3.5-turbo-instruct",
+            prompt="Tell me a story",
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = list(stream)
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == "Once upon a time"
+        assert chunks[-2].choices[0].finish_reason == "stop"
+        assert chunks[-1].choices == [] and chunks[-1].usage is not None
+        assert srv.requests[0].path == "/v1/completions"
+
+
+def test_legacy_completion_echoes_its_prompt(server: LLMServer) -> None:
+    result = oai(server).completions.create(model="gpt-3.5-turbo-instruct", prompt="Say hi")
+    assert result.choices[0].text == "You said: Say hi"
+
+
+def test_embeddings_are_deterministic_unit_vectors_in_either_encoding(server: LLMServer) -> None:
+    client = oai(server)
+    texts = ["the cat sat on the mat", "a cat on a mat", "quarterly revenue grew"]
+    default = client.embeddings.create(model="text-embedding-3-small", input=texts)
+    assert server.requests[-1].body["encoding_format"] == "base64"  # what the client asks for by default
+    assert default.object == "list" and [d.index for d in default.data] == [0, 1, 2]
+    assert all(len(d.embedding) == 1536 for d in default.data)
+    floats = client.embeddings.create(
+        model="text-embedding-3-small", input=texts, encoding_format="float", dimensions=64
+    )
+    assert all(len(d.embedding) == 64 for d in floats.data)
+    again = client.embeddings.create(model="text-embedding-3-small", input=texts)
+    assert [d.embedding for d in again.data] == [d.embedding for d in default.data]
+
+    def cosine(a: list[float], b: list[float]) -> float:
+        return sum(x * y for x, y in zip(a, b, strict=True))
+
+    cat, cat2, money = (d.embedding for d in default.data)
+    assert abs(cosine(cat, cat) - 1) < 1e-5 and cosine(cat, cat2) > cosine(cat, money)
+    assert default.usage.prompt_tokens == 6 + 5 + 3 == default.usage.total_tokens
+
+
+def test_embeddings_and_token_counts_consume_no_scripted_reply() -> None:
+    with LLMServer([ScriptedReply(text="first"), ScriptedReply(text="second")]) as srv:
+        oai(srv).embeddings.create(model="text-embedding-3-small", input="x")
+        count = ant(srv).messages.count_tokens(model="claude-sonnet-4-5", system="be brief", messages=USER)
+        assert count.input_tokens == 5
+        first = oai(srv).chat.completions.create(model="m", messages=USER)
+        assert first.choices[0].message.content == "first"
+        assert [r.path for r in srv.requests] == [
+            "/v1/embeddings",
+            "/v1/messages/count_tokens",
+            "/v1/chat/completions",
+        ]
+
+
+def test_thinking_block_with_signature_plain_and_streamed() -> None:
+    reply = ScriptedReply(thinking="Paris is the capital.", text="Paris.")
+    with LLMServer([reply]) as srv:
+        client = ant(srv)
+        thinking = {"type": "enabled", "budget_tokens": 1024}
+        message = client.messages.create(
+            model="claude-sonnet-4-5", max_tokens=2048, thinking=thinking, messages=USER
+        )
+        block, text = message.content
+        assert block.type == "thinking" and block.thinking == "Paris is the capital."
+        assert block.signature.startswith("Eq") and len(block.signature) > 100
+        assert text.type == "text" and text.text == "Paris."
+        assert message.usage.output_tokens == 1 + 4
+
+        with client.messages.stream(
+            model="claude-sonnet-4-5", max_tokens=2048, thinking=thinking, messages=USER
+        ) as stream:
+            kinds = [event.type for event in stream]
+            final = stream.get_final_message()
+        assert "thinking" in kinds and "signature" in kinds and kinds.count("text") == 1
+        assert final.content[0].type == "thinking" and final.content[0].thinking == "Paris is the capital."
+        assert final.content[0].signature.startswith("Eq") and final.content[1].text == "Paris."
+        # the thinking block goes back as the API requires it, signature included
+        follow_up = [
+            *USER,
+            {"role": "assistant", "content": final.content},
+            {"role": "user", "content": "And?"},
+        ]
+        client.messages.create(
+            model="claude-sonnet-4-5", max_tokens=2048, thinking=thinking, messages=follow_up
+        )
+        sent = srv.requests[-1].body["messages"][1]["content"][0]
+        assert sent == {
+            "type": "thinking",
+            "thinking": "Paris is the capital.",
+            "signature": final.content[0].signature,
+        }
+
+
+def test_anthropic_tool_input_streams_as_json_deltas() -> None:
+    with LLMServer([ScriptedReply(tool_calls=[WEATHER])]) as srv:
+        raw = list(ant(srv).messages.create(model="c", max_tokens=50, messages=USER, stream=True))
+    deltas = [e.delta for e in raw if e.type == "content_block_delta"]
+    assert {d.type for d in deltas} == {"input_json_delta"} and len(deltas) > 2
+    assert json.loads("".join(d.partial_json for d in deltas)) == dict(WEATHER.arguments)
+    start = next(e for e in raw if e.type == "content_block_start")
+    assert start.content_block.type == "tool_use" and start.content_block.input == {}
+
+
+def test_structured_output_parses_the_scripted_json() -> None:
+    from pydantic import BaseModel
+
+    class City(BaseModel):
+        name: str
+        population: int
+
+    answer = json.dumps({"name": "Lisbon", "population": 545000})
+    with LLMServer([ScriptedReply(text=answer)]) as srv:
+        chat = oai(srv).chat.completions.parse(model="gpt-4o", messages=USER, response_format=City)
+        assert chat.choices[0].message.parsed == City(name="Lisbon", population=545000)
+        assert srv.requests[-1].body["response_format"]["type"] == "json_schema"
+        responses = oai(srv).responses.parse(model="gpt-4o", input="Lisbon?", text_format=City)
+        assert responses.output_parsed == City(name="Lisbon", population=545000)
+        assert responses.text is not None and responses.text.format.type == "json_schema"  # echoed
+        message = ant(srv).messages.parse(
+            model="claude-sonnet-4-5", max_tokens=100, messages=USER, output_format=City
+        )
+        assert message.parsed_output == City(name="Lisbon", population=545000)
+        assert srv.requests[-1].body["output_config"]["format"]["type"] == "json_schema"
+
+
+def test_responses_carry_the_providers_headers() -> None:
+    with LLMServer([ScriptedReply(text="ok"), ScriptedReply(error_status=429)]) as srv:
+        raw = oai(srv).chat.completions.with_raw_response.create(model="m", messages=USER)
+        assert (
+            raw.headers["x-request-id"].startswith("req_") and raw.request_id == raw.headers["x-request-id"]
+        )
+        assert raw.headers["openai-version"] and raw.headers["x-ratelimit-remaining-requests"].isdigit()
+        assert raw.headers["date"].endswith("GMT") and raw.parse().choices[0].message.content == "ok"
+        with pytest.raises(openai.RateLimitError) as failed:
+            oai(srv).chat.completions.create(model="m", messages=USER)
+        assert failed.value.request_id and failed.value.request_id.startswith("req_")
+    with LLMServer([ScriptedReply(text="ok")]) as srv:
+        with ant(srv).messages.with_streaming_response.create(
+            model="c", max_tokens=5, messages=USER
+        ) as response:
+            assert response.headers["request-id"].startswith("req_011C")
+            assert response.headers["anthropic-ratelimit-requests-limit"].isdigit()
+            assert response.parse().content[0].text == "ok"
+        stream = ant(srv).messages.with_raw_response.create(
+            model="c", max_tokens=5, messages=USER, stream=True
+        )
+        assert (
+            stream.headers["content-type"].startswith("text/event-stream") and "request-id" in stream.headers
+        )
+        assert [e.type for e in stream.parse()][-1] == "message_stop"

@@ -1,4 +1,5 @@
-"""Anthropic wire format: Messages bodies, their SSE event stream, and error JSON.
+"""Anthropic wire format: Messages bodies, their SSE event stream, token counting, response headers, and
+error JSON.
 
 Shapes follow what api.anthropic.com sends, so `client.messages.create` and the `messages.stream` helper
 (which accumulates the events into a final `Message`) behave exactly as in production.
@@ -7,9 +8,10 @@ Shapes follow what api.anthropic.com sends, so `client.messages.create` and the 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
-from ._script import Turn, json_fragments, new_id, sse, text_chunks
+from ._script import RecordedRequest, Turn, json_fragments, new_id, prompt_tokens, sse, text_chunks
 
 _ERROR_TYPES = {
     400: "invalid_request_error",
@@ -21,6 +23,26 @@ _ERROR_TYPES = {
     529: "overloaded_error",
 }
 _PING = sse({"type": "ping"}, "ping")
+_ORGANIZATION = "4f1c2a9e-6b0d-4c8e-9a51-7d3e2b8f0c64"
+_LIMITS = {"requests": 4000, "input-tokens": 2_000_000, "output-tokens": 400_000, "tokens": 2_400_000}
+
+
+def headers() -> list[tuple[str, str]]:
+    """The headers api.anthropic.com sends with every answer: request id, organization, rate limits."""
+    reset = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 1))
+    out = [("request-id", new_id("req_011C", 20)), ("anthropic-organization-id", _ORGANIZATION)]
+    for kind, limit in _LIMITS.items():
+        out += [
+            (f"anthropic-ratelimit-{kind}-limit", str(limit)),
+            (f"anthropic-ratelimit-{kind}-remaining", str(limit - 1)),
+            (f"anthropic-ratelimit-{kind}-reset", reset),
+        ]
+    return out
+
+
+def count_tokens(request: RecordedRequest) -> dict[str, Any]:
+    """`/v1/messages/count_tokens`: the input tokens the same request would use (no reply is consumed)."""
+    return {"input_tokens": prompt_tokens(request)}
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
@@ -34,7 +56,11 @@ def error_body(status: int, message: str) -> dict[str, Any]:
 
 
 def message(turn: Turn) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [] if turn.text is None else [{"type": "text", "text": turn.text}]
+    content: list[dict[str, Any]] = []
+    if turn.thinking is not None:
+        content.append({"type": "thinking", "thinking": turn.thinking, "signature": turn.signature or ""})
+    if turn.text is not None:
+        content.append({"type": "text", "text": turn.text})
     content += [
         {
             "type": "tool_use",
@@ -92,9 +118,15 @@ def message_events(turn: Turn) -> list[bytes]:
 
 
 def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
+    """One content block as start, deltas, stop: text as words, thinking as words then its signature
+    (`signature_delta`, just before the block stops), tool input as `input_json_delta` fragments."""
     if block["type"] == "text":
         opening = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": piece} for piece in text_chunks(block["text"])]
+    elif block["type"] == "thinking":
+        opening = {"type": "thinking", "thinking": "", "signature": ""}
+        deltas = [{"type": "thinking_delta", "thinking": piece} for piece in text_chunks(block["thinking"])]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
     else:
         opening = {**block, "input": {}}
         fragments = ["", *json_fragments(json.dumps(block["input"]))]

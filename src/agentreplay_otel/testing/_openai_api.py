@@ -1,4 +1,5 @@
-"""OpenAI wire format: Chat Completions and Responses bodies, their SSE streams, and error JSON.
+"""OpenAI wire format: Chat Completions, Responses and legacy Completions bodies and their SSE streams,
+Embeddings, response headers, and error JSON.
 
 Shapes follow what api.openai.com sends (field names, order, nulls), so the `openai` client parses them into
 its typed models exactly as it would in production, and instrumentation sees production-like objects.
@@ -6,12 +7,25 @@ its typed models exactly as it would in production, and instrumentation sees pro
 
 from __future__ import annotations
 
+import array
+import base64
 import itertools
 import json
+import random
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ._script import Turn, dumps, json_fragments, new_id, sse, text_chunks
+from ._script import (
+    RecordedRequest,
+    Turn,
+    dumps,
+    embedding_vector,
+    json_fragments,
+    new_id,
+    prompt_tokens,
+    sse,
+    text_chunks,
+)
 
 FINGERPRINT = "fp_7f3a9c21d4"
 _HEX = "0123456789abcdef"
@@ -24,6 +38,28 @@ _ERROR_TYPES = {
 }
 _ERROR_CODES = {401: "invalid_api_key", 429: "rate_limit_exceeded"}
 _DONE = b"data: [DONE]\n\n"
+_EMBEDDING_DIMENSIONS = {"text-embedding-3-large": 3072}
+_DEFAULT_EMBEDDING_DIMENSIONS = 1536  # text-embedding-3-small, text-embedding-ada-002
+_ORGANIZATION = "user-agentreplay-test"
+_PROJECT = "proj_" + "T" * 24
+
+
+def headers() -> list[tuple[str, str]]:
+    """The headers api.openai.com sends with every answer: request id, organization, version, rate limits."""
+    return [
+        ("x-request-id", new_id("req_", 32, _HEX)),
+        ("openai-organization", _ORGANIZATION),
+        ("openai-project", _PROJECT),
+        ("openai-version", "2020-10-01"),
+        ("openai-processing-ms", str(random.randint(80, 900))),
+        ("x-ratelimit-limit-requests", "10000"),
+        ("x-ratelimit-limit-tokens", "30000000"),
+        ("x-ratelimit-remaining-requests", "9999"),
+        ("x-ratelimit-remaining-tokens", "29999000"),
+        ("x-ratelimit-reset-requests", "6ms"),
+        ("x-ratelimit-reset-tokens", "2ms"),
+        ("access-control-expose-headers", "X-Request-ID"),
+    ]
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
@@ -170,7 +206,7 @@ def response(turn: Turn, body: Mapping[str, Any]) -> dict[str, Any]:
         "service_tier": "default",
         "store": body.get("store", True),
         "temperature": body.get("temperature", 1.0),
-        "text": {"format": {"type": "text"}, "verbosity": "medium"},
+        "text": {"format": {"type": "text"}, "verbosity": "medium", **(body.get("text") or {})},
         "tool_choice": body.get("tool_choice", "auto"),
         "tools": body.get("tools", []),
         "top_logprobs": 0,
@@ -244,3 +280,79 @@ def _function_call_events(emit: Callable[..., None], index: int, item: dict[str,
 
 
 _ITEM_EVENTS = {"message": _message_events, "function_call": _function_call_events}
+
+
+# -- legacy Completions -----------------------------------------------------------------------------------
+
+
+def completion(turn: Turn, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A `text_completion` (`/v1/completions`, the pre-chat API that instruct models still serve)."""
+    return {
+        "id": new_id("cmpl-", 29),
+        "object": "text_completion",
+        "created": turn.created,
+        "model": turn.model,
+        "choices": [
+            {
+                "text": turn.text or "",
+                "index": 0,
+                "logprobs": None,
+                "finish_reason": "length" if turn.truncated else "stop",
+            }
+        ],
+        "usage": _completion_usage(turn),
+    }
+
+
+def completion_events(turn: Turn, body: Mapping[str, Any]) -> list[bytes]:
+    """One chunk per word, a finish chunk, a usage chunk when asked (`stream_options`), then [DONE]."""
+    base = {"id": new_id("cmpl-", 29), "object": "text_completion", "created": turn.created}
+
+    def chunk(text: str, finish: str | None = None) -> bytes:
+        choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish}
+        return b"data: " + dumps({**base, "choices": [choice], "model": turn.model}) + b"\n\n"
+
+    events = [chunk(piece) for piece in text_chunks(turn.text or "")]
+    events.append(chunk("", "length" if turn.truncated else "stop"))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        usage = {**base, "choices": [], "model": turn.model, "usage": _completion_usage(turn)}
+        events.append(b"data: " + dumps(usage) + b"\n\n")
+    events.append(_DONE)
+    return events
+
+
+def _completion_usage(turn: Turn) -> dict[str, int]:
+    return {
+        "prompt_tokens": turn.input_tokens,
+        "completion_tokens": turn.output_tokens,
+        "total_tokens": turn.input_tokens + turn.output_tokens,
+    }
+
+
+# -- Embeddings -------------------------------------------------------------------------------------------
+
+
+def embeddings(request: RecordedRequest) -> dict[str, Any]:
+    """One deterministic vector per input (see `embedding_vector`), as floats or as base64 float32.
+
+    The `openai` client asks for base64 unless the caller names a format, and decodes it itself.
+    """
+    body = request.body
+    inputs = body.get("input")
+    texts = [inputs] if isinstance(inputs, str) else [str(item) for item in inputs or []]
+    model = str(body.get("model") or "text-embedding-3-small")
+    size = body.get("dimensions") or _EMBEDDING_DIMENSIONS.get(model, _DEFAULT_EMBEDDING_DIMENSIONS)
+    as_base64 = body.get("encoding_format") == "base64"
+    data = []
+    for index, text in enumerate(texts):
+        vector: Any = embedding_vector(text, int(size))
+        if as_base64:
+            vector = base64.b64encode(array.array("f", vector).tobytes()).decode("ascii")
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    tokens = prompt_tokens(request)
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }

@@ -5,7 +5,9 @@ Kept apart from the HTTP server so that the OpenAI and Anthropic encoders depend
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import random
 import re
 import string
@@ -20,6 +22,8 @@ _ALNUM = string.ascii_letters + string.digits
 _WORD = re.compile(r"\s*\S+(?:\s+$)?")
 _ENCODE = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
 _TEXT_KEYS = frozenset({"content", "text", "input", "instructions", "system", "output", "arguments"})
+_PROMPT_KEYS = ("instructions", "system", "messages", "input", "prompt")
+_SIGNATURE_ALPHABET = string.ascii_letters + string.digits + "+/"
 
 
 @dataclass(frozen=True)
@@ -44,10 +48,15 @@ class ScriptedReply:
     `retry_after_ms` adds `retry-after-ms`/`retry-after` headers to an error; both clients honour them.
     `truncated` reports a length stop (finish_reason "length", stop_reason "max_tokens", status "incomplete").
     `chunk_delay_s` sleeps between SSE events, for time-to-first-token style tests.
+
+    `thinking` puts an Anthropic thinking block (with a signature) before the text; the OpenAI APIs have no
+    visible reasoning text and ignore it. Structured output (`parse`, `response_format`, `output_config`)
+    is a reply whose `text` is the JSON document the requested schema describes.
     """
 
     text: str | None = None
     tool_calls: Sequence[ToolCallSpec] = ()
+    thinking: str | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
     model: str | None = None
@@ -93,9 +102,11 @@ class RecordedRequest:
     @property
     def last_user_text(self) -> str:
         """The text of the newest user message (chat or Anthropic `messages`, Responses `input`)."""
-        items = self.body.get("messages", self.body.get("input"))
+        items = self.body.get("messages", self.body.get("input", self.body.get("prompt")))
         if isinstance(items, str):
             return items
+        if isinstance(items, list) and items and all(isinstance(item, str) for item in items):
+            return items[-1]  # a legacy completion's (or an embedding's) list of prompts
         for item in reversed(items if isinstance(items, list) else []):
             if (
                 isinstance(item, dict)
@@ -107,11 +118,12 @@ class RecordedRequest:
 
     @property
     def prompt_text(self) -> str:
-        """All text the request sends the model (instructions, system, messages, tool results).
+        """All text the request sends the model (instructions, system, messages, tool results, a legacy
+        completion's prompt, an embedding's input).
 
         Its word count is the default `input_tokens`.
         """
-        parts = (self.body.get(key) for key in ("instructions", "system", "messages", "input"))
+        parts = (self.body.get(key) for key in _PROMPT_KEYS)
         return " ".join(s for part in parts for s in _strings(part))
 
 
@@ -130,6 +142,8 @@ class Turn:
     output_tokens: int
     truncated: bool
     created: int
+    thinking: str | None = None
+    signature: str | None = None
 
 
 def echo_reply(request: RecordedRequest) -> ScriptedReply:
@@ -143,22 +157,45 @@ def resolve(reply: ScriptedReply, request: RecordedRequest) -> Turn:
     if text is None and not reply.tool_calls:
         text = echo_reply(request).text
     out = word_tokens(text or "") + sum(1 + word_tokens(json.dumps(c.arguments)) for c in reply.tool_calls)
+    out += word_tokens(reply.thinking or "")
     return Turn(
         model=reply.model or request.model or "unknown-model",
         text=text,
         tool_calls=tuple(reply.tool_calls),
-        input_tokens=reply.input_tokens
-        if reply.input_tokens is not None
-        else max(1, word_tokens(request.prompt_text)),
+        input_tokens=reply.input_tokens if reply.input_tokens is not None else prompt_tokens(request),
         output_tokens=reply.output_tokens if reply.output_tokens is not None else max(1, out),
         truncated=reply.truncated,
         created=int(time.time()),
+        thinking=reply.thinking,
+        signature=None if reply.thinking is None else new_id("Eq", 120, _SIGNATURE_ALPHABET),
     )
+
+
+def prompt_tokens(request: RecordedRequest) -> int:
+    """The default input token count of a request (also what a token-counting endpoint answers)."""
+    return max(1, word_tokens(request.prompt_text))
 
 
 def word_tokens(text: str) -> int:
     """The server's token count for a text: its whitespace-separated words."""
     return len(text.split())
+
+
+def embedding_vector(text: str, dimensions: int) -> list[float]:
+    """A deterministic unit vector for a text: its words hashed into signed buckets (feature hashing).
+
+    Texts that share words point the same way, so cosine similarity behaves the way a program that ranks
+    documents by it expects, and the same text always gets the same vector.
+    """
+    vector = [0.0] * dimensions
+    for word in re.findall(r"\w+", text.lower()):
+        digest = hashlib.blake2b(word.encode(), digest_size=8).digest()
+        bucket = int.from_bytes(digest[:4], "little") % dimensions
+        vector[bucket] += 1.0 if digest[4] & 1 else -1.0
+    norm = math.sqrt(sum(v * v for v in vector))
+    if norm == 0.0:
+        vector[0], norm = 1.0, 1.0
+    return [round(v / norm, 6) for v in vector]
 
 
 def text_chunks(text: str) -> list[str]:

@@ -2,6 +2,8 @@
 
 Point the unmodified `openai` / `anthropic` clients at it (`base_url=server.base_url_openai` /
 `server.base_url_anthropic`) and they parse its answers, streamed or not, into their usual typed objects.
+Endpoints: OpenAI `/v1/chat/completions`, `/v1/responses`, `/v1/completions` (legacy) and `/v1/embeddings`;
+Anthropic `/v1/messages` and `/v1/messages/count_tokens`; each with the provider's response headers.
 Tests, benchmarks and the demo use it instead of the network, so it is built to be fast and steady:
 a stdlib `ThreadingHTTPServer` with HTTP/1.1 keep-alive, TCP_NODELAY, and each answer sent in one write.
 
@@ -24,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from email.utils import formatdate
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -40,7 +43,6 @@ from ._script import (
     Turn,
     dumps,
     echo_reply,
-    new_id,
     resolve,
     word_tokens,
 )
@@ -62,21 +64,33 @@ Script = Callable[[Request], ScriptedReply] | Sequence[ScriptedReply] | None
 
 @dataclass(frozen=True)
 class _Route:
-    """How one endpoint renders a resolved turn: as a JSON body, or as a list of SSE events."""
+    """How one model endpoint renders a resolved turn: as a JSON body, or as a list of SSE events."""
 
     provider: Provider
     body: Callable[[Turn, Mapping[str, Any]], dict[str, Any]]
     events: Callable[[Turn, Mapping[str, Any]], list[bytes]]
 
 
-_ROUTES = {
+@dataclass(frozen=True)
+class _Lookup:
+    """An endpoint answered from the request alone (embeddings, token counts): it consumes no reply."""
+
+    provider: Provider
+    body: Callable[[RecordedRequest], dict[str, Any]]
+
+
+_ROUTES: dict[str, _Route | _Lookup] = {
     "/v1/chat/completions": _Route("openai", _openai_api.chat_completion, _openai_api.chat_events),
     "/v1/responses": _Route("openai", _openai_api.response, _openai_api.response_events),
+    "/v1/completions": _Route("openai", _openai_api.completion, _openai_api.completion_events),
+    "/v1/embeddings": _Lookup("openai", _openai_api.embeddings),
     "/v1/messages": _Route(
         "anthropic", lambda t, _: _anthropic_api.message(t), lambda t, _: _anthropic_api.message_events(t)
     ),
+    "/v1/messages/count_tokens": _Lookup("anthropic", _anthropic_api.count_tokens),
 }
 _ERROR_BODIES = {"openai": _openai_api.error_body, "anthropic": _anthropic_api.error_body}
+_HEADERS = {"openai": _openai_api.headers, "anthropic": _anthropic_api.headers}
 _BAD_JSON = "We could not parse the JSON body of your request: expected a JSON object."
 
 
@@ -196,6 +210,8 @@ class LLMServer:
             return _send_error(handler, provider, 404, f"Invalid URL ({handler.command} {path})")
         if body is None:
             return _send_error(handler, provider, 400, _BAD_JSON)
+        if isinstance(route, _Lookup):
+            return _send(handler, 200, _HEADERS[provider](), "application/json", dumps(route.body(request)))
         try:
             reply = self._next_reply(request)
             turn = resolve(reply, request)
@@ -206,7 +222,7 @@ class LLMServer:
             return _send_error(handler, provider, reply.error_status, message, reply.retry_after_ms)
         if request.stream:
             return _send_events(handler, provider, route.events(turn, body), reply)
-        _send(handler, 200, _request_id_header(provider), "application/json", dumps(route.body(turn, body)))
+        _send(handler, 200, _HEADERS[provider](), "application/json", dumps(route.body(turn, body)))
 
     def _next_reply(self, request: Request) -> ScriptedReply:
         script = self._script
@@ -324,16 +340,12 @@ def _phrase(status: int) -> str:
         return "Overloaded" if status == 529 else "Error"
 
 
-def _request_id_header(provider: Provider) -> list[tuple[str, str]]:
-    name = "x-request-id" if provider == "openai" else "request-id"
-    return [(name, new_id("req_", 24))]
-
-
 def _head(
     handler: BaseHTTPRequestHandler, status: int, headers: list[tuple[str, str]], content_type: str
 ) -> bytes:
     lines = [
         f"HTTP/1.1 {status} {_phrase(status)}",
+        f"date: {formatdate(usegmt=True)}",
         f"content-type: {content_type}",
         *(f"{k}: {v}" for k, v in headers),
     ]
@@ -361,7 +373,7 @@ def _send_error(
     message: str,
     retry_after_ms: int | None = None,
 ) -> None:
-    headers = _request_id_header(provider)
+    headers = _HEADERS[provider]()
     if retry_after_ms is not None:
         headers += [
             ("retry-after-ms", str(retry_after_ms)),
@@ -374,7 +386,7 @@ def _send_events(
     handler: BaseHTTPRequestHandler, provider: Provider, events: list[bytes], reply: ScriptedReply
 ) -> None:
     """Streams SSE events as HTTP chunks; `stream_error_after` stops early and drops the connection."""
-    headers = [*_request_id_header(provider), ("cache-control", "no-cache"), ("transfer-encoding", "chunked")]
+    headers = [*_HEADERS[provider](), ("cache-control", "no-cache"), ("transfer-encoding", "chunked")]
     head = _head(handler, 200, headers, "text/event-stream; charset=utf-8") + b"\r\n"
     cut = reply.stream_error_after
     chunks = [b"%x\r\n%s\r\n" % (len(event), event) for event in events[:cut]]
