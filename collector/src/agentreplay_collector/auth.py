@@ -20,9 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.config import AuthConfig
 from agentreplay_collector.errors import PermissionDenied, Unauthenticated
-from agentreplay_otel import semconv
-from agentreplay_otel.errors import IdentityError
-from agentreplay_otel.identity import AgentIdentity, load_public_key, verify_identity
+from agentreplay_otel.core import AgentIdentity, IdentityError, load_public_key, semconv, verify_identity
 
 _log = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from agentreplay_collector.config import BatchConfig
 from agentreplay_collector.errors import StoreError, StoreUnavailable
 from agentreplay_collector.otlp import ConvertedRequest
 from agentreplay_collector.store import Store
-from agentreplay_otel.canonical import SpanRecord
+from agentreplay_otel.core import SpanRecord
 
 _log = logging.getLogger(__name__)
 

@@ -31,9 +31,7 @@ from agentreplay_collector.config import ChainConfig
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.store import Store, run_cost
-from agentreplay_otel import semconv
-from agentreplay_otel.canonical import SpanRecord
-from agentreplay_otel.chain import ChainProblem, ChainReport, verify
+from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, semconv, verify
 
 _log = logging.getLogger(__name__)
 _TICK_S = 0.1

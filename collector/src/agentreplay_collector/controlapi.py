@@ -34,8 +34,7 @@ from agentreplay_collector import schema
 from agentreplay_collector.auth import AuthProcessor
 from agentreplay_collector.errors import RequestError, StoreError
 from agentreplay_collector.scope import SCOPE_AGENT, SCOPE_RUN, ScopeProcessor
-from agentreplay_otel.errors import AgentReplayError
-from agentreplay_otel.identity import AgentIdentity
+from agentreplay_otel.core import AgentIdentity, AgentReplayError
 
 PING_S = 5.0
 

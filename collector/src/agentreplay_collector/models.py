@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentreplay_otel.canonical import EventRecord, SpanRecord
-from agentreplay_otel.chain import ChainProblem, ChainReport, SealStatus
+from agentreplay_otel.core import ChainProblem, ChainReport, EventRecord, SealStatus, SpanRecord
 
 
 class ChainState(enum.StrEnum):

@@ -23,8 +23,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from agentreplay_collector.errors import MalformedRequest
-from agentreplay_otel import semconv
-from agentreplay_otel.canonical import EventRecord, SpanRecord, kind_name, status_name, stored_string
+from agentreplay_otel.core import EventRecord, SpanRecord, kind_name, semconv, status_name, stored_string
 
 # OTLP's SpanKind counts from UNSPECIFIED=0; the SDK's (and kind_name's) from INTERNAL=0.
 _OTLP_KINDS = ("Unspecified", *(kind_name(i) for i in range(5)))

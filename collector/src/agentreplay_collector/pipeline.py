@@ -23,8 +23,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from agentreplay_collector import otlp
 from agentreplay_collector.auth import AuthProcessor
 from agentreplay_collector.batch import Batcher
-from agentreplay_otel import semconv
-from agentreplay_otel.identity import AgentIdentity
+from agentreplay_otel.core import AgentIdentity, semconv
 
 
 class RequestProcessor(Protocol):

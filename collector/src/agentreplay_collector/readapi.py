@@ -32,7 +32,7 @@ from starlette.routing import Route
 from agentreplay_collector.errors import StoreUnavailable
 from agentreplay_collector.models import span_to_json
 from agentreplay_collector.store import Store
-from agentreplay_otel.identity import public_key_bytes
+from agentreplay_otel.core import public_key_bytes
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 MAX_LIMIT = 10_000

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agentreplay_otel import semconv
+from agentreplay_otel.core import semconv
 
 TRACES = "otel_traces"
 TRACE_ID_TS = "otel_traces_trace_id_ts"

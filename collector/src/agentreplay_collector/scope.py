@@ -2,7 +2,7 @@
 
 Defence in depth: the agent's guard refuses out-of-scope calls before they run, and this
 processor re-evaluates every received tool and LLM span against the manifest bound to the
-agent's identity token, with the same evaluator (``agentreplay_otel.manifest``). An agent
+agent's identity token, with the same evaluator (``agentreplay_otel.core``). An agent
 that skipped its guard is caught here. It also keeps the global state the guard cannot:
 spend per run and per agent and UTC day (rebuilt from the store at start, so caps hold
 across restarts), and the halts (the kill switch).
@@ -37,10 +37,24 @@ from agentreplay_collector.config import ScopeConfig
 from agentreplay_collector.errors import PermissionDenied
 from agentreplay_collector.store import Store
 from agentreplay_collector.trust import TrustBook
-from agentreplay_otel import manifest as mf
-from agentreplay_otel import semconv
-from agentreplay_otel.errors import AgentReplayError
-from agentreplay_otel.identity import AgentIdentity, verify_manifest
+from agentreplay_otel.core import (
+    ALLOW,
+    RULE_AUTHORIZE_UNAVAILABLE,
+    RULE_HALTED,
+    RULE_NO_MANIFEST,
+    AgentIdentity,
+    AgentReplayError,
+    Decision,
+    Manifest,
+    ManifestError,
+    Usage,
+    evaluate_llm,
+    evaluate_spend,
+    evaluate_tool,
+    parse_manifest,
+    semconv,
+    verify_manifest,
+)
 
 _log = logging.getLogger(__name__)
 _RUN_MEMORY = 100_000
@@ -48,7 +62,7 @@ SCOPE_RUN = "run"
 SCOPE_AGENT = "agent"
 ACTOR = "agentreplay_scope"
 # Denials that are not violations: the run was already halted, or the collector was away.
-_NOT_VIOLATIONS = frozenset({mf.RULE_HALTED, mf.RULE_AUTHORIZE_UNAVAILABLE})
+_NOT_VIOLATIONS = frozenset({RULE_HALTED, RULE_AUTHORIZE_UNAVAILABLE})
 
 
 @dataclass
@@ -132,7 +146,7 @@ class ScopeProcessor:
         self.writer = writer
         self.trust = trust
         self.bus = HaltBus()
-        self.manifests: dict[str, mf.Manifest] = {}
+        self.manifests: dict[str, Manifest] = {}
         self.halts: dict[tuple[str, str], Halt] = {}
         self._runs: OrderedDict[str, RunUsage] = OrderedDict()
         self._day: dict[tuple[str, str], float] = {}
@@ -156,14 +170,14 @@ class ScopeProcessor:
         else:
             body = signed.get("manifest") if isinstance(signed, Mapping) else None
         if not isinstance(body, dict):
-            raise mf.ManifestError("not a signed manifest: expected keys 'manifest' and 'signature'")
-        parsed = mf.parse_manifest(body)
+            raise ManifestError("not a signed manifest: expected keys 'manifest' and 'signature'")
+        parsed = parse_manifest(body)
         if parsed.sha256 not in self.manifests and persist:
             self.writer.manifest([parsed.sha256, json.dumps(dict(signed)), time.time_ns()])
         self.manifests[parsed.sha256] = parsed
         return parsed.sha256
 
-    def manifest_for(self, identity: AgentIdentity | None, claimed: str = "") -> mf.Manifest | None:
+    def manifest_for(self, identity: AgentIdentity | None, claimed: str = "") -> Manifest | None:
         digest = identity.manifest_sha256 if identity is not None else claimed
         return self.manifests.get(digest) if digest else None
 
@@ -176,10 +190,10 @@ class ScopeProcessor:
                 self._runs.popitem(last=False)
         return run
 
-    def usage(self, run_id: str | None, agent_id: str, *, day: str | None = None) -> mf.Usage:
+    def usage(self, run_id: str | None, agent_id: str, *, day: str | None = None) -> Usage:
         run = self._runs.get(run_id) if run_id else None
         today = day or utc_day(time.time_ns())
-        return mf.Usage(
+        return Usage(
             tool_calls=run.tool_calls() if run else {},
             run_spend_usd=run.spend_usd if run else 0.0,
             day_spend_usd=self._day.get((agent_id, today), 0.0),
@@ -226,7 +240,7 @@ class ScopeProcessor:
         *,
         run_id: str,
         agent_id: str,
-        decision: mf.Decision,
+        decision: Decision,
         detected_by: str,
         span_id: str = "",
         tool: str = "",
@@ -269,7 +283,7 @@ class ScopeProcessor:
             m = manifest or self.manifest_for(None, record.attributes.get(semconv.MANIFEST_SHA256, ""))
             self._observe(record, agent, m)
 
-    def _observe(self, record: Any, agent: str, m: mf.Manifest | None) -> None:
+    def _observe(self, record: Any, agent: str, m: Manifest | None) -> None:
         run = self._run(record.trace_id, agent)
         if record.span_id in run.span_ids:
             return  # a retried export: counted once
@@ -282,8 +296,8 @@ class ScopeProcessor:
                 continue
             ea = event.attributes
             outcome = ea.get(semconv.POLICY_DECISION, "")
-            decision = mf.Decision(
-                allowed=outcome == mf.ALLOW,
+            decision = Decision(
+                allowed=outcome == ALLOW,
                 rule=ea.get(semconv.POLICY_RULE, ""),
                 manifest_sha256=ea.get(semconv.MANIFEST_SHA256, ""),
                 detail=ea.get(semconv.POLICY_DETAIL, ""),
@@ -310,12 +324,12 @@ class ScopeProcessor:
         multiplier = self.trust.multiplier(agent)
         day = utc_day(record.start_ns)
         if operation == semconv.OP_EXECUTE_TOOL and tool and m is not None:
-            usage = mf.Usage(
+            usage = Usage(
                 tool_calls=dict(run.seen),
                 run_spend_usd=run.spend_usd,
                 day_spend_usd=self._day.get((agent, day), 0.0),
             )
-            verdict = mf.evaluate_tool(
+            verdict = evaluate_tool(
                 m,
                 tool=tool,
                 arguments=_arguments(attrs),
@@ -339,9 +353,9 @@ class ScopeProcessor:
             run.spend_usd += cost
             self._day[(agent, day)] = self._day.get((agent, day), 0.0) + cost
             if m is not None and operation != semconv.OP_EXECUTE_TOOL:
-                verdict = mf.evaluate_spend(
+                verdict = evaluate_spend(
                     m,
-                    mf.Usage(run_spend_usd=run.spend_usd, day_spend_usd=self._day[(agent, day)]),
+                    Usage(run_spend_usd=run.spend_usd, day_spend_usd=self._day[(agent, day)]),
                     spend_multiplier=multiplier,
                 )
                 if not verdict.allowed:
@@ -355,7 +369,7 @@ class ScopeProcessor:
                     )
 
     def _decision_row(
-        self, record: Any, agent: str, tool: str, decision: mf.Decision, source: str, time_ns: int
+        self, record: Any, agent: str, tool: str, decision: Decision, source: str, time_ns: int
     ) -> None:
         detail = json.dumps({"detail": decision.detail, "source": source}, separators=(",", ":"))
         self.writer.decision(
@@ -385,16 +399,16 @@ class ScopeProcessor:
         halt = self.halted(run_id, agent)
         digest = m.sha256 if m else ""
         if halt is not None:
-            decision = mf.Decision(
-                allowed=False, rule=mf.RULE_HALTED, manifest_sha256=digest, detail=halt.reason
+            decision = Decision(
+                allowed=False, rule=RULE_HALTED, manifest_sha256=digest, detail=halt.reason
             )
         elif m is None:
             if request.get("manifest_sha256"):
                 return {"error": "manifest_unknown", "status": 409}
-            decision = mf.Decision(allowed=True, rule=mf.RULE_NO_MANIFEST, manifest_sha256="")
+            decision = Decision(allowed=True, rule=RULE_NO_MANIFEST, manifest_sha256="")
         elif request.get("kind") == "llm":
             model = request.get("model")
-            decision = mf.evaluate_llm(
+            decision = evaluate_llm(
                 m,
                 model=model if isinstance(model, str) else None,
                 usage=_with_run_spend(usage, request),
@@ -404,11 +418,11 @@ class ScopeProcessor:
             tool = str(request.get("tool") or "")
             calls = dict(usage.tool_calls)
             calls[tool] = max(calls.get(tool, 0), int(request.get("tool_calls") or 0))
-            usage = mf.Usage(
+            usage = Usage(
                 tool_calls=calls, run_spend_usd=usage.run_spend_usd, day_spend_usd=usage.day_spend_usd
             )
             arguments = request.get("arguments")
-            decision = mf.evaluate_tool(
+            decision = evaluate_tool(
                 m,
                 tool=tool,
                 arguments=arguments if isinstance(arguments, dict) else {},
@@ -505,9 +519,9 @@ def _arguments(attrs: Mapping[str, str]) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _with_run_spend(usage: mf.Usage, request: Mapping[str, Any]) -> mf.Usage:
+def _with_run_spend(usage: Usage, request: Mapping[str, Any]) -> Usage:
     """The larger of the collector's and the agent's count of the run's spend (spans lag the agent)."""
     agent_says = _float(request.get("run_spend_usd"))
     if agent_says <= usage.run_spend_usd:
         return usage
-    return mf.Usage(tool_calls=usage.tool_calls, run_spend_usd=agent_says, day_spend_usd=usage.day_spend_usd)
+    return Usage(tool_calls=usage.tool_calls, run_spend_usd=agent_says, day_spend_usd=usage.day_spend_usd)

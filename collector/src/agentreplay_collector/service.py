@@ -86,7 +86,7 @@ class Collector:
             return None
         from agentreplay_collector.alerts import ControlWriter
         from agentreplay_collector.trust import TrustBook, load_tiers
-        from agentreplay_otel.identity import load_public_key
+        from agentreplay_otel.core import load_public_key
 
         cfg = config.scope
         org = config.auth.org_public_key if config.auth and not config.auth.insecure else None

@@ -26,9 +26,7 @@ from agentreplay_collector import schema
 from agentreplay_collector.config import ClickHouseConfig
 from agentreplay_collector.errors import StoreError, StoreUnavailable
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
-from agentreplay_otel import semconv
-from agentreplay_otel.canonical import EventRecord, SpanRecord
-from agentreplay_otel.identity import public_key_bytes
+from agentreplay_otel.core import EventRecord, SpanRecord, public_key_bytes, semconv
 
 _log = logging.getLogger(__name__)
 _U64_MASK = (1 << 64) - 1

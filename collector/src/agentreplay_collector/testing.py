@@ -179,8 +179,8 @@ def recording_provider(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from agentreplay_otel import semconv
-    from agentreplay_otel.chain import ChainSpanProcessor
+    from agentreplay_otel import ChainSpanProcessor
+    from agentreplay_otel.core import semconv
 
     headers = {"authorization": f"Bearer {token}"} if token else None
     exporter = OTLPSpanExporter(
@@ -206,8 +206,8 @@ def record_request(
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from agentreplay_otel import semconv
-    from agentreplay_otel.chain import ChainSpanProcessor
+    from agentreplay_otel import ChainSpanProcessor
+    from agentreplay_otel.core import semconv
 
     memory = InMemorySpanExporter()
     provider = TracerProvider(
