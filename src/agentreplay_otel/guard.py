@@ -27,11 +27,12 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
+from agentreplay_otel import intercept, semconv
 from agentreplay_otel import manifest as mf
-from agentreplay_otel import semconv
 from agentreplay_otel.control import DEFAULT_CONTROL, ControlClient, ControlUnavailable, Watcher
 from agentreplay_otel.errors import ConfigurationError, RunHalted, ScopeViolation
 from agentreplay_otel.identity import load_signed_manifest
+from agentreplay_otel.intercept import Answer, Sandboxed, ToolCall
 from agentreplay_otel.settings import Settings, env_flag
 
 _log = logging.getLogger(__name__)
@@ -312,6 +313,30 @@ def _event(span: Span, decision: mf.Decision, source: str, tool: str | None) -> 
         _log.exception("agentreplay: could not record a policy decision")
 
 
+class GuardInterceptor:
+    """The guard as the process's :class:`~agentreplay_otel.intercept.Interceptor`."""
+
+    acts = True
+    _SEND = Answer()
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+
+    def before_llm(self, run_span: Span, model: str | None) -> None:
+        self.guard.before_llm(run_span=run_span, model=model)
+
+    def on_request(self, provider: str, name: str, body: dict[str, Any]) -> Answer:
+        return self._SEND
+
+    def before_tool(self, call: ToolCall) -> Sandboxed | None:
+        self.guard.before_tool(span=call.span, tool=call.name, side_effect=call.side_effect,
+                               arguments=call.arguments, cost_usd=call.cost_usd)
+        return None
+
+    def charge(self, trace_id: str, cost_usd: float) -> None:
+        self.guard.add_cost(trace_id, cost_usd)
+
+
 # --- the process's guard -----------------------------------------------------------------
 _current: Guard | None = None
 
@@ -321,9 +346,11 @@ def current() -> Guard | None:
 
 
 def install(guard: Guard | None) -> Guard | None:
-    """Make ``guard`` this process's guard (None: no enforcement); returns the previous one."""
+    """Make ``guard`` this process's guard and interceptor (None: no enforcement); returns the
+    previous one."""
     global _current
     previous, _current = _current, guard
+    intercept.install(GuardInterceptor(guard) if guard is not None else None)
     return previous
 
 

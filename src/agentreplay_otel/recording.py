@@ -47,6 +47,7 @@ class RecordedStep:
     fingerprint: str = ""
     response: str | None = None  # LLM: the response JSON body
     stream: list[str] | None = None  # LLM: each streamed event's JSON, in order
+    http: dict[str, Any] | None = None  # LLM: the response's status and kept headers
     result: str | None = None  # tool: the result JSON
     failed: bool = False
     error: str = ""  # the span's status message
@@ -106,7 +107,8 @@ def step_from_span(span: SpanRecord) -> RecordedStep | None:
     return RecordedStep(
         kind=KIND_LLM, name=a.get(semconv.GEN_AI_REQUEST_MODEL, ""), provider=a.get(semconv.GEN_AI_PROVIDER_NAME, ""),
         request=request, fingerprint=request_fingerprint(request), response=a.get(semconv.RESPONSE),
-        stream=json_or(a.get(semconv.RESPONSE_STREAM), None), **common,
+        stream=json_or(a.get(semconv.RESPONSE_STREAM), None), http=json_or(a.get(semconv.RESPONSE_HTTP), None),
+        **common,
     )
 
 

@@ -44,6 +44,8 @@ SERVER_PORT: Final = "server.port"
 
 # gen_ai.operation.name values
 OP_CHAT: Final = "chat"
+OP_TEXT_COMPLETION: Final = "text_completion"
+OP_EMBEDDINGS: Final = "embeddings"
 OP_INVOKE_AGENT: Final = "invoke_agent"
 OP_EXECUTE_TOOL: Final = "execute_tool"
 OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
@@ -71,6 +73,8 @@ STEP: Final = "agentreplay.step"
 REQUEST: Final = "agentreplay.request"
 RESPONSE: Final = "agentreplay.response"
 RESPONSE_STREAM: Final = "agentreplay.response.stream"
+RESPONSE_HTTP: Final = "agentreplay.response.http"  # {"status", "headers"} of the response, for replay
+NONDETERMINISM: Final = "agentreplay.nondeterminism"  # the run's clock, uuid and random draws, in order
 COST_USD: Final = "agentreplay.cost.usd"
 TOOL_SIDE_EFFECT: Final = "agentreplay.tool.side_effect"
 TOOL_FUNCTION: Final = "agentreplay.tool.function"

@@ -1,6 +1,7 @@
-"""``@agentreplay_otel.tool``: record a tool call as an ``execute_tool`` span.
+"""Tool calls: each one an ``execute_tool`` span, enforced when recorded, sandboxed in a replay.
 
-Usable bare or with options, on sync and async functions::
+``@agentreplay_otel.tool`` records a function's calls; it is usable bare or with options, on
+sync and async functions::
 
     @tool
     def search(query: str) -> list[str]: ...
@@ -10,26 +11,38 @@ Usable bare or with options, on sync and async functions::
 
 Arguments and result are recorded as JSON; the span is current while the body runs, so
 LLM calls made inside a tool are its children.
+
+Frameworks that run tools themselves (the LangChain instrumentor) record them through the
+same path, :func:`call_tool` / :func:`acall_tool`: one span, one step number, the guard's
+verdict before the body, and in a replay the recorded answer with the body never running.
+A function decorated with ``@tool`` that such a framework runs is recorded once, by the
+framework's instrumentor, which knows the call's id (:func:`recorded_by_caller`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, TypeVar, overload
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from agentreplay_otel import guard, replay, semconv, settings
 from agentreplay_otel.content import to_json
+from agentreplay_otel.errors import ReplayedToolError
 from agentreplay_otel.runs import start_step_span
 
 _log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 Cost = float | Callable[..., float] | None
 
 
@@ -43,6 +56,188 @@ class ToolSpec:
     function: str = ""
 
 
+@dataclass(frozen=True, kw_only=True)
+class ToolInvocation:
+    """One call of a tool: which tool, its arguments by name, and the id the model gave the call."""
+
+    spec: ToolSpec
+    arguments: dict[str, Any]
+    func: Callable[..., Any]  # the body; a replay with nothing recorded mocks its return type
+    call_id: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Replayed:
+    """A replay's answer to a tool call: the recorded result, or the recorded failure.
+
+    The failure is handed to the caller rather than raised at once, so a framework can run its
+    own machinery around the body (argument validation first) exactly as when it was recorded.
+    """
+
+    value: Any = None
+    failure: BaseException | None = None
+
+    def result(self) -> Any:
+        if self.failure is not None:
+            raise self.failure
+        return self.value
+
+
+def _recorded_as_is(result: Any) -> Any:
+    return result
+
+
+def _replayed_result(answer: Replayed) -> Any:
+    return answer.result()
+
+
+async def _areplayed_result(answer: Replayed) -> Any:
+    return answer.result()
+
+
+def call_tool(
+    call: ToolInvocation,
+    body: Callable[[], T],
+    *,
+    replayed: Callable[[Replayed], T] = _replayed_result,
+    recorded: Callable[[T], Any] = _recorded_as_is,
+    tracer: trace.Tracer | None = None,
+) -> T:
+    """Run one tool call as a step: ``body()`` when recording, ``replayed(answer)`` in a replay.
+
+    ``recorded(result)`` is what the span keeps as the result (and what a replay answers with).
+    """
+    with _Step(call, recorded, tracer) as step:
+        answer = step.begin()
+        step.result = body() if answer is None else replayed(answer)
+    return step.result
+
+
+async def acall_tool(
+    call: ToolInvocation,
+    body: Callable[[], Awaitable[T]],
+    *,
+    replayed: Callable[[Replayed], Awaitable[T]] = _areplayed_result,
+    recorded: Callable[[T], Any] = _recorded_as_is,
+    tracer: trace.Tracer | None = None,
+) -> T:
+    """:func:`call_tool` for a coroutine body."""
+    with _Step(call, recorded, tracer) as step:
+        answer = step.begin()
+        step.result = await (body() if answer is None else replayed(answer))
+    return step.result
+
+
+class _Step:
+    """One tool call's span: current while the call runs, ended once with its result or failure."""
+
+    def __init__(self, call: ToolInvocation, recorded: Callable[[Any], Any], tracer: trace.Tracer | None) -> None:
+        self.call = call
+        self.recorded = recorded
+        self.result: Any = None
+        self.span = _start(call, tracer)
+        self._token: object | None = None
+
+    def __enter__(self) -> _Step:
+        self._token = otel_context.attach(trace.set_span_in_context(self.span))
+        return self
+
+    def begin(self) -> Replayed | None:
+        """The guard's verdict (raises, or None: the body runs), or in a replay its answer."""
+        session = replay.active()
+        if session is None:
+            _enforce(self.call, self.span)
+            return None
+        return _sandboxed(session, self.call, self.span)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        otel_context.detach(self._token)  # type: ignore[arg-type]
+        if exc is not None:
+            _fail(self.span, exc)
+        else:
+            _finish(self.span, self.call, self.recorded, self.result)
+
+
+def _sandboxed(session: replay.ReplaySession, call: ToolInvocation, span: Span) -> Replayed:
+    """In a replay the tool's body never runs: its recorded result (or a mock) stands in."""
+    try:
+        value, source = session.on_tool_call(call.spec.name, call.arguments, call.func)
+    except ReplayedToolError as exc:  # failed when recorded: the caller raises it where the body was
+        return Replayed(failure=exc)
+    span.set_attribute(semconv.REPLAY_SOURCE, source)
+    return Replayed(value=value)
+
+
+def _enforce(call: ToolInvocation, span: Span) -> None:
+    """The guard's verdict before the body runs: returns, or raises ScopeViolation / RunHalted."""
+    g = guard.current()
+    if g is not None:
+        g.before_tool(span=span, tool=call.spec.name, side_effect=call.spec.side_effect,
+                      arguments=call.arguments, cost_usd=_cost(call.spec.cost, call.arguments))
+
+
+def _start(call: ToolInvocation, tracer: trace.Tracer | None) -> Span:
+    spec = call.spec
+    attributes: dict[str, Any] = {
+        semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL,
+        semconv.GEN_AI_TOOL_NAME: spec.name,
+        semconv.TOOL_SIDE_EFFECT: spec.side_effect,
+        semconv.TOOL_FUNCTION: spec.function,
+    }
+    if call.call_id:
+        attributes[semconv.GEN_AI_TOOL_CALL_ID] = call.call_id
+    if settings.current().capture_content:
+        attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = to_json(call.arguments)
+    return start_step_span(f"{semconv.OP_EXECUTE_TOOL} {spec.name}", kind=SpanKind.INTERNAL,
+                           attributes=attributes, tracer=tracer)
+
+
+def _finish(span: Span, call: ToolInvocation, recorded: Callable[[Any], Any], result: Any) -> None:
+    try:
+        if settings.current().capture_content:
+            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, to_json(recorded(result)))
+        # A sandboxed call (in a replay) acted on nothing, so it cost nothing.
+        cost = None if replay.active() is not None else _cost(call.spec.cost, call.arguments)
+        if cost is not None:
+            span.set_attribute(semconv.COST_USD, cost)
+            g = guard.current()
+            if g is not None:
+                g.add_cost(format(span.get_span_context().trace_id, "032x"), cost)
+    except Exception:  # recording must never break the agent
+        _log.exception("agentreplay: could not record the result of tool %r", call.spec.name)
+    finally:
+        span.end()
+
+
+def _fail(span: Span, exc: BaseException) -> None:
+    span.record_exception(exc)
+    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+    span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
+    span.end()
+
+
+# --- one span per call, whoever records it ------------------------------------------------
+_recorded_outside: ContextVar[Callable[..., Any] | None] = ContextVar("agentreplay_tool_recorded_outside",
+                                                                      default=None)
+
+
+@contextlib.contextmanager
+def recorded_by_caller(func: Callable[..., Any] | None) -> Iterator[None]:
+    """While a framework records a call of ``func`` itself, an ``@tool`` ``func`` adds no span of its own."""
+    token = _recorded_outside.set(func)
+    try:
+        yield
+    finally:
+        _recorded_outside.reset(token)
+
+
+def spec_of(func: Callable[..., Any] | None) -> ToolSpec | None:
+    """The options ``@tool`` gave ``func``, or None when it is not decorated."""
+    return getattr(func, "__agentreplay_tool__", None)
+
+
+# --- the decorator ----------------------------------------------------------------------------
 @overload
 def tool(fn: F) -> F: ...
 @overload
@@ -73,95 +268,25 @@ def _wrap(func: F, spec: ToolSpec) -> F:
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            span, arguments = _start(spec, signature, args, kwargs)
-            with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-                try:
-                    session = replay.active()
-                    if session is None:
-                        _enforce(spec, span, arguments)
-                        result = await func(*args, **kwargs)
-                    else:
-                        result = _sandboxed(session, spec, span, arguments, func)
-                except BaseException as exc:
-                    _fail(span, exc)
-                    raise
-            _finish(span, spec, arguments, result)
-            return result
+            if _recorded_outside.get() is async_wrapper:
+                with recorded_by_caller(None):
+                    return await func(*args, **kwargs)
+            call = ToolInvocation(spec=spec, arguments=_arguments(signature, args, kwargs), func=func)
+            return await acall_tool(call, lambda: func(*args, **kwargs))
 
         async_wrapper.__agentreplay_tool__ = spec  # type: ignore[attr-defined]
         return async_wrapper  # type: ignore[return-value]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        span, arguments = _start(spec, signature, args, kwargs)
-        with trace.use_span(span, end_on_exit=False, record_exception=False, set_status_on_exception=False):
-            try:
-                session = replay.active()
-                if session is None:
-                    _enforce(spec, span, arguments)
-                    result = func(*args, **kwargs)
-                else:
-                    result = _sandboxed(session, spec, span, arguments, func)
-            except BaseException as exc:
-                _fail(span, exc)
-                raise
-        _finish(span, spec, arguments, result)
-        return result
+        if _recorded_outside.get() is wrapper:
+            with recorded_by_caller(None):
+                return func(*args, **kwargs)
+        call = ToolInvocation(spec=spec, arguments=_arguments(signature, args, kwargs), func=func)
+        return call_tool(call, lambda: func(*args, **kwargs))
 
     wrapper.__agentreplay_tool__ = spec  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
-
-
-def _sandboxed(session: replay.ReplaySession, spec: ToolSpec, span: Span, arguments: dict,
-               func: Callable[..., Any]) -> Any:
-    """In a replay the tool's body never runs: its recorded result (or a mock) stands in."""
-    value, source = session.on_tool_call(spec.name, arguments, func)
-    span.set_attribute(semconv.REPLAY_SOURCE, source)
-    return value
-
-
-def _enforce(spec: ToolSpec, span: Span, arguments: dict) -> None:
-    """The guard's verdict before the body runs: returns, or raises ScopeViolation / RunHalted."""
-    g = guard.current()
-    if g is not None:
-        g.before_tool(span=span, tool=spec.name, side_effect=spec.side_effect, arguments=arguments,
-                      cost_usd=_cost(spec.cost, arguments))
-
-
-def _start(spec: ToolSpec, signature: inspect.Signature, args: tuple, kwargs: dict) -> tuple[Span, dict]:
-    arguments = _arguments(signature, args, kwargs)
-    attributes: dict[str, Any] = {
-        semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL,
-        semconv.GEN_AI_TOOL_NAME: spec.name,
-        semconv.TOOL_SIDE_EFFECT: spec.side_effect,
-        semconv.TOOL_FUNCTION: spec.function,
-    }
-    if settings.current().capture_content:
-        attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = to_json(arguments)
-    span = start_step_span(f"{semconv.OP_EXECUTE_TOOL} {spec.name}", kind=SpanKind.INTERNAL, attributes=attributes)
-    return span, arguments
-
-
-def _finish(span: Span, spec: ToolSpec, arguments: dict, result: Any) -> None:
-    try:
-        if settings.current().capture_content:
-            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, to_json(result))
-        # A sandboxed call (in a replay) acted on nothing, so it cost nothing.
-        cost = None if replay.active() is not None else _cost(spec.cost, arguments)
-        if cost is not None:
-            span.set_attribute(semconv.COST_USD, cost)
-            g = guard.current()
-            if g is not None:
-                g.add_cost(format(span.get_span_context().trace_id, "032x"), cost)
-    finally:
-        span.end()
-
-
-def _fail(span: Span, exc: BaseException) -> None:
-    span.record_exception(exc)
-    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-    span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
-    span.end()
 
 
 def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -177,8 +177,9 @@ def test_messages_stream_keeps_the_helper_api(telemetry, serve):
     assert_message_recorded(span, final)
     assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"] == [{"type": "text", "content": text}]
     assert json.loads(a[semconv.GEN_AI_SYSTEM_INSTRUCTIONS]) == [{"type": "text", "content": SYSTEM}]
+    # the request as the library sent it (the helper adds stream=true itself)
     assert json.loads(a[semconv.REQUEST]) == {"model": MODEL, "max_tokens": 100, "system": SYSTEM,
-                                              "messages": MESSAGES}
+                                              "messages": MESSAGES, "stream": True}
     assert [stream_events(span)[i]["type"] for i in (0, -1)] == ["message_start", "message_stop"]
     assert a[semconv.STEP] == 0
 

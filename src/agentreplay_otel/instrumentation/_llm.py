@@ -17,8 +17,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentreplay_otel import guard, semconv, settings
+from agentreplay_otel import intercept, semconv, settings
 from agentreplay_otel.content import to_json
+from agentreplay_otel.errors import AgentReplayError
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.pricing import cost_usd
 from agentreplay_otel.runs import start_step_span
@@ -51,6 +52,21 @@ class LLMResult:
     stream_chunks: list[str] | None = None  # agentreplay.response.stream: each chunk's JSON
 
 
+@dataclass(slots=True)
+class Exchange:
+    """The HTTP request and response of a call, as the client library's transport saw them.
+
+    This is what replay answers with and matches on: the JSON body the library built (SDK
+    objects, dicts and TypedDicts alike) and the body that came back, byte for byte.
+    """
+
+    request: dict[str, Any] | None = None
+    status: int | None = None
+    headers: dict[str, str] | None = None
+    body: str | None = None  # a JSON response body
+    events: list[str] | None = None  # a streamed response: each event's data
+
+
 class LLMCall:
     """The span of one call; :meth:`finish` or :meth:`fail` end it, once, from any thread."""
 
@@ -70,7 +86,11 @@ class LLMCall:
         self._metrics = metrics
         self._lock = threading.Lock()
         self._ended = False
-        self.charged = True  # False for an answer a replay took from the recording: nothing was spent
+        self.provider = provider
+        self.name = model or operation  # what a replay's divergence calls it
+        self.charged = intercept.current().acts  # a replay's answers cost nothing, live ones are counted
+        self.exchange = Exchange()
+        self.refusal: AgentReplayError | None = None  # why the transport refused to send (a replay)
         self._started = time.perf_counter()
         self.model = model
         self.metric_attributes = {
@@ -83,7 +103,7 @@ class LLMCall:
                 self.metric_attributes[key] = attributes[key]
         attributes.update(self.metric_attributes)
         if settings.current().capture_content:
-            attributes[semconv.REQUEST] = to_json(request)
+            attributes[semconv.REQUEST] = to_json(request)  # until the transport sees the body as sent
             if input_messages is not None:
                 attributes[semconv.GEN_AI_INPUT_MESSAGES] = to_json(input_messages)
             if system_instructions is not None:
@@ -119,18 +139,31 @@ class LLMCall:
         cost = cost_usd(result.response_model or self.model, result.input_tokens, result.output_tokens)
         if cost is not None and self.charged:
             attrs[semconv.COST_USD] = cost
-            g = guard.current()
-            if g is not None:  # counted against the caps: the next call sees it
-                g.add_cost(format(self.span.get_span_context().trace_id, "032x"), cost)
+            # counted against the caps: the next call sees it
+            intercept.current().charge(format(self.span.get_span_context().trace_id, "032x"), cost)
         if settings.current().capture_content:
             if result.output_messages is not None:
                 attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(result.output_messages)
-            if result.response_json is not None:
-                attrs[semconv.RESPONSE] = result.response_json
-            if result.stream_chunks is not None:
-                attrs[semconv.RESPONSE_STREAM] = "[" + ",".join(result.stream_chunks) + "]"
+            attrs.update(self._response_attributes(result))
         self.span.set_attributes(attrs)
         self._record_metrics(result.response_model, result.input_tokens, result.output_tokens, error=error)
+
+    def _response_attributes(self, result: LLMResult) -> dict[str, Any]:
+        """The response as replay needs it: what the transport saw, else what the library parsed."""
+        ex, attrs = self.exchange, {}
+        if ex.request is not None:
+            attrs[semconv.REQUEST] = to_json(ex.request)
+        if ex.status is not None:
+            attrs[semconv.RESPONSE_HTTP] = to_json({"status": ex.status, "headers": ex.headers or {}})
+        if ex.events is not None:
+            attrs[semconv.RESPONSE_STREAM] = "[" + ",".join(ex.events) + "]"
+        elif ex.body is not None:
+            attrs[semconv.RESPONSE] = ex.body
+        elif result.stream_chunks is not None:
+            attrs[semconv.RESPONSE_STREAM] = "[" + ",".join(result.stream_chunks) + "]"
+        elif result.response_json is not None:
+            attrs[semconv.RESPONSE] = result.response_json
+        return attrs
 
     def fail(self, exc: BaseException, *, partial: LLMResult | None = None) -> None:
         """End the span as failed; what arrived before the failure (a partial stream) is kept."""
@@ -140,6 +173,8 @@ class LLMCall:
             error = type(exc).__qualname__
             if partial is not None:  # what arrived is recorded, and counted as a failed operation
                 self._set_result(partial, error=error)
+            elif settings.current().capture_content:  # an API error's body replays as the same error
+                self.span.set_attributes(self._response_attributes(LLMResult()))
             self.span.record_exception(exc)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self.span.set_attribute(semconv.ERROR_TYPE, error)

@@ -1,4 +1,4 @@
-"""The wrapper lifecycle every provider shares: begin the call, make the request, record.
+"""The one call path every provider and entry point shares: enforce, begin, send, record.
 
 A provider describes each client method it records as an :class:`Endpoint` (pure
 extractors plus the stream types the method may return); :func:`sync_wrapper` and
@@ -22,8 +22,9 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 
-from agentreplay_otel import guard, replay, semconv
+from agentreplay_otel import intercept, semconv
 from agentreplay_otel.errors import RunHalted, ScopeViolation
+from agentreplay_otel.instrumentation import _transport
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult, clean_kwargs
 from agentreplay_otel.instrumentation._stream import (
     AsyncStreamProxy,
@@ -108,15 +109,64 @@ def begin(endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: Mapping
         return None
 
 
-def complete(endpoint: Endpoint, call: LLMCall, result: Any) -> Any:
+def enforce(kwargs: Mapping[str, Any]) -> None:
+    """The interceptor's verdict before anything is sent: the guard raises RunHalted if the run is
+    halted, ScopeViolation if the model is not allowed or the run has already spent its cap."""
+    state = _run_for_call(None)  # opens the auto run if none is open: a refusal is recorded on it
+    model = kwargs.get("model")
+    intercept.current().before_llm(state.span, model if isinstance(model, str) else None)
+
+
+class CallScope:
+    """One LLM call, the same for every entry point: enforced, begun, then sent inside ``with``.
+
+    While the library sends, the call's span is current (spans the library opens are its
+    children) and its HTTP exchange belongs to it (:mod:`._transport`). On the way out the
+    context is detached, so a stream carries none with it; a failure ends the span; a request
+    the replay refused surfaces as the replay's own error, not the library's HTTP error.
+    """
+
+    __slots__ = ("call", "_token", "_flight")
+
+    def __init__(self, endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: dict[str, Any]) -> None:
+        read_once_arguments(kwargs)
+        enforce(kwargs)
+        self.call = begin(endpoint, recorder, instance, kwargs)
+
+    def __enter__(self) -> CallScope:
+        if self.call is not None:
+            self._token = otel_context.attach(trace.set_span_in_context(self.call.span))
+            self._flight = _transport.in_flight(self.call)
+            self._flight.__enter__()
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
+        call = self.call
+        if call is None:
+            return
+        self._flight.__exit__(None, None, None)
+        otel_context.detach(self._token)
+        if exc is not None:
+            call.fail(call.refusal or exc)
+            if call.refusal is not None and exc is not call.refusal:
+                raise call.refusal from exc
+
+
+def complete(endpoint: Endpoint, call: LLMCall | None, result: Any) -> Any:
     """Record a returned response, or hand back a stream that records itself as it is read."""
+    if call is None:
+        return result
     try:
         if isinstance(result, endpoint.sync_stream):
             return SyncStreamProxy(result, call, endpoint.accumulator(tap_sse(result)))
         if isinstance(result, endpoint.async_stream):
             return AsyncStreamProxy(result, call, endpoint.accumulator(tap_sse(result)))
-        # A parsed model; anything else (a raw-response wrapper) ends the span without content.
-        outcome = endpoint.result(result) if hasattr(result, "model_dump_json") else LLMResult()
+        if hasattr(result, "model_dump_json"):
+            outcome = endpoint.result(result)
+        elif _transport.finish_when_read(result, call):  # a raw response whose body is still unread
+            return result
+        else:
+            outcome = _raw_result(endpoint, result)
     except Exception:
         _log.exception("agentreplay: could not record a %s response", endpoint.provider)
         outcome = LLMResult()
@@ -124,94 +174,32 @@ def complete(endpoint: Endpoint, call: LLMCall, result: Any) -> Any:
     return result
 
 
-def replay_decision(endpoint: Endpoint, kwargs: dict[str, Any]) -> replay.LLMDecision | None:
-    """In a replay, how this call is answered (recorded, live, or refused); None when recording."""
-    session = replay.active()
-    return None if session is None else session.on_llm_call(endpoint.provider, clean_kwargs(kwargs))
-
-
-def replayed_kwargs(kwargs: dict[str, Any], decision: replay.LLMDecision | None) -> dict[str, Any]:
-    """The kwargs to call with: a fork's fix merged over the caller's (transport options kept)."""
-    if decision is None or not decision.live:
-        return kwargs
-    cleaned = clean_kwargs(kwargs)
-    merged = {k: v for k, v in kwargs.items() if k not in cleaned or k in decision.kwargs}
-    merged.update(decision.kwargs)
-    return merged
-
-
-def apply_replay(call: LLMCall | None, decision: replay.LLMDecision | None) -> None:
-    """In a replay: mark a recorded answer as such (it costs nothing: no cost, no spend), or
-    raise the replay's refusal (a divergence) into the agent, recorded on the call's span."""
-    if decision is None:
-        return
-    if decision.error is not None:
-        if call is not None:
-            call.fail(decision.error)
-        raise decision.error
-    if call is not None:
-        call.charged = decision.live
-        call.span.set_attribute(semconv.REPLAY_SOURCE, "live" if decision.live else "recorded")
-
-
-def enforce(kwargs: Mapping[str, Any]) -> None:
-    """The guard before an LLM call (not in a replay): RunHalted if halted, ScopeViolation if
-    the model is not allowed or the run has already spent its cap."""
-    g = guard.current()
-    if g is not None:
-        state = _run_for_call(None)  # opens the auto run if none is open: a refusal is recorded on it
-        model = kwargs.get("model")
-        g.before_llm(run_span=state.span, model=model if isinstance(model, str) else None)
+def _raw_result(endpoint: Endpoint, raw: Any) -> LLMResult:
+    """A raw-response wrapper (``with_raw_response``) whose body was read: its parsed model's
+    attributes. The library caches what ``parse()`` returns, so the caller gets the same object."""
+    http, parse = getattr(raw, "http_response", None), getattr(raw, "parse", None)
+    if http is None or getattr(http, "_content", None) is None or not callable(parse):
+        return LLMResult()  # not read yet: reading it here would take the stream from the caller
+    parsed = parse()
+    return endpoint.result(parsed) if hasattr(parsed, "model_dump_json") else LLMResult()
 
 
 def sync_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        read_once_arguments(kwargs)
-        decision = replay_decision(endpoint, kwargs)
-        kwargs = replayed_kwargs(kwargs, decision)
-        if decision is None:
-            enforce(kwargs)
-        call = begin(endpoint, recorder, instance, kwargs)
-        apply_replay(call, decision)
-        if call is None:
-            with replay.answering(decision):
-                return wrapped(*args, **kwargs)
-        token = otel_context.attach(trace.set_span_in_context(call.span))
-        try:
-            with replay.answering(decision):
-                result = wrapped(*args, **kwargs)
-        except BaseException as exc:
-            call.fail(exc)
-            raise
-        finally:
-            otel_context.detach(token)
-        return complete(endpoint, call, result)
+        scope = CallScope(endpoint, recorder, instance, kwargs)
+        with scope:
+            result = wrapped(*args, **kwargs)
+        return complete(endpoint, scope.call, result)
 
     return wrapper
 
 
 def async_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
     async def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
-        read_once_arguments(kwargs)
-        decision = replay_decision(endpoint, kwargs)
-        kwargs = replayed_kwargs(kwargs, decision)
-        if decision is None:
-            enforce(kwargs)
-        call = begin(endpoint, recorder, instance, kwargs)
-        apply_replay(call, decision)
-        if call is None:
-            with replay.answering(decision):
-                return await wrapped(*args, **kwargs)
-        token = otel_context.attach(trace.set_span_in_context(call.span))
-        try:
-            with replay.answering(decision):
-                result = await wrapped(*args, **kwargs)
-        except BaseException as exc:  # asyncio.CancelledError included
-            call.fail(exc)
-            raise
-        finally:
-            otel_context.detach(token)
-        return complete(endpoint, call, result)
+        scope = CallScope(endpoint, recorder, instance, kwargs)
+        with scope:  # asyncio.CancelledError included: the span ends, marked cancelled
+            result = await wrapped(*args, **kwargs)
+        return complete(endpoint, scope.call, result)
 
     return wrapper
 

@@ -26,6 +26,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
+from agentreplay_otel.instrumentation import _transport
 from agentreplay_otel.instrumentation._wrap import Recorder
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.version import __version__
@@ -53,6 +54,7 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
             metrics=GenAIMetrics(kwargs.get("meter_provider")),
         )
+        _transport.install()  # every exchange of the client, whichever method made it
         streams = (anthropic.Stream, anthropic.AsyncStream)
         wrap_function_wrapper(_MESSAGES, "Messages.create", _wrappers.messages_create(recorder, streams))
         wrap_function_wrapper(_MESSAGES, "AsyncMessages.create",
@@ -65,6 +67,7 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._native_tracing_switched_off = True
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        _transport.uninstall()
         import anthropic.resources.messages.messages as messages
 
         unwrap(messages.Messages, "create")

@@ -3,7 +3,8 @@
 ``messages.create`` goes through the shared wrappers. ``messages.stream()`` is different:
 it posts the request itself (not through ``create``) when its manager is entered, and
 reads the events through a ``MessageStream``. So the manager it returns is wrapped in a
-proxy whose ``__enter__`` (``__aenter__``) begins the call around the request, then puts
+proxy whose ``__enter__`` (``__aenter__``) opens the same :class:`CallScope` as every other
+entry point (guard, recording, replay) around the request, then puts
 the shared stream proxy under the ``MessageStream`` in place of its raw event stream. The
 helper's own API (``text_stream``, ``get_final_message()``, ``until_done()``, ...) reads
 through it unchanged, and the span ends when the events end or the manager exits.
@@ -17,24 +18,19 @@ from collections.abc import Callable
 from typing import Any
 
 import wrapt
-from opentelemetry import context as otel_context
-from opentelemetry import trace
 
-from agentreplay_otel import replay, semconv
+from agentreplay_otel import semconv
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
 from agentreplay_otel.instrumentation._stream import AsyncStreamProxy, SyncStreamProxy, tap_sse
 from agentreplay_otel.instrumentation._wrap import (
+    CallScope,
     Endpoint,
     Recorder,
-    apply_replay,
     async_wrapper,
-    begin,
     read_once_arguments,
-    replay_decision,
     sync_wrapper,
 )
 from agentreplay_otel.instrumentation.anthropic import _extract
-from agentreplay_otel.replay import LLMDecision
 
 _log = logging.getLogger(__name__)
 
@@ -67,9 +63,7 @@ def messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Callable[
 
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         manager = wrapped(*args, **read_once_arguments(kwargs))
-        return MessageStreamManagerProxy(manager,
-                                         functools.partial(begin, endpoint, recorder, instance, kwargs),
-                                         functools.partial(replay_decision, endpoint, kwargs))
+        return MessageStreamManagerProxy(manager, functools.partial(CallScope, endpoint, recorder, instance, kwargs))
 
     return wrapper
 
@@ -80,49 +74,37 @@ def async_messages_stream(recorder: Recorder, streams: tuple[type, type]) -> Cal
     def wrapper(wrapped: Callable[..., Any], instance: Any, args: tuple, kwargs: dict) -> Any:
         manager = wrapped(*args, **read_once_arguments(kwargs))
         return AsyncMessageStreamManagerProxy(manager,
-                                              functools.partial(begin, endpoint, recorder, instance, kwargs),
-                                              functools.partial(replay_decision, endpoint, kwargs))
+                                              functools.partial(CallScope, endpoint, recorder, instance, kwargs))
 
     return wrapper
 
 
-def _observe(message_stream: Any, call: LLMCall, proxy: type) -> bool:
-    """Put the shared stream proxy under a ``MessageStream``; False if its shape is unknown."""
+def _observe(message_stream: Any, call: LLMCall | None, proxy: type) -> None:
+    """Put the shared stream proxy under a ``MessageStream`` (its shape known, a call begun)."""
+    if call is None:
+        return
     try:
         raw = message_stream._raw_stream  # noqa: SLF001
         accumulator = _extract.MessagesStreamAccumulator(tap_sse(raw))
         message_stream._raw_stream = proxy(raw, call, accumulator)  # noqa: SLF001
-        return True
     except Exception:
         _log.exception("agentreplay: could not observe an Anthropic message stream")
-        return False
 
 
 class MessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
-    def __init__(self, manager: Any, begin_call: Callable[[], LLMCall | None],
-                 decide: Callable[[], LLMDecision | None]) -> None:
+    """The manager; entering it is the call (enforced, recorded, replayed like every other)."""
+
+    def __init__(self, manager: Any, open_call: Callable[[], CallScope]) -> None:
         super().__init__(manager)
-        self._self_begin = begin_call
-        self._self_decide = decide  # in a replay: where the answer comes from (fixes do not apply here)
+        self._self_open = open_call
         self._self_call: LLMCall | None = None
 
     def __enter__(self) -> Any:
-        decision = self._self_decide()
-        call = self._self_call = self._self_begin()
-        apply_replay(call, decision)
-        if call is None:
-            with replay.answering(decision):
-                return self.__wrapped__.__enter__()
-        token = otel_context.attach(trace.set_span_in_context(call.span))
-        try:
-            with replay.answering(decision):
-                stream = self.__wrapped__.__enter__()
-        except BaseException as exc:
-            call.fail(exc)
-            raise
-        finally:
-            otel_context.detach(token)
-        _observe(stream, call, SyncStreamProxy)
+        scope = self._self_open()
+        self._self_call = scope.call
+        with scope:
+            stream = self.__wrapped__.__enter__()
+        _observe(stream, scope.call, SyncStreamProxy)
         return stream
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:
@@ -134,30 +116,17 @@ class MessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
 
 
 class AsyncMessageStreamManagerProxy(wrapt.ObjectProxy):  # type: ignore[misc]
-    def __init__(self, manager: Any, begin_call: Callable[[], LLMCall | None],
-                 decide: Callable[[], LLMDecision | None]) -> None:
+    def __init__(self, manager: Any, open_call: Callable[[], CallScope]) -> None:
         super().__init__(manager)
-        self._self_begin = begin_call
-        self._self_decide = decide  # in a replay: where the answer comes from (fixes do not apply here)
+        self._self_open = open_call
         self._self_call: LLMCall | None = None
 
     async def __aenter__(self) -> Any:
-        decision = self._self_decide()
-        call = self._self_call = self._self_begin()
-        apply_replay(call, decision)
-        if call is None:
-            with replay.answering(decision):
-                return await self.__wrapped__.__aenter__()
-        token = otel_context.attach(trace.set_span_in_context(call.span))
-        try:
-            with replay.answering(decision):
-                stream = await self.__wrapped__.__aenter__()
-        except BaseException as exc:
-            call.fail(exc)
-            raise
-        finally:
-            otel_context.detach(token)
-        _observe(stream, call, AsyncStreamProxy)
+        scope = self._self_open()
+        self._self_call = scope.call
+        with scope:
+            stream = await self.__wrapped__.__aenter__()
+        _observe(stream, scope.call, AsyncStreamProxy)
         return stream
 
     async def __aexit__(self, exc_type: Any, exc: Any, tb: Any) -> Any:

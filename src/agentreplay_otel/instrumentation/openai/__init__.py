@@ -19,6 +19,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
+from agentreplay_otel.instrumentation import _transport
 from agentreplay_otel.instrumentation._wrap import Recorder
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.version import __version__
@@ -44,6 +45,7 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
             metrics=GenAIMetrics(kwargs.get("meter_provider")),
         )
+        _transport.install()  # every exchange of the client, whichever method made it
         streams = (openai.Stream, openai.AsyncStream)
         wrap_function_wrapper(_CHAT, "Completions.create", _wrappers.chat_create(recorder, streams))
         wrap_function_wrapper(_CHAT, "AsyncCompletions.create",
@@ -58,6 +60,7 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                               _wrappers.async_responses_parse(recorder, streams))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        _transport.uninstall()
         import openai.resources.chat.completions.completions as chat
         import openai.resources.responses.responses as responses
 

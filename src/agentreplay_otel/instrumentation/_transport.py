@@ -1,0 +1,440 @@
+"""The one place that sees every HTTP exchange of the OpenAI and Anthropic clients.
+
+Both libraries send through ``httpx2.Client.send`` / ``AsyncClient.send``. Patched once:
+
+* inside a recorded call (:func:`in_flight`), the JSON body the library built is handed
+  to the interceptor, which lets it go (recording, a fork's live step, perhaps with a fixed
+  body), answers it from the recording (replay) or refuses it (a divergence, answered as
+  a 400 the library raises and the call's wrapper turns back into the replay's error);
+  the response is kept as received: a JSON body, or the events of a stream, teed as the
+  library reads them, so raw and streaming-response wrappers are recorded too;
+* outside every recorded call (an entry point no instrumentor wraps), the exchange is
+  recorded as a call of its own, named by method and path, so it replays like any other.
+
+Recording never breaks the request: any failure here is logged and the request goes on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import json
+import logging
+import threading
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from opentelemetry import trace
+
+from agentreplay_otel import intercept, semconv, settings
+from agentreplay_otel.errors import AgentReplayError
+from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
+from agentreplay_otel.recording import RecordedStep
+from agentreplay_otel.runs import _run_for_call
+
+_log = logging.getLogger(__name__)
+
+_in_flight: contextvars.ContextVar[LLMCall | None] = contextvars.ContextVar("agentreplay_llm_call", default=None)
+_sending: contextvars.ContextVar[bool] = contextvars.ContextVar("agentreplay_sending", default=False)
+_KEPT_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms", "openai-model",
+                 "openai-version", "anthropic-organization-id", "retry-after", "x-should-retry")
+_REFUSED = 400  # not retried by either library with x-should-retry: false
+
+
+def sending_live() -> bool:
+    """Whether this thread or task is sending an LLM request live (a replay lets those connect)."""
+    return _sending.get()
+
+
+@contextlib.contextmanager
+def in_flight(call: LLMCall) -> Iterator[None]:
+    """While the library makes the request of ``call``, its HTTP exchange belongs to it."""
+    token = _in_flight.set(call)
+    try:
+        yield
+    finally:
+        _in_flight.reset(token)
+
+
+# --- one exchange -------------------------------------------------------------------------
+def _json_body(request: Any) -> dict[str, Any] | None:
+    if "json" not in request.headers.get("content-type", ""):
+        return None
+    try:
+        body = json.loads(request.content or b"{}")
+    except (ValueError, UnicodeDecodeError):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _with_body(request: Any, body: dict[str, Any]) -> Any:
+    import httpx2
+
+    headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+    return httpx2.Request(request.method, request.url, headers=headers, json=body, extensions=request.extensions)
+
+
+def _before_send(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
+    """The request to send (perhaps fixed) and, when nothing is to be sent, the response to give."""
+    body = _json_body(request)
+    if body is None:
+        return request, None
+    call.exchange.request = body
+    answer = intercept.current().on_request(call.provider, call.name, body)
+    call.charged = answer.live  # a recorded answer (or a refusal) spent nothing
+    if answer.error is not None:
+        call.refusal = answer.error
+        return request, _refusal(request, answer.error)
+    if not intercept.current().acts:
+        call.span.set_attribute(semconv.REPLAY_SOURCE, "live" if answer.live else "recorded")
+    if answer.recorded is not None:
+        return request, recorded_response(answer.recorded, request)
+    if answer.body is not None and answer.body != body:
+        call.exchange.request = answer.body
+        return _with_body(request, answer.body), None
+    return request, None
+
+
+def _refusal(request: Any, error: AgentReplayError) -> Any:
+    import httpx2
+
+    doc = {"type": "error", "error": {"type": "agentreplay_replay", "message": str(error)}}
+    return httpx2.Response(_REFUSED, json=doc, request=request, headers={"x-should-retry": "false"})
+
+
+def recorded_response(step: RecordedStep, request: Any) -> Any:
+    """An ``httpx2.Response`` carrying the recorded answer, for the client library to parse."""
+    import httpx2
+
+    status, headers = 200, {}
+    if step.http:
+        status = int(step.http.get("status", 200))
+        headers = {k: v for k, v in dict(step.http.get("headers", {})).items() if k != "content-encoding"}
+    if step.stream is not None:
+        body = sse_body(step.provider, step.stream)
+        headers["content-type"] = "text/event-stream"
+    else:
+        body = (step.response or "{}").encode()
+        headers.setdefault("content-type", "application/json")
+    return httpx2.Response(status, headers=headers, content=body, request=request)
+
+
+def sse_body(provider: str, events: list[Any]) -> bytes:
+    """Server-sent events as the provider sent them: ``event:`` lines where the API has them."""
+    lines = []
+    for event in events:
+        data = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))
+        kind = _event_type(data)
+        if kind and (provider == semconv.PROVIDER_ANTHROPIC or kind.startswith("response.")):
+            lines.append(f"event: {kind}\ndata: {data}\n\n")
+        else:
+            lines.append(f"data: {data}\n\n")
+    if provider == semconv.PROVIDER_OPENAI and not any(line.startswith("event: response.") for line in lines):
+        lines.append("data: [DONE]\n\n")
+    return "".join(lines).encode()
+
+
+def _event_type(data: str) -> str | None:
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return None
+    kind = doc.get("type") if isinstance(doc, dict) else None
+    return kind if isinstance(kind, str) and kind != "chat.completion.chunk" else None
+
+
+# --- the response, as received --------------------------------------------------------------
+def _after_send(call: LLMCall, response: Any, on_done: Callable[[], None] | None = None) -> None:
+    """Keep the response of ``call``: at once if it was read, else as the library reads it."""
+    ex = call.exchange
+    ex.status = response.status_code
+    ex.headers = {k: v for k, v in response.headers.items() if k.lower() in _KEPT_HEADERS}
+    if not settings.current().capture_content:
+        if on_done is not None:
+            on_done()
+        return
+    if getattr(response, "_content", None) is not None:
+        _keep(call, response, response.content)
+        if on_done is not None:
+            on_done()
+        return
+    _tee(response, call, on_done)
+
+
+def _keep(call: LLMCall, response: Any, content: bytes) -> None:
+    text = content.decode(response.encoding or "utf-8", errors="replace")
+    if "text/event-stream" in response.headers.get("content-type", ""):
+        call.exchange.events = sse_events(text)
+    else:
+        call.exchange.body = text
+
+
+def sse_events(text: str) -> list[str]:
+    """The JSON data of each server-sent event (not chat's ``[DONE]``), exactly as sent."""
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        data = "\n".join(line[5:].lstrip(" ") if line.startswith("data:") else "" for line in block.split("\n")
+                         if line.startswith("data:"))
+        if data[:1] == "{":
+            events.append(data)
+    return events
+
+
+try:
+    from httpx2 import AsyncByteStream as _AsyncByteStream
+    from httpx2 import SyncByteStream as _SyncByteStream
+except ImportError:  # no client library installed: nothing to tee
+    _AsyncByteStream = _SyncByteStream = object  # type: ignore[misc,assignment]
+
+
+class _Keeper:
+    """What a tee keeps of a response's bytes as the library reads them: decoded, joined once at the end."""
+
+    def __init__(self, response: Any, call: LLMCall, on_done: Callable[[], None] | None) -> None:
+        self.response = response
+        self.call = call
+        self.on_done = on_done
+        self.chunks: list[bytes] = []
+        self.done_ = False
+        self.decoder = _decoder(response.headers.get("content-encoding", ""))
+
+    def add(self, chunk: bytes) -> None:
+        try:
+            self.chunks.append(self.decoder.decode(chunk) if self.decoder else chunk)
+        except Exception:  # noqa: BLE001 - a body we cannot decode is recorded as it came
+            self.decoder = None
+            self.chunks.append(chunk)
+
+    def done(self) -> None:
+        if self.done_:
+            return
+        self.done_ = True
+        try:
+            if self.decoder is not None:
+                self.chunks.append(self.decoder.flush())
+            _keep(self.call, self.response, b"".join(self.chunks))
+        except Exception:  # recording must never break the response
+            _log.exception("agentreplay: could not record a response body")
+        if self.on_done is not None:
+            self.on_done()
+
+
+class _SyncTee(_SyncByteStream):  # type: ignore[misc,valid-type]
+    """Stands in for a response's byte stream: passes the raw bytes on and keeps them."""
+
+    def __init__(self, inner: Any, keeper: _Keeper) -> None:
+        self._inner = inner
+        self.keeper = keeper
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                self.keeper.add(chunk)
+                yield chunk
+        finally:
+            self.keeper.done()
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self.keeper.done()
+
+
+class _AsyncTee(_AsyncByteStream):  # type: ignore[misc,valid-type]
+    def __init__(self, inner: Any, keeper: _Keeper) -> None:
+        self._inner = inner
+        self.keeper = keeper
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                self.keeper.add(chunk)
+                yield chunk
+        finally:
+            self.keeper.done()
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self.keeper.done()
+
+
+def _tee(response: Any, call: LLMCall, on_done: Callable[[], None] | None) -> None:
+    keeper = _Keeper(response, call, on_done)
+    inner = response.stream
+    response.stream = _AsyncTee(inner, keeper) if isinstance(inner, _AsyncByteStream) \
+        and not isinstance(inner, _SyncByteStream) else _SyncTee(inner, keeper)
+
+
+def finish_when_read(raw: Any, call: LLMCall) -> bool:
+    """A raw-response wrapper whose body the caller is yet to read: ``call`` ends once it is read
+    (or closed, or dropped). False when the body was read already (or is not being kept)."""
+    tee = getattr(getattr(raw, "http_response", None), "stream", None)
+    if not isinstance(tee, (_SyncTee, _AsyncTee)) or tee.keeper.done_:
+        return False
+    tee.keeper.on_done = functools.partial(call.finish, LLMResult())
+    weakref.finalize(raw, call.finish, LLMResult())
+    return True
+
+
+def _decoder(encoding: str) -> Any:
+    if not encoding or encoding == "identity":
+        return None
+    try:
+        from httpx2._decoders import SUPPORTED_DECODERS
+
+        return SUPPORTED_DECODERS[encoding.strip().lower()]()
+    except Exception:  # noqa: BLE001 - an encoding we cannot undo: the raw bytes are kept
+        return None
+
+
+# --- calls no instrumentor wraps ---------------------------------------------------------------
+def _client_provider(request: Any) -> str | None:
+    """Which API client sent this request: None for requests that are not the LLM clients'."""
+    headers = request.headers
+    if "x-stainless-lang" not in headers:
+        return None
+    return semconv.PROVIDER_ANTHROPIC if "anthropic-version" in headers else semconv.PROVIDER_OPENAI
+
+
+_OPERATIONS = (("/chat/completions", semconv.OP_CHAT), ("/messages", semconv.OP_CHAT),
+               ("/completions", semconv.OP_TEXT_COMPLETION), ("/embeddings", semconv.OP_EMBEDDINGS), ("/responses", semconv.OP_CHAT))
+
+
+def _unwrapped_call(request: Any, provider: str) -> LLMCall | None:
+    """A call of its own for an exchange made outside every wrapped entry point."""
+    body = _json_body(request)
+    model = body.get("model") if isinstance(body, dict) else None
+    path = request.url.path.rstrip("/")
+    operation = next((op for suffix, op in _OPERATIONS if path.endswith(suffix)), path.rsplit("/", 1)[-1])
+    try:
+        state = _run_for_call(None)
+        intercept.current().before_llm(state.span, model if isinstance(model, str) else None)
+        return LLMCall(tracer=trace.get_tracer(__name__), metrics=None, provider=provider, operation=operation,
+                       model=model if isinstance(model, str) else None, request=body or {}, attributes={})
+    except AgentReplayError:
+        raise
+    except Exception:
+        _log.exception("agentreplay: could not record %s %s", request.method, request.url.path)
+        return None
+
+
+def _finisher(call: LLMCall, response: Any) -> Callable[[], None]:
+    def finish() -> None:
+        if response.status_code >= 400:
+            call.fail(_HTTPError(f"HTTP {response.status_code}"))
+        else:
+            call.finish(LLMResult())
+
+    weakref.finalize(response, finish)  # a response nobody reads to the end still ends its span
+    return finish
+
+
+class _HTTPError(Exception):
+    """An unwrapped call answered with an HTTP error."""
+
+
+# --- the patch ------------------------------------------------------------------------------
+def _send(original: Callable[..., Any]) -> Callable[..., Any]:
+    def send(client: Any, request: Any, **kwargs: Any) -> Any:
+        call, own = _in_flight.get(), False
+        if call is None:
+            provider = _client_provider(request)
+            if provider is not None:
+                call, own = _unwrapped_call(request, provider), True
+        if call is None:
+            return original(client, request, **kwargs)
+        try:
+            request, response = _before_send(call, request)
+        except Exception:
+            _log.exception("agentreplay: could not read a request")
+            response = None
+        if response is None:
+            token = _sending.set(True)
+            try:
+                response = original(client, request, **kwargs)
+            except BaseException as exc:
+                if own:
+                    call.fail(exc)
+                raise
+            finally:
+                _sending.reset(token)
+        try:
+            _after_send(call, response, _finisher(call, response) if own else None)
+        except Exception:
+            _log.exception("agentreplay: could not record a response")
+        return response
+
+    return send
+
+
+def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
+    async def send(client: Any, request: Any, **kwargs: Any) -> Any:
+        call, own = _in_flight.get(), False
+        if call is None:
+            provider = _client_provider(request)
+            if provider is not None:
+                call, own = _unwrapped_call(request, provider), True
+        if call is None:
+            return await original(client, request, **kwargs)
+        try:
+            request, response = _before_send(call, request)
+        except Exception:
+            _log.exception("agentreplay: could not read a request")
+            response = None
+        if response is None:
+            token = _sending.set(True)
+            try:
+                response = await original(client, request, **kwargs)
+            except BaseException as exc:
+                if own:
+                    call.fail(exc)
+                raise
+            finally:
+                _sending.reset(token)
+        try:
+            _after_send(call, response, _finisher(call, response) if own else None)
+        except Exception:
+            _log.exception("agentreplay: could not record a response")
+        return response
+
+    return send
+
+
+_lock = threading.Lock()
+_users = 0
+_originals: dict[str, Any] = {}
+
+
+def install() -> None:
+    """Patch the transport (once, however many instrumentors ask)."""
+    global _users
+    with _lock:
+        _users += 1
+        if _users > 1:
+            return
+        try:
+            import httpx2
+        except ImportError:
+            _log.info("agentreplay: httpx2 is not installed; no HTTP exchange is recorded")
+            return
+        _originals["send"], _originals["asend"] = httpx2.Client.send, httpx2.AsyncClient.send
+        httpx2.Client.send = _send(httpx2.Client.send)  # type: ignore[method-assign]
+        httpx2.AsyncClient.send = _asend(httpx2.AsyncClient.send)  # type: ignore[method-assign]
+
+
+def uninstall() -> None:
+    """Undo :func:`install` once the last instrumentor is gone."""
+    global _users
+    with _lock:
+        _users = max(0, _users - 1)
+        if _users or not _originals:
+            return
+        import httpx2
+
+        httpx2.Client.send = _originals.pop("send")  # type: ignore[method-assign]
+        httpx2.AsyncClient.send = _originals.pop("asend")  # type: ignore[method-assign]

@@ -1,0 +1,69 @@
+"""Replay mode: the agent's own code runs again, answered from its recording.
+
+* every LLM request is matched, where the client library sends it, to the recorded call at
+  the same position (kind, then a fingerprint of the JSON body as sent); its recorded
+  response goes back through the library's own HTTP layer, so the library builds its own
+  response objects and streams, exactly as when it was recorded;
+* every tool returns its recorded result; its body never runs;
+* any other network connection is refused and counted (the OTLP exporter excepted);
+* the first difference is a :class:`Divergence` naming the step, the recorded span, the
+  closest recorded call and the fields that differ.
+
+Record and replay share one path (the instrumentors' :class:`CallScope` and transport);
+only the interceptor differs. A :class:`Report` is written when the process exits.
+"""
+
+from agentreplay_otel.errors import ForkComplete, ReplayDivergence, ReplayedToolError, ReplayNetworkBlocked
+from agentreplay_otel.replay._bundle import (
+    ENV_REPLAY,
+    ENV_REPLAY_REPORT,
+    active,
+    bundle,
+    install,
+    install_from_env,
+    uninstall,
+    write_report,
+)
+from agentreplay_otel.replay._diff import field_diff, mock_result, text_diff
+from agentreplay_otel.replay._fork import apply_fix, merge_patch
+from agentreplay_otel.replay._model import (
+    Divergence,
+    FieldDiff,
+    Mode,
+    OnDivergence,
+    Outcome,
+    Plan,
+    Reason,
+    Report,
+)
+from agentreplay_otel.replay._session import ReplaySession, recorded_failure
+
+__all__ = [
+    "ENV_REPLAY",
+    "ENV_REPLAY_REPORT",
+    "Divergence",
+    "FieldDiff",
+    "ForkComplete",
+    "Mode",
+    "OnDivergence",
+    "Outcome",
+    "Plan",
+    "Reason",
+    "ReplayDivergence",
+    "ReplayNetworkBlocked",
+    "ReplaySession",
+    "ReplayedToolError",
+    "Report",
+    "active",
+    "apply_fix",
+    "bundle",
+    "field_diff",
+    "install",
+    "install_from_env",
+    "merge_patch",
+    "mock_result",
+    "recorded_failure",
+    "text_diff",
+    "uninstall",
+    "write_report",
+]

@@ -1,0 +1,91 @@
+"""Entering replay mode: the bundle the CLI hands the agent's process, and the report it leaves.
+
+The CLI writes the recording and a plan to one JSON file and starts the agent with
+``AGENTREPLAY_REPLAY=bundle.json``; the SDK reads it at start-up (:func:`install_from_env`),
+makes the session this process's interceptor, refuses network connections, and writes the
+report to ``AGENTREPLAY_REPLAY_REPORT`` at exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+from collections.abc import MutableMapping
+from pathlib import Path
+
+from agentreplay_otel import codec, intercept
+from agentreplay_otel.instrumentation import _transport
+from agentreplay_otel.recording import Recording
+from agentreplay_otel.replay import _network
+from agentreplay_otel.replay._model import Plan
+from agentreplay_otel.replay._session import ReplaySession
+
+ENV_REPLAY = "AGENTREPLAY_REPLAY"
+ENV_REPLAY_REPORT = "AGENTREPLAY_REPLAY_REPORT"
+# The client libraries refuse to start without a key; a replay sends nothing, so any will do.
+PLACEHOLDER_KEYS = {"OPENAI_API_KEY": "replay-no-key-needed", "ANTHROPIC_API_KEY": "replay-no-key-needed"}
+
+_session: ReplaySession | None = None
+_report_registered = False
+
+
+def active() -> ReplaySession | None:
+    """The replay this process is in, or None when it records."""
+    return _session
+
+
+def install(session: ReplaySession, report_path: str | None = None) -> None:
+    """Make ``session`` this process's replay: its interceptor, no network, a report at exit."""
+    global _session, _report_registered
+    if _session is None:
+        _transport.install()
+    _session = session
+    intercept.install(session)
+    _network.block(session)
+    if report_path and not _report_registered:
+        _report_registered = True
+        atexit.register(write_report, report_path)
+
+
+def uninstall() -> None:
+    """Undo :func:`install` (tests)."""
+    global _session
+    if _session is None:
+        return
+    _session = None
+    intercept.install(None)
+    _network.unblock()
+    _transport.uninstall()
+
+
+def write_report(path: str) -> None:
+    session = _session
+    if session is None:
+        return
+    from agentreplay_otel import runs  # late: runs asks which replay is active
+
+    state = runs.current_run()
+    run_id = state.run_id if state is not None else runs.last_run_id()
+    Path(path).write_text(session.finish(replay_run_id=run_id or "").to_json())
+
+
+def install_from_env(environ: MutableMapping[str, str] | None = None) -> ReplaySession | None:
+    """Enter replay mode if ``AGENTREPLAY_REPLAY`` names a bundle (the CLI sets it)."""
+    env = os.environ if environ is None else environ
+    bundle_path = env.get(ENV_REPLAY)
+    if not bundle_path:
+        return None
+    doc = json.loads(Path(bundle_path).read_text())
+    session = ReplaySession(Recording.from_json(json.dumps(doc["recording"])), codec.from_doc(Plan, doc["plan"]))
+    for name, value in PLACEHOLDER_KEYS.items():
+        env.setdefault(name, value)
+    install(session, env.get(ENV_REPLAY_REPORT))
+    return session
+
+
+def bundle(recording: Recording, plan: Plan) -> str:
+    """The file the CLI hands the agent's process."""
+    return json.dumps({"recording": json.loads(recording.to_json()), "plan": codec.to_doc(plan)}, ensure_ascii=False)
+
+

@@ -1,0 +1,214 @@
+"""The replay of this process: a cursor over the recording, as an :class:`~agentreplay_otel.intercept.Interceptor`.
+
+LLM requests are matched where the client library sends them (the transport), on the JSON
+body it built: position, kind, then a fingerprint of the canonical body, the same form the
+recording keeps. Tool calls are matched by position, name and arguments; their bodies never run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.trace import Span
+
+from agentreplay_otel import semconv
+from agentreplay_otel.errors import (
+    ForkComplete,
+    ReplayDivergence,
+    ReplayedToolError,
+    RunHalted,
+    ScopeViolation,
+)
+from agentreplay_otel.intercept import Answer, Sandboxed, ToolCall
+from agentreplay_otel.recording import KIND_LLM, KIND_TOOL, RecordedStep, Recording, request_fingerprint
+from agentreplay_otel.replay._diff import decode, field_diff, mock_result, text_diff
+from agentreplay_otel.replay._fork import apply_fix
+from agentreplay_otel.replay._model import Divergence, Mode, OnDivergence, Outcome, Plan, Reason, Report
+
+
+def recorded_failure(step: RecordedStep) -> Exception:
+    """The failure a recorded tool call ended in: enforcement decisions as their own type (so the
+    agent meets the same ``ScopeViolation`` or ``RunHalted``), anything else as ReplayedToolError."""
+    message = step.error.split(": ", 1)[1] if ": " in step.error else step.error
+    if step.error_type == ScopeViolation.__qualname__:
+        return ScopeViolation(message)
+    if step.error_type == RunHalted.__qualname__:
+        return RunHalted(message)
+    return ReplayedToolError(f"{step.error_type or 'error'} (recorded): {message}")
+
+
+class ReplaySession:
+    """The one replay of this process: a cursor over the recording and what happened so far."""
+
+    acts = False  # answers are recorded and tools sandboxed: nothing is spent, nothing enforced
+
+    def __init__(self, recording: Recording, plan: Plan) -> None:
+        self.recording = recording
+        self.plan = plan
+        self._lock = threading.Lock()
+        self.cursor = 0
+        self.matched = 0
+        self.live_calls = 0
+        self.tools_sandboxed = 0
+        self.blocked = 0
+        self.divergence: Divergence | None = None
+        self.live_after_divergence = plan.mode is Mode.REGRESSION and plan.on_divergence is OnDivergence.LIVE
+        self.forked = False
+
+    @property
+    def run_kind(self) -> str:
+        return {Mode.STRICT: semconv.RUN_KIND_REPLAY, Mode.REGRESSION: semconv.RUN_KIND_REGRESSION,
+                Mode.FORK: semconv.RUN_KIND_FORK}[self.plan.mode]
+
+    # --- the interceptor ---------------------------------------------------------------
+    def before_llm(self, run_span: Span, model: str | None) -> None:
+        return None  # a replay enforces nothing: it acts on nothing
+
+    def charge(self, trace_id: str, cost_usd: float) -> None:
+        return None
+
+    def count_blocked(self) -> None:
+        with self._lock:
+            self.blocked += 1
+
+    # --- LLM calls -------------------------------------------------------------------
+    def on_request(self, provider: str, name: str, body: dict[str, Any]) -> Answer:
+        """How the request for an LLM call is answered: from the recording, live, or refused."""
+        with self._lock:
+            step = self.cursor
+            self.cursor += 1
+            recorded = self.recording.steps[step] if step < len(self.recording.steps) else None
+            if self._is_live():
+                return self._live(body, step, provider)
+            if recorded is None:
+                return self._diverge(body, Divergence(step=step, reason=Reason.EXTRA_CALL, kind=KIND_LLM, name=name),
+                                     step, provider)
+            if recorded.kind != KIND_LLM:
+                return self._diverge(body, Divergence(
+                    step=step, reason=Reason.KIND_DIFFERS, kind=KIND_LLM, name=name, recorded_step=recorded.step,
+                    recorded_span_id=recorded.span_id, recorded_name=recorded.span_name), step, provider)
+            if self.plan.mode is Mode.FORK and step == self.plan.fork_at:
+                self.forked = True
+                return self._live(apply_fix(body, self.plan.fix), step, provider)
+            if request_fingerprint(body) != recorded.fingerprint:
+                return self._diverge(body, self._request_divergence(step, KIND_LLM, name, body, recorded),
+                                     step, provider)
+            self.matched += 1
+            return Answer(recorded=recorded, live=False)
+
+    def not_recorded(self, name: str) -> Answer:
+        """An API call made outside every recorded entry point: it cannot be answered."""
+        with self._lock:
+            divergence = Divergence(step=self.cursor, reason=Reason.NOT_RECORDED, kind=KIND_LLM, name=name)
+            if self.divergence is None:
+                self.divergence = divergence
+            return Answer(live=False, error=ReplayDivergence(divergence))
+
+    def _is_live(self) -> bool:
+        if self.plan.mode is Mode.FORK and self.forked:
+            return True
+        return self.divergence is not None and self.live_after_divergence
+
+    def _live(self, body: dict[str, Any], step: int, provider: str) -> Answer:
+        if self.plan.mode is Mode.FORK and self.plan.fork_steps is not None and self.live_calls >= self.plan.fork_steps:
+            return Answer(live=False, error=ForkComplete(
+                f"the fork made its {self.plan.fork_steps} live step(s); stopping at step {step}"))
+        self.live_calls += 1
+        # Forks are deterministic where the API lets them be (Anthropic's current API has no temperature).
+        if self.plan.mode is Mode.FORK and "temperature" not in body and provider == semconv.PROVIDER_OPENAI:
+            body = {**body, "temperature": 0}
+        return Answer(live=True, body=body)
+
+    def _diverge(self, body: dict[str, Any], divergence: Divergence, step: int, provider: str) -> Answer:
+        first = self.divergence is None
+        if first:
+            self.divergence = divergence
+        if first and self.live_after_divergence:
+            return self._live(body, step, provider)
+        return Answer(live=False, error=ReplayDivergence(divergence))
+
+    def _request_divergence(self, step: int, kind: str, name: str, request: Mapping[str, Any],
+                            recorded: RecordedStep) -> Divergence:
+        fields = field_diff(recorded.request, request)
+        same_kind = [s for s in self.recording.steps if s.kind == kind]
+        closest = min(same_kind, key=lambda s: len(field_diff(s.request, request)), default=recorded)
+        return Divergence(
+            step=step, reason=Reason.REQUEST_DIFFERS, kind=kind, name=name, recorded_step=recorded.step,
+            recorded_span_id=recorded.span_id, recorded_name=recorded.span_name, closest_step=closest.step,
+            fields=fields, diff=text_diff(recorded.request, request),
+        )
+
+    # --- tool calls -----------------------------------------------------------------
+    def before_tool(self, call: ToolCall) -> Sandboxed:
+        """The tool's sandboxed result and where it came from; the body never runs."""
+        value, source = self.on_tool_call(call.name, call.arguments, call.func)
+        call.span.set_attribute(semconv.REPLAY_SOURCE, source)
+        return Sandboxed(value=value, source=source)
+
+    def on_tool_call(self, name: str, arguments: Mapping[str, Any], func: Any) -> tuple[Any, str]:
+        with self._lock:
+            step = self.cursor
+            self.cursor += 1
+            self.tools_sandboxed += 1
+            recorded = self.recording.steps[step] if step < len(self.recording.steps) else None
+            if not self._is_live():
+                problem = self._tool_problem(step, name, arguments, recorded)
+                if problem is not None:
+                    first = self.divergence is None
+                    if first:
+                        self.divergence = problem
+                    if not (first and self.live_after_divergence):
+                        raise ReplayDivergence(problem)
+                else:
+                    self.matched += 1
+                    assert recorded is not None
+                    if recorded.failed:
+                        raise recorded_failure(recorded)
+                    return decode(recorded.result), "recorded"
+            return self._sandboxed(name, arguments, func, recorded)
+
+    def _tool_problem(self, step: int, name: str, arguments: Mapping[str, Any],
+                      recorded: RecordedStep | None) -> Divergence | None:
+        if recorded is None:
+            return Divergence(step=step, reason=Reason.EXTRA_CALL, kind=KIND_TOOL, name=name)
+        if recorded.kind != KIND_TOOL or recorded.name != name:
+            return Divergence(step=step, reason=Reason.KIND_DIFFERS, kind=KIND_TOOL, name=name,
+                              recorded_step=recorded.step, recorded_span_id=recorded.span_id,
+                              recorded_name=recorded.span_name)
+        if request_fingerprint(dict(arguments)) != recorded.fingerprint:
+            return self._request_divergence(step, KIND_TOOL, name, arguments, recorded)
+        return None
+
+    def _sandboxed(self, name: str, arguments: Mapping[str, Any], func: Any,
+                   recorded: RecordedStep | None) -> tuple[Any, str]:
+        """Recorded result by position (same tool, same arguments), else by arguments, else a mock.
+
+        A recorded result for other arguments is never returned: after a fork, the booking
+        of another flight must not come back as the original booking's confirmation.
+        """
+        printed = request_fingerprint(dict(arguments))
+        if recorded is not None and recorded.kind == KIND_TOOL and recorded.name == name \
+                and recorded.fingerprint == printed:
+            return decode(recorded.result), "recorded-by-position"
+        for s in self.recording.steps:
+            if s.kind == KIND_TOOL and s.name == name and s.fingerprint == printed:
+                return decode(s.result), "recorded-by-arguments"
+        return mock_result(func), "mock"
+
+    # --- the end -----------------------------------------------------------------------
+    def finish(self, replay_run_id: str = "") -> Report:
+        with self._lock:
+            if self.divergence is None and self.cursor < len(self.recording.steps) and self.plan.mode is not Mode.FORK:
+                nxt = self.recording.steps[self.cursor]
+                self.divergence = Divergence(step=self.cursor, reason=Reason.MISSING_CALLS, kind="", name="",
+                                             recorded_step=nxt.step, recorded_span_id=nxt.span_id,
+                                             recorded_name=nxt.span_name)
+            outcome = Outcome.FORKED if self.forked else (Outcome.DIVERGED if self.divergence else Outcome.MATCHED)
+            return Report(
+                run_id=self.recording.run_id, mode=self.plan.mode, steps_recorded=len(self.recording.steps),
+                steps_replayed=self.cursor, steps_matched=self.matched, live_calls=self.live_calls,
+                tools_sandboxed=self.tools_sandboxed, blocked_connections=self.blocked,
+                divergence=self.divergence, outcome=outcome, replay_run_id=replay_run_id,
+            )
