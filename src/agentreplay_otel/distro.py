@@ -24,10 +24,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-from agentreplay_otel import guard, redaction, replay, semconv, settings
+from agentreplay_otel import determinism, guard, redaction, replay, semconv, settings
 from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.errors import ConfigurationError
 from agentreplay_otel.runs import end_auto_run
+from agentreplay_otel.settings import env_flag
 from agentreplay_otel.version import __version__
 
 _log = logging.getLogger(__name__)
@@ -181,12 +182,21 @@ class AgentReplayConfigurator(_BaseConfigurator):
     """Installs the AgentReplay tracer provider (and a meter provider for the GenAI metrics)."""
 
     def _configure(self, **kwargs: Any) -> None:
-        replay.install_from_env()  # before any run opens: a replay's runs are marked as replays
+        session = replay.install_from_env()  # before any run opens: a replay's runs are marked as replays
+        _install_determinism(session)
         trace.set_tracer_provider(build_tracer_provider())
         if replay.active() is None:  # a replay acts on nothing (tools sandboxed): nothing to enforce or watch
             guard.install_from_env(settings.current())  # a bad manifest or token stops the agent here
         _configure_metrics()
         _log.debug("agentreplay %s: tracing configured", __version__)
+
+
+def _install_determinism(session: replay.ReplaySession | None) -> None:
+    """Record the agent's clock, uuid and random draws, or serve a recording's back in a replay."""
+    if not env_flag(os.environ, semconv.ENV_DETERMINISM, default=True):
+        return
+    recorded = session.recording.nondeterminism if session is not None else None
+    determinism.install(determinism.Draws.from_json(recorded) if recorded else None)
 
 
 def _configure_metrics() -> None:

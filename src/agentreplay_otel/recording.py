@@ -61,6 +61,7 @@ class Recording:
     last_hash: str
     entrypoint: list[str]
     steps: list[RecordedStep]
+    nondeterminism: str | None = None  # the agent's clock, uuid and random draws (determinism.Draws)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False)
@@ -71,6 +72,7 @@ class Recording:
         return cls(
             run_id=doc["run_id"], agent_id=doc["agent_id"], last_hash=doc["last_hash"],
             entrypoint=list(doc["entrypoint"]), steps=[RecordedStep(**s) for s in doc["steps"]],
+            nondeterminism=doc.get("nondeterminism"),
         )
 
 
@@ -124,4 +126,5 @@ def recording_from_spans(spans: Iterable[SpanRecord]) -> Recording:
         last_hash=(root.attributes.get(semconv.CHAIN_HASH, "") if root else ""),
         entrypoint=[str(x) for x in entry] if isinstance(entry, list) else [],
         steps=steps,
+        nondeterminism=root.attributes.get(semconv.NONDETERMINISM) if root else None,
     )

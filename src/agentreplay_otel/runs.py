@@ -151,7 +151,7 @@ class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
             span.record_exception(exc)
             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             span.set_attribute(semconv.ERROR_TYPE, type(exc).__qualname__)
-        span.end()
+        end_run_span(span)
         otel_context.detach(self._ctx_token)  # type: ignore[arg-type]
         _current.reset(self._token)
 
@@ -290,6 +290,7 @@ def _ensure_auto_run() -> RunState:
             )
             _auto_run = RunState(span=span, context=trace.set_span_in_context(span), auto=True)
             atexit.register(end_auto_run)
+            _record_uncaught()
             _remember(_auto_run)
         return _auto_run
 
@@ -300,7 +301,39 @@ def end_auto_run() -> None:
     with _auto_lock:
         state, _auto_run = _auto_run, None
     if state is not None:
-        state.span.end()
+        end_run_span(state.span)
+
+
+def end_run_span(span: Span) -> None:
+    """End a run span with what replay needs of the process: the agent's draws so far."""
+    from agentreplay_otel import determinism  # late: installed at start-up, after import
+
+    draws = determinism.recorded()
+    if draws is not None:
+        span.set_attribute(semconv.NONDETERMINISM, draws)
+    span.end()
+
+
+_hooked = False
+
+
+def _record_uncaught() -> None:
+    """An exception that ends the process fails its auto run (replay compares how processes end)."""
+    global _hooked
+    if _hooked:
+        return
+    _hooked = True
+    previous = sys.excepthook
+
+    def hook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        state = _auto_run
+        if state is not None:
+            state.span.record_exception(exc)
+            state.span.set_status(Status(StatusCode.ERROR, f"{exc_type.__name__}: {exc}"))
+            state.span.set_attribute(semconv.ERROR_TYPE, exc_type.__qualname__)
+        previous(exc_type, exc, tb)
+
+    sys.excepthook = hook
 
 
 def _entrypoint_name() -> str:

@@ -147,6 +147,7 @@ ENV_QUEUE_SIZE: Final = "AGENTREPLAY_QUEUE_SIZE"
 ENV_PRICES: Final = "AGENTREPLAY_PRICES"
 ENV_STORE: Final = "AGENTREPLAY_STORE"
 ENV_COLLECTOR: Final = "AGENTREPLAY_COLLECTOR"  # the collector's control endpoint (CLI, guard)
+ENV_DETERMINISM: Final = "AGENTREPLAY_DETERMINISM"  # "off": do not record the agent's clock/uuid/random
 ENV_GUARD: Final = "AGENTREPLAY_GUARD"  # "off": record but enforce nothing in this process
 ENV_AUTHORIZE_DEADLINE_MS: Final = "AGENTREPLAY_AUTHORIZE_DEADLINE_MS"
 ENV_ADMIN_TOKEN: Final = "AGENTREPLAY_ADMIN_TOKEN"
