@@ -23,7 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from agentreplay_otel import semconv
+from agentreplay_otel import redaction, semconv
 from agentreplay_otel.canonical import (
     GENESIS_HASH,
     EventRecord,
@@ -106,7 +106,7 @@ class Chainer:
         self._key = signing_key
         self._kid = key_id(signing_key) if signing_key else None
         self._agent_id = agent_id
-        self._redactor = redactor
+        self._redactor = redaction.string_values(redactor) if redactor is not None else None
         self._open: dict[int, _RunChain] = {}
         self._sealed: OrderedDict[int, _RunChain] = OrderedDict()
         self._lock = threading.Lock()
