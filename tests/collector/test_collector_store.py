@@ -129,8 +129,7 @@ def test_run_list_shows_a_run_halted_by_the_control_plane_until_it_is_resumed(ch
     """The chain processor owns the run's row; a halt lives in the halts table. Readers see both."""
     import datetime as _dt
 
-    from agentreplay_collector import schema as _schema
-    from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+    from agentreplay_collector.models import ChainState, ChainStatus, Halt, RunSummary
 
     run = RunSummary(run_id="ab" * 16, agent_id="booker", agent_name="booker", service_name="booker",
                      run_kind="record", name="invoke_agent booker", start_ns=1_700_000_000_000_000_000,
@@ -139,12 +138,98 @@ def test_run_list_shows_a_run_halted_by_the_control_plane_until_it_is_resumed(ch
     chdb_store.upsert_runs([run], updated_ns=1)
     assert chdb_store.list_runs()[0].halted is False
 
-    def halt(active: int, second: int) -> None:
-        chdb_store.insert_rows(_schema.HALTS, [["run", run.run_id, "tool.max_per_run", "scope", active,
-                                                _dt.datetime(2026, 1, 1, 0, 0, second)]],
-                               ["Scope", "TargetId", "Reason", "Actor", "Active", "UpdatedAt"])
+    def halt(active: bool, second: int) -> None:
+        at = int(_dt.datetime(2026, 1, 1, 0, 0, second, tzinfo=_dt.UTC).timestamp()) * 1_000_000_000
+        chdb_store.insert_halts([Halt(scope="run", target=run.run_id, reason="tool.max_per_run", actor="scope",
+                                      time_ns=at, active=active)])
 
-    halt(1, 1)
+    halt(True, 1)
     assert chdb_store.list_runs()[0].halted is True and chdb_store.get_run(run.run_id).halted is True
-    halt(0, 2)  # resumed
+    halt(False, 2)  # resumed
     assert chdb_store.list_runs()[0].halted is False
+
+
+def test_control_plane_records_read_back_as_written(chdb_store: Store, recorded) -> None:
+    """Decisions, alerts, halts, manifests: each written and read through its typed method."""
+    from agentreplay_collector.models import Alert, AlertState, DecisionRecord, Halt, StoredManifest
+
+    now = time.time_ns()
+    run_id = "cd" * 16
+    decision = DecisionRecord(time_ns=now, run_id=run_id, span_id="ef" * 8, agent_id="booker", tool="book_flight",
+                              decision="deny", rule="tool.max_per_run", manifest_sha256="0" * 64,
+                              detail="at most 1 per run", source="guard")
+    chdb_store.insert_decisions([decision])
+    [(text, back)] = chdb_store.decisions(run_id)
+    assert back == decision and text[:4].isdigit()
+    assert chdb_store.decisions("ef" * 16) == []
+
+    alert = Alert(kind="halt", severity="critical", agent_id="booker", run_id=run_id, message="halted",
+                  attributes={"actor": "operator"}, time_ns=now)
+    chdb_store.insert_alerts([AlertState(alert=alert, delivered=False)])
+    assert [a for _, a in chdb_store.alerts(10)] == [AlertState(alert=alert, delivered=False)]
+    chdb_store.insert_alerts([AlertState(alert=alert, delivered=True)])  # a webhook took it
+    assert [a for _, a in chdb_store.alerts(10)] == [AlertState(alert=alert, delivered=True)]
+
+    halt = Halt(scope="agent", target="booker", reason="operator", actor="operator", time_ns=now)
+    chdb_store.insert_halts([halt])
+    assert chdb_store.active_halts() == [halt]
+    chdb_store.insert_halts([dataclasses.replace(halt, reason="resumed", time_ns=now + 1, active=False)])
+    assert chdb_store.active_halts() == []
+
+    manifest = StoredManifest(sha256="ab" * 32, signed='{"manifest": {}}', time_ns=now)
+    chdb_store.insert_manifests([manifest])
+    assert chdb_store.manifests() == [manifest]
+
+    chdb_store.insert_spans(convert(recorded(runs=2, children=3, cost=0.25, agent_id="booker")).table)
+    spend = chdb_store.recent_spend(days=2)
+    assert {(s.agent_id, s.cost_usd, s.calls) for s in spend} == {("booker", 0.75, 4)} and len(spend) == 2
+
+
+def test_an_agents_track_record_counts_failures_regressions_and_violations(chdb_store: Store) -> None:
+    from agentreplay_collector.models import NOT_VIOLATIONS, DecisionRecord, RunMarks, TrackRecord, TrustScore
+
+    def run(run_id: str, *, code: str = "Ok", kind: str = "record", halted: bool = False) -> RunSummary:
+        return RunSummary(run_id=run_id, agent_id="booker", agent_name="booker", service_name="booker",
+                          run_kind=kind, name="invoke_agent booker", start_ns=time.time_ns(), end_ns=time.time_ns(),
+                          span_count=1, status_code=code, cost_usd=0.0, halted=halted,
+                          chain=ChainStatus(run_id=run_id, status=ChainState.INTACT, seal="valid", span_count=1))
+
+    def deny(run_id: str, rule: str) -> DecisionRecord:
+        return DecisionRecord(time_ns=time.time_ns(), run_id=run_id, span_id="", agent_id="booker", tool="t",
+                              decision="deny", rule=rule, manifest_sha256="", detail="", source="collector")
+
+    chdb_store.upsert_runs([run("a" * 32, code="Error"), run("b" * 32, kind="regression"), run("c" * 32, halted=True)],
+                           updated_ns=1)
+    chdb_store.insert_decisions([deny("c" * 32, "tool.max_per_run"), deny("b" * 32, "halted")])
+    record = chdb_store.track_record("booker", window=50, not_violations=NOT_VIOLATIONS)
+    assert record == TrackRecord(runs=3, failures=1, regressions=1, regression_passes=1, violating_runs=1)
+    assert chdb_store.track_record("nobody", window=50, not_violations=NOT_VIOLATIONS).runs == 0
+    assert chdb_store.agents() == ["booker"]
+    assert chdb_store.run_marks(["a" * 32, "c" * 32]) == {"c" * 32: RunMarks(halted=True, classification="")}
+
+    score = TrustScore(agent_id="booker", score=0.5, tier="standard", spend_multiplier=1.0, runs=3,
+                       failure_rate=1 / 3, regression_pass_rate=1.0, regressions=1, scope_violations=1,
+                       computed_ns=time.time_ns())
+    chdb_store.insert_trust_scores([score])
+    assert chdb_store.query(f"SELECT AgentId, Tier, Runs FROM {chdb_store.database}.trust_scores") == [
+        ("booker", "standard", 3)
+    ]
+
+
+def test_only_the_store_runs_sql() -> None:
+    """Every statement lives behind a typed Store method; query/command are for tests and benchmarks."""
+    import ast
+    from pathlib import Path
+
+    import agentreplay_collector
+
+    package = Path(agentreplay_collector.__file__).parent
+    calls = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "store.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                if node.func.attr in {"query", "command", "insert", "insert_arrow", "_call", "_insert"}:
+                    calls.append(f"{path.name}:{node.lineno} .{node.func.attr}()")
+    assert calls == []

@@ -1,4 +1,12 @@
-"""``batch``: gather concurrent exports into one insert, and acknowledge each after it is written.
+"""The collector's stage lifecycle, its one batcher, and the ``batch`` exporter built on it.
+
+Every stage with a thread (this exporter, the chain processor, the control-plane writer)
+is a :class:`Stage`: ``start``, ``shutdown`` (finish what was accepted, then stop) and
+``force_flush``, as in the OpenTelemetry SDK's export pipeline. Every batching stage runs
+one :class:`BatchWorker`: a thread that takes queued items first in, first out, in
+batches capped by weight, and hands each batch to an export function.
+
+``batch``: gather concurrent exports into one insert, and acknowledge each after it is written.
 
 Unlike the OpenTelemetry Collector's batch processor, which acknowledges on receipt and
 writes later, an export here is answered only when the insert holding its rows has
@@ -26,6 +34,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
@@ -39,13 +48,159 @@ from agentreplay_otel.core import SpanRecord
 _log = logging.getLogger(__name__)
 
 OnWritten = Callable[[list[SpanRecord]], None]
+T = TypeVar("T")
+
+
+class Stage(Protocol):
+    """The lifecycle every collector stage with a thread of its own shares."""
+
+    def start(self) -> None: ...
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Finish what was accepted, then stop; nothing is accepted after this."""
+        ...
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Finish what was accepted so far; False if that did not happen within ``timeout_s``."""
+        ...
+
+
+class BatchWorker(Generic[T]):
+    """One thread that hands queued items to ``export`` in batches, first in, first out.
+
+    A batch holds at least one item and at most ``max_batch`` weight. Before taking one, the
+    worker waits for more while the queue holds less than ``fill`` and ``more_coming()``
+    says more are on their way, but never past ``linger_s`` after the oldest queued item.
+    ``export`` must handle its own failures; an exception from it is logged, and the
+    worker goes on with the next batch. :attr:`cond` guards the queue; an owner may keep
+    its own admission state under it and call :meth:`put_locked`.
+    """
+
+    def __init__(
+        self,
+        export: Callable[[list[T]], None],
+        *,
+        name: str,
+        max_batch: float,
+        fill: float,
+        linger_s: float,
+        weight: Callable[[T], int] = lambda _item: 1,
+        more_coming: Callable[[], bool] = lambda: True,
+        os_name: str = "",
+    ) -> None:
+        self._export = export
+        self._name = name
+        self._os_name = os_name
+        self.max_batch = max_batch
+        self.fill = fill
+        self.linger_s = linger_s
+        self._weight = weight
+        self._more_coming = more_coming
+        self.cond = threading.Condition()
+        self._queue: deque[tuple[T, float]] = deque()
+        self._queued = 0
+        self._busy = False
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.native_thread_id = 0
+
+    @property
+    def queued(self) -> int:
+        """The weight of the items waiting (not counting a batch being exported)."""
+        return self._queued
+
+    @property
+    def waiting(self) -> int:
+        """How many items wait (not counting a batch being exported)."""
+        return len(self._queue)
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        self._thread.start()
+
+    def put(self, item: T) -> None:
+        with self.cond:
+            self.put_locked(item)
+
+    def put_locked(self, item: T) -> None:
+        """:meth:`put`, for a caller that holds :attr:`cond`."""
+        self._queue.append((item, time.monotonic()))
+        self._queued += self._weight(item)
+        self.cond.notify_all()
+
+    def wake(self) -> None:
+        """Look at ``more_coming`` again (its answer changed)."""
+        with self.cond:
+            self.cond.notify_all()
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Export what is queued, then stop the thread."""
+        with self.cond:
+            self._stopping = True
+            self.cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Wait until everything queued so far has been exported."""
+        deadline = time.monotonic() + timeout_s
+        with self.cond:
+            self.cond.notify_all()
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._thread is None or not self._thread.is_alive():
+                    return False
+                self.cond.wait(left)
+        return True
+
+    def _take(self) -> list[T] | None:
+        with self.cond:
+            while not self._queue and not self._stopping:
+                self.cond.wait()
+            if not self._queue:
+                return None
+            deadline = self._queue[0][1] + self.linger_s
+            while self._queued < self.fill and not self._stopping and self._more_coming():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self.cond.wait(left)
+            batch: list[T] = []
+            weight = 0
+            while self._queue and (not batch or weight + self._weight(self._queue[0][0]) <= self.max_batch):
+                item, _ = self._queue.popleft()
+                weight += self._weight(item)
+                batch.append(item)
+            self._queued -= weight
+            self._busy = True
+            return batch
+
+    def _run(self) -> None:
+        if self._os_name:
+            name_os_thread(self._os_name)
+        self.native_thread_id = threading.get_native_id()
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            try:
+                self._export(batch)
+            except Exception:  # the thread must outlive any one batch
+                _log.exception("%s: exporting a batch of %d failed", self._name, len(batch))
+            finally:
+                with self.cond:
+                    self._busy = False
+                    self.cond.notify_all()
 
 
 @dataclass(slots=True)
 class _Pending:
     request: ConvertedRequest
     future: concurrent.futures.Future[int]
-    queued_at: float
 
 
 class Batcher:
@@ -62,29 +217,32 @@ class Batcher:
         self.store = store
         self.on_written = on_written
         self.retry_after_s = retry_after_s
-        self._queue: deque[_Pending] = deque()
-        self._queued_spans = 0
-        self._cond = threading.Condition()
-        self._stopping = False
         self._down_until = 0.0
         self._down_reason = ""
         self._incoming = 0
-        self._thread: threading.Thread | None = None
+        self._worker: BatchWorker[_Pending] = BatchWorker(
+            self._write,
+            name="agentreplay-writer",
+            os_name="ar-writer",
+            max_batch=config.send_batch_max_size or float("inf"),
+            fill=config.send_batch_size,
+            linger_s=config.timeout_s,
+            weight=lambda p: p.request.span_count,
+            more_coming=lambda: self._incoming > 0,
+        )
         self.written_spans = 0
         self.inserts = 0
-        self.native_thread_id = 0
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="agentreplay-writer", daemon=True)
-        self._thread.start()
+        self._worker.start()
 
-    def stop(self, timeout_s: float = 30.0) -> None:
+    def shutdown(self, timeout_s: float = 30.0) -> None:
         """Write what is queued, then stop; exports arriving after this are refused."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join(timeout_s)
+        self._worker.shutdown(timeout_s)
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Write what is queued now (each export is acknowledged when its insert returns)."""
+        return self._worker.force_flush(timeout_s)
 
     def submit(self, request: ConvertedRequest, *, arriving: bool = False) -> concurrent.futures.Future[int]:
         """Queue rows for writing; the future resolves with the span count once written.
@@ -92,77 +250,47 @@ class Batcher:
         ``arriving``: this export was announced with ``incoming(1)``; queueing it ends that.
         """
         now = time.monotonic()
-        with self._cond:
+        with self._worker.cond:
             if arriving:
                 self._incoming -= 1
-            if self._stopping:
+            if self._worker.stopping:
                 raise StoreUnavailable("the collector is shutting down", self.retry_after_s)
             if now < self._down_until:
                 wait = min(self._down_until - now, self.retry_after_s * 5)
                 raise StoreUnavailable(f"the store is unavailable: {self._down_reason}", wait)
-            if self._queued_spans + request.span_count > self.config.max_queued_spans and self._queue:
+            if self._worker.queued + request.span_count > self.config.max_queued_spans and self._worker.waiting:
                 raise StoreUnavailable("the collector is busy: the write queue is full", self.retry_after_s)
-            pending = _Pending(request, concurrent.futures.Future(), now)
-            self._queue.append(pending)
-            self._queued_spans += request.span_count
-            self._cond.notify()
+            pending = _Pending(request, concurrent.futures.Future())
+            self._worker.put_locked(pending)
         return pending.future
 
     def incoming(self, delta: int) -> None:
         """An export was received (+1) / submitted or refused (-1): the writer may wait for it."""
-        with self._cond:
+        with self._worker.cond:
             self._incoming += delta
             if delta < 0:
-                self._cond.notify()
+                self._worker.cond.notify_all()
 
     def hold(self, reason: str) -> None:
         """Refuse exports (UNAVAILABLE) until :meth:`release`: the store is not ready yet."""
-        with self._cond:
+        with self._worker.cond:
             self._down_until = float("inf")
             self._down_reason = reason
 
     def release(self) -> None:
-        with self._cond:
+        with self._worker.cond:
             self._down_until = 0.0
             self._down_reason = ""
 
     @property
     def queued_spans(self) -> int:
-        return self._queued_spans
+        return self._worker.queued
+
+    @property
+    def native_thread_id(self) -> int:
+        return self._worker.native_thread_id
 
     # --- writer thread -------------------------------------------------------------------------
-    def _take(self) -> list[_Pending] | None:
-        cfg = self.config
-        with self._cond:
-            while not self._queue and not self._stopping:
-                self._cond.wait()
-            if not self._queue:
-                return None
-            deadline = self._queue[0].queued_at + cfg.timeout_s
-            while self._queued_spans < cfg.send_batch_size and self._incoming > 0 and not self._stopping:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
-            limit = cfg.send_batch_max_size or float("inf")
-            batch: list[_Pending] = []
-            spans = 0
-            while self._queue and (not batch or spans + self._queue[0].request.span_count <= limit):
-                item = self._queue.popleft()
-                spans += item.request.span_count
-                batch.append(item)
-            self._queued_spans -= spans
-            return batch
-
-    def _run(self) -> None:
-        name_os_thread("ar-writer")
-        self.native_thread_id = threading.get_native_id()
-        while True:
-            batch = self._take()
-            if batch is None:
-                return
-            self._write(batch)
-
     def _write(self, batch: list[_Pending]) -> None:
         tables = [p.request.table for p in batch]
         try:
@@ -176,7 +304,7 @@ class Batcher:
                     self.on_written(records)
         except StoreError as exc:
             _log.warning("store write failed; %d export(s) answered UNAVAILABLE: %s", len(batch), exc)
-            with self._cond:
+            with self._worker.cond:
                 self._down_until = time.monotonic() + self.retry_after_s
                 self._down_reason = str(exc)
             error = StoreUnavailable(f"the store is unavailable: {exc}", self.retry_after_s)

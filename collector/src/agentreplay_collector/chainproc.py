@@ -30,7 +30,7 @@ from agentreplay_collector.auth import KeyRing
 from agentreplay_collector.config import ChainConfig
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
-from agentreplay_collector.store import Store, run_cost
+from agentreplay_collector.store import Store
 from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, semconv, verify
 
 _log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ class ChainProcessor:
         self._runs: dict[str, _Run] = {}
         self._buffered = 0
         self._lock = threading.Lock()
+        self._judging = threading.Lock()  # one tick at a time: the thread's, or a flush's
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -122,21 +123,29 @@ class ChainProcessor:
                     run_id, _Run(run_id, now, now, records=None, root_seen=run_id in rooted, announced=True)
                 )
 
-    # --- lifecycle ------------------------------------------------------------------------------
+    # --- lifecycle (a Stage) --------------------------------------------------------------------
     def start(self) -> None:
         self._thread = threading.Thread(target=self._loop, name="agentreplay-chain", daemon=True)
         self._thread.start()
 
-    def stop(self, timeout_s: float = 10.0) -> None:
+    def shutdown(self, timeout_s: float = 10.0) -> None:
         """Judge every run whose run span has arrived, leave the rest pending, and stop."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout_s)
+        self.force_flush(timeout_s)
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Judge every run whose run span has arrived now, without waiting for it to go quiet
+        (a straggler after the verdict re-verifies the run from the store); False if the store
+        failed. Runs within the caller's thread; ``timeout_s`` is the store's own."""
         try:
             self.tick(final=True)
         except StoreError as exc:
-            _log.warning("agentreplay_chain: could not write run statuses at shutdown: %s", exc)
+            _log.warning("agentreplay_chain: could not write run statuses: %s", exc)
+            return False
+        return True
 
     def _loop(self) -> None:
         name_os_thread("ar-chain")
@@ -155,6 +164,10 @@ class ChainProcessor:
     # --- judging --------------------------------------------------------------------------------
     def tick(self, *, final: bool = False) -> int:
         """Judge the runs that went quiet; returns how many runs were judged."""
+        with self._judging:
+            return self._tick(final)
+
+    def _tick(self, final: bool) -> int:
         now = self._clock()
         with self._lock:
             due = [r for r in self._runs.values() if self._is_due(r, now, final)]
@@ -235,21 +248,13 @@ class ChainProcessor:
         """Keep what other components wrote into a run's row (halted, classification)."""
         if not judged:
             return judged
-        rows = self.store.query(
-            f"SELECT RunId, Halted, Classification FROM {self.store.database}.runs FINAL"
-            " WHERE RunId IN {ids:Array(String)} AND (Halted != 0 OR Classification != '')",
-            {"ids": [r.run_id for r in judged]},
-        )
-        if not rows:
-            return judged
-        extra = {r[0]: (bool(r[1]), r[2]) for r in rows}
-        out = []
-        for run in judged:
-            if run.run_id in extra:
-                halted, classification = extra[run.run_id]
-                run = dataclasses.replace(run, halted=halted, classification=classification)
-            out.append(run)
-        return out
+        marks = self.store.run_marks([r.run_id for r in judged])
+        return [
+            dataclasses.replace(run, halted=m.halted, classification=m.classification)
+            if (m := marks.get(run.run_id)) is not None
+            else run
+            for run in judged
+        ]
 
     @staticmethod
     def _summary(run_id: str, records: list[SpanRecord], report: ChainReport | None) -> RunSummary:
@@ -288,3 +293,16 @@ class ChainProcessor:
     @property
     def buffered_spans(self) -> int:
         return self._buffered
+
+
+def run_cost(records: Iterable[SpanRecord]) -> float:
+    """Sum of ``agentreplay.cost.usd`` over a run's spans (malformed values count as 0)."""
+    total = 0.0
+    for r in records:
+        raw = r.attributes.get(semconv.COST_USD)
+        if raw:
+            try:
+                total += float(raw)
+            except ValueError:
+                continue
+    return total

@@ -30,10 +30,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from agentreplay_collector import schema
 from agentreplay_collector.auth import AuthProcessor
 from agentreplay_collector.errors import RequestError, StoreError
-from agentreplay_collector.scope import SCOPE_AGENT, SCOPE_RUN, ScopeProcessor
+from agentreplay_collector.models import SCOPE_AGENT, SCOPE_RUN
+from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_otel.core import AgentIdentity, AgentReplayError
 
 PING_S = 5.0
@@ -134,58 +134,47 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
         run = request.query_params.get("run", "").lower()
         if scope.store is None:
             return JSONResponse({"decisions": []})
-        rows = await blocking(
-            scope.store.query,
-            f"SELECT toString(Timestamp), RunId, SpanId, AgentId, Tool, Decision, Rule,"
-            f" ManifestSha256, Detail FROM {scope.store.database}.{schema.DECISIONS}"
-            " WHERE RunId = {run:String} ORDER BY Timestamp",
-            {"run": run},
+        listed = await blocking(scope.store.decisions, run)
+        return JSONResponse(
+            {
+                "run_id": run,
+                "decisions": [
+                    {
+                        "time": time_text,
+                        "run_id": d.run_id,
+                        "span_id": d.span_id,
+                        "agent_id": d.agent_id,
+                        "tool": d.tool,
+                        "decision": d.decision,
+                        "rule": d.rule,
+                        "manifest_sha256": d.manifest_sha256,
+                        "detail": d.detail,
+                        "source": d.source,
+                    }
+                    for time_text, d in listed
+                ],
+            }
         )
-        out = []
-        for ts, run_id, span, agent, tool, decision, rule, digest, detail in rows:
-            extra = _json(detail)
-            out.append(
-                {
-                    "time": ts,
-                    "run_id": run_id,
-                    "span_id": span,
-                    "agent_id": agent,
-                    "tool": tool,
-                    "decision": decision,
-                    "rule": rule,
-                    "manifest_sha256": digest,
-                    "detail": extra.get("detail", detail),
-                    "source": extra.get("source", ""),
-                }
-            )
-        return JSONResponse({"run_id": run, "decisions": out})
 
     async def alerts(request: Request) -> JSONResponse:
         limit = int(request.query_params.get("limit", "100"))
         if scope.store is None:
             return JSONResponse({"alerts": []})
-        rows = await blocking(
-            scope.store.query,
-            "SELECT toString(min(Timestamp)), AlertId, any(Severity), any(Kind), any(AgentId),"
-            " any(RunId), any(Message), max(Delivered)"
-            f" FROM {scope.store.database}.{schema.ALERTS} GROUP BY AlertId"
-            " ORDER BY min(Timestamp) DESC LIMIT {limit:UInt32}",
-            {"limit": limit},
-        )
+        listed = await blocking(scope.store.alerts, limit)
         return JSONResponse(
             {
                 "alerts": [
                     {
-                        "time": t,
-                        "alert_id": a,
-                        "severity": s,
-                        "kind": k,
-                        "agent_id": ag,
-                        "run_id": r,
-                        "message": m,
-                        "delivered": bool(d),
+                        "time": time_text,
+                        "alert_id": a.alert.alert_id,
+                        "severity": a.alert.severity,
+                        "kind": a.alert.kind,
+                        "agent_id": a.alert.agent_id,
+                        "run_id": a.alert.run_id,
+                        "message": a.alert.message,
+                        "delivered": a.delivered,
                     }
-                    for t, a, s, k, ag, r, m, d in rows
+                    for time_text, a in listed
                 ]
             }
         )
@@ -216,10 +205,3 @@ def _target(doc: dict[str, Any]) -> tuple[str, str]:
         raise ValueError("expected {scope: run|agent, target: ID}")
     return kind, target.lower() if kind == SCOPE_RUN else target
 
-
-def _json(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}

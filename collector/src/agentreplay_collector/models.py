@@ -1,17 +1,37 @@
-"""What the read side returns, and its JSON form (shared by the read API and its client).
+"""The collector's records: what the store keeps and the read side returns, and their JSON form.
 
-Nanosecond times travel as decimal strings in JSON (as OTLP/JSON does with 64-bit
-integers) so that no reader in between rounds them to a float.
+Runs and their chain status are shared by the read API and its client; the control
+plane's records (halts, alerts, policy decisions, manifests, trust scores) by the scope
+processor, the control API and the store. Nanosecond times travel as decimal strings in
+JSON (as OTLP/JSON does with 64-bit integers) so that no reader in between rounds them to
+a float.
 """
 
 from __future__ import annotations
 
 import enum
+import time
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from agentreplay_otel.core import ChainProblem, ChainReport, EventRecord, SealStatus, SpanRecord
+from agentreplay_otel.core import (
+    RULE_AUTHORIZE_UNAVAILABLE,
+    RULE_HALTED,
+    ChainProblem,
+    ChainReport,
+    EventRecord,
+    SealStatus,
+    SpanRecord,
+)
+
+SCOPE_RUN = "run"
+SCOPE_AGENT = "agent"
+"""What a halt stops: one run, or every run of one agent."""
+
+NOT_VIOLATIONS = frozenset({RULE_HALTED, RULE_AUTHORIZE_UNAVAILABLE})
+"""Denials that are not scope violations: the run was already halted, or the collector was away."""
 
 
 class ChainState(enum.StrEnum):
@@ -204,3 +224,140 @@ def span_from_json(doc: Mapping[str, Any]) -> SpanRecord:
         ),
         resource=dict(doc["resource"]),
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunMarks:
+    """What components other than the chain processor wrote into a run's row."""
+
+    halted: bool
+    classification: str
+
+
+# --- the control plane -------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Halt:
+    """A halt (or, with ``active=False``, its end) of a run or of an agent."""
+
+    scope: str  # SCOPE_RUN | SCOPE_AGENT
+    target: str
+    reason: str
+    actor: str
+    time_ns: int
+    active: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "target": self.target,
+            "reason": self.reason,
+            "actor": self.actor,
+            "time_ns": str(self.time_ns),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alert:
+    kind: str  # scope_violation | halt | spend
+    severity: str  # critical | warning | info
+    agent_id: str
+    run_id: str
+    message: str
+    attributes: Mapping[str, str] = field(default_factory=dict)
+    alert_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    time_ns: int = field(default_factory=time.time_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "alert_id": self.alert_id,
+            "kind": self.kind,
+            "severity": self.severity,
+            "agent_id": self.agent_id,
+            "run_id": self.run_id,
+            "message": self.message,
+            "attributes": dict(self.attributes),
+            "time_ns": str(self.time_ns),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertState:
+    """An alert as stored: once when raised, again with ``delivered`` when a webhook took it."""
+
+    alert: Alert
+    delivered: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecisionRecord:
+    """One policy decision (the guard's, Authorize's or the collector's), as stored."""
+
+    time_ns: int
+    run_id: str
+    span_id: str
+    agent_id: str
+    tool: str
+    decision: str  # ALLOW | DENY
+    rule: str
+    manifest_sha256: str
+    detail: str
+    source: str  # who decided: the guard's source, "collector", ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredManifest:
+    sha256: str
+    signed: str  # the signed manifest's JSON, as registered
+    time_ns: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrackRecord:
+    """An agent's recent runs, counted for its trust score (see :mod:`agentreplay_collector.trust`)."""
+
+    runs: int
+    failures: int
+    regressions: int
+    regression_passes: int
+    violating_runs: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrustScore:
+    agent_id: str
+    score: float
+    tier: str
+    spend_multiplier: float
+    runs: int
+    failure_rate: float
+    regression_pass_rate: float
+    regressions: int
+    scope_violations: int
+    computed_ns: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "agent_id": self.agent_id,
+            "score": self.score,
+            "tier": self.tier,
+            "spend_multiplier": self.spend_multiplier,
+            "runs": self.runs,
+            "failure_rate": self.failure_rate,
+            "regression_pass_rate": self.regression_pass_rate,
+            "regressions": self.regressions,
+            "scope_violations": self.scope_violations,
+            "computed_ns": str(self.computed_ns),
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpendTotals:
+    """One agent's spend and calls of one kind, in one run on one UTC day (the scope rebuild's unit)."""
+
+    agent_id: str
+    run_id: str
+    day: str  # YYYY-MM-DD, UTC
+    operation: str
+    tool: str
+    cost_usd: float
+    calls: int  # spans not refused by a decision

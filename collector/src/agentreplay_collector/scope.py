@@ -31,15 +31,23 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector import otlp, schema
-from agentreplay_collector.alerts import Alert, ControlWriter
+from agentreplay_collector import otlp
+from agentreplay_collector.alerts import ControlWriter
 from agentreplay_collector.config import ScopeConfig
 from agentreplay_collector.errors import PermissionDenied
+from agentreplay_collector.models import (
+    NOT_VIOLATIONS,
+    SCOPE_AGENT,
+    SCOPE_RUN,
+    Alert,
+    DecisionRecord,
+    Halt,
+    StoredManifest,
+)
 from agentreplay_collector.store import Store
 from agentreplay_collector.trust import TrustBook
 from agentreplay_otel.core import (
     ALLOW,
-    RULE_AUTHORIZE_UNAVAILABLE,
     RULE_HALTED,
     RULE_NO_MANIFEST,
     AgentIdentity,
@@ -58,11 +66,7 @@ from agentreplay_otel.core import (
 
 _log = logging.getLogger(__name__)
 _RUN_MEMORY = 100_000
-SCOPE_RUN = "run"
-SCOPE_AGENT = "agent"
 ACTOR = "agentreplay_scope"
-# Denials that are not violations: the run was already halted, or the collector was away.
-_NOT_VIOLATIONS = frozenset({RULE_HALTED, RULE_AUTHORIZE_UNAVAILABLE})
 
 
 @dataclass
@@ -76,24 +80,6 @@ class RunUsage:
     def tool_calls(self) -> dict[str, int]:
         return {
             t: max(self.seen.get(t, 0), self.authorized.get(t, 0)) for t in {*self.seen, *self.authorized}
-        }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Halt:
-    scope: str
-    target: str
-    reason: str
-    actor: str
-    time_ns: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "scope": self.scope,
-            "target": self.target,
-            "reason": self.reason,
-            "actor": self.actor,
-            "time_ns": str(self.time_ns),
         }
 
 
@@ -154,6 +140,16 @@ class ScopeProcessor:
         if config.manifests_dir is not None:
             self._load_dir(config.manifests_dir)
 
+    # --- lifecycle (a Stage: its writer's) ------------------------------------------------------
+    def start(self) -> None:
+        self.writer.start()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        self.writer.shutdown(timeout_s)
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        return self.writer.force_flush(timeout_s)
+
     # --- manifests -------------------------------------------------------------------------
     def _load_dir(self, directory: Path) -> None:
         for path in sorted(directory.glob("*.json")):
@@ -173,7 +169,9 @@ class ScopeProcessor:
             raise ManifestError("not a signed manifest: expected keys 'manifest' and 'signature'")
         parsed = parse_manifest(body)
         if parsed.sha256 not in self.manifests and persist:
-            self.writer.manifest([parsed.sha256, json.dumps(dict(signed)), time.time_ns()])
+            self.writer.put(
+                StoredManifest(sha256=parsed.sha256, signed=json.dumps(dict(signed)), time_ns=time.time_ns())
+            )
         self.manifests[parsed.sha256] = parsed
         return parsed.sha256
 
@@ -210,7 +208,7 @@ class ScopeProcessor:
             return existing
         halt = Halt(scope=scope, target=target, reason=reason, actor=actor, time_ns=time.time_ns())
         self.halts[(scope, target)] = halt
-        self.writer.halt([scope, target, reason, actor, 1, halt.time_ns])
+        self.writer.put(halt)
         self.bus.publish(
             {"type": "halt", **halt.to_json()}, agent_id=target if scope == SCOPE_AGENT else None
         )
@@ -228,7 +226,9 @@ class ScopeProcessor:
 
     def resume(self, scope: str, target: str, *, actor: str) -> bool:
         halt = self.halts.pop((scope, target), None)
-        self.writer.halt([scope, target, "resumed", actor, 0, time.time_ns()])
+        self.writer.put(
+            Halt(scope=scope, target=target, reason="resumed", actor=actor, time_ns=time.time_ns(), active=False)
+        )
         self.bus.publish(
             {"type": "resume", "scope": scope, "target": target},
             agent_id=target if scope == SCOPE_AGENT else None,
@@ -308,7 +308,7 @@ class ScopeProcessor:
             )
             if not decision.allowed:
                 refused = True
-                if decision.rule not in _NOT_VIOLATIONS:
+                if decision.rule not in NOT_VIOLATIONS:
                     self.violation(
                         run_id=record.trace_id,
                         agent_id=agent,
@@ -371,19 +371,19 @@ class ScopeProcessor:
     def _decision_row(
         self, record: Any, agent: str, tool: str, decision: Decision, source: str, time_ns: int
     ) -> None:
-        detail = json.dumps({"detail": decision.detail, "source": source}, separators=(",", ":"))
-        self.writer.decision(
-            [
-                time_ns,
-                record.trace_id,
-                record.span_id,
-                agent,
-                tool,
-                decision.decision,
-                decision.rule,
-                decision.manifest_sha256,
-                detail,
-            ]
+        self.writer.put(
+            DecisionRecord(
+                time_ns=time_ns,
+                run_id=record.trace_id,
+                span_id=record.span_id,
+                agent_id=agent,
+                tool=tool,
+                decision=decision.decision,
+                rule=decision.rule,
+                manifest_sha256=decision.manifest_sha256,
+                detail=decision.detail,
+                source=source,
+            )
         )
 
     # --- Authorize ------------------------------------------------------------------------------
@@ -433,7 +433,7 @@ class ScopeProcessor:
             if decision.allowed and run_id:
                 run = self._run(run_id, agent)
                 run.authorized[tool] = calls[tool] + 1
-        if not decision.allowed and decision.rule not in _NOT_VIOLATIONS and run_id:
+        if not decision.allowed and decision.rule not in NOT_VIOLATIONS and run_id:
             self.violation(
                 run_id=run_id,
                 agent_id=agent,
@@ -452,37 +452,22 @@ class ScopeProcessor:
     # --- start-up -----------------------------------------------------------------------------
     def rebuild(self, store: Store) -> None:
         """Spend and tool counts of recent runs, today's spend per agent, and active halts, from the store."""
-        db = store.database
-        deny = f"arrayExists(a -> a['{semconv.POLICY_DECISION}'] = 'deny', Events.Attributes)"
-        rows = store.query(
-            f"SELECT ResourceAttributes['{semconv.AGENT_ID}'], TraceId, toString(toDate(Timestamp, 'UTC')),"
-            f" SpanAttributes['{semconv.GEN_AI_OPERATION_NAME}'],"
-            f" SpanAttributes['{semconv.GEN_AI_TOOL_NAME}'],"
-            f" sum(toFloat64OrZero(SpanAttributes['{semconv.COST_USD}'])), countIf(NOT {deny})"
-            f" FROM (SELECT * FROM {db}.{schema.TRACES} WHERE Timestamp >= now() - INTERVAL 2 DAY"
-            f" LIMIT 1 BY {schema.SPAN_DEDUPE_KEY})"
-            " GROUP BY 1, 2, 3, 4, 5"
-        )
         today = utc_day(time.time_ns())
-        for agent, run_id, day, operation, tool, cost, count in rows:
-            run = self._run(run_id, agent)
-            run.spend_usd += float(cost)
-            if operation == semconv.OP_EXECUTE_TOOL and tool:
-                run.seen[tool] = run.seen.get(tool, 0) + int(count)
-            if day == today:
-                self._day[(agent, day)] = self._day.get((agent, day), 0.0) + float(cost)
-        for (signed,) in store.query(f"SELECT Signed FROM {db}.{schema.MANIFESTS} FINAL"):
+        for totals in store.recent_spend(days=2):
+            run = self._run(totals.run_id, totals.agent_id)
+            run.spend_usd += totals.cost_usd
+            if totals.operation == semconv.OP_EXECUTE_TOOL and totals.tool:
+                run.seen[totals.tool] = run.seen.get(totals.tool, 0) + totals.calls
+            if totals.day == today:
+                key = (totals.agent_id, totals.day)
+                self._day[key] = self._day.get(key, 0.0) + totals.cost_usd
+        for stored in store.manifests():
             try:
-                self.register(json.loads(signed), persist=False)
+                self.register(json.loads(stored.signed), persist=False)
             except (ValueError, AgentReplayError) as exc:  # e.g. signed by a key since rotated
                 _log.warning("stored manifest skipped: %s", exc)
-        for scope, target, reason, actor, updated in store.query(
-            f"SELECT Scope, TargetId, Reason, Actor, toUnixTimestamp64Nano(UpdatedAt)"
-            f" FROM {db}.{schema.HALTS} FINAL WHERE Active = 1"
-        ):
-            self.halts[(scope, target)] = Halt(
-                scope=scope, target=target, reason=reason, actor=actor, time_ns=int(updated)
-            )
+        for halt in store.active_halts():
+            self.halts[(halt.scope, halt.target)] = halt
         _log.info(
             "agentreplay_scope: %d run(s), %d agent-day(s), %d halt(s) rebuilt from the store",
             len(self._runs),

@@ -18,7 +18,7 @@ from typing import Any
 
 from agentreplay_collector import schema
 from agentreplay_collector.auth import AuthProcessor, KeyRing
-from agentreplay_collector.batch import Batcher
+from agentreplay_collector.batch import Batcher, Stage
 from agentreplay_collector.chainproc import ChainProcessor
 from agentreplay_collector.config import CollectorConfig
 from agentreplay_collector.errors import StoreUnavailable
@@ -103,7 +103,7 @@ class Collector:
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> Endpoints:
         if self.scope is not None:
-            self.scope.writer.start()
+            self.scope.start()
         if self.batcher is not None:
             self.batcher.hold("the store is being opened")
             self.batcher.start()
@@ -147,7 +147,7 @@ class Collector:
                 )
             )
         else:
-            self.store.query("SELECT 1")
+            self.store.check()
         if self.chain is not None:
             self.chain.resume(self.store.pending_runs())
             self.chain.start()
@@ -179,17 +179,21 @@ class Collector:
         if self.http:
             await self.http.stop()
         loop = asyncio.get_running_loop()
-        if self.batcher is not None:
-            await loop.run_in_executor(None, self.batcher.stop)
-        if self.chain is not None:
-            await loop.run_in_executor(None, self.chain.stop)
-        if self.scope is not None:
-            await loop.run_in_executor(None, self.scope.writer.stop)
+        for stage in self._stages():  # in pipeline order: each finishes what the one before handed on
+            await loop.run_in_executor(None, stage.shutdown)
         if self._control:
             await self._control.stop()
         if self.store is not None:
             self.store.close()
         self._stopped.set()
+
+    def _stages(self) -> list[Stage]:
+        """The stages with threads, in pipeline order: the writer, the chain verdicts, the control rows."""
+        return [s for s in (self.batcher, self.chain, self.scope) if s is not None]
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Write what was accepted, judge the runs whose run span has arrived, write the control rows."""
+        return all([stage.force_flush(timeout_s) for stage in self._stages()])
 
     async def serve_forever(self) -> None:
         """Start, say where it listens (one JSON line on stdout), run until SIGTERM/SIGINT."""

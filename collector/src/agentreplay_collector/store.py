@@ -1,4 +1,10 @@
-"""ClickHouse access (a server over HTTP, or embedded chDB) behind one small interface.
+"""ClickHouse access (a server over HTTP, or embedded chDB) behind typed methods.
+
+Every statement the collector runs, other than the schema's DDL (:mod:`.schema`), is a
+method of :class:`Store` here, taking and returning the records of :mod:`.models` (how
+their rows are laid out is :mod:`._rows`). That is why this module is longer than most:
+one place to read every query the store must answer. ``Store.query`` and ``Store.command``
+run ad-hoc SQL for tests and benchmarks only.
 
 Both targets go through clickhouse-connect; each thread gets its own client (chDB
 clients in one process share the engine, HTTP clients their own session). Foreign
@@ -22,14 +28,28 @@ from typing import Any, Protocol, runtime_checkable
 import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector import schema
+from agentreplay_collector import _rows, schema
 from agentreplay_collector.config import ClickHouseConfig
 from agentreplay_collector.errors import StoreError, StoreUnavailable
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
-from agentreplay_otel.core import EventRecord, SpanRecord, public_key_bytes, semconv
+from agentreplay_collector.models import (
+    SCOPE_AGENT,
+    SCOPE_RUN,
+    Alert,
+    AlertState,
+    ChainState,
+    ChainStatus,
+    DecisionRecord,
+    Halt,
+    RunMarks,
+    RunSummary,
+    SpendTotals,
+    StoredManifest,
+    TrackRecord,
+    TrustScore,
+)
+from agentreplay_otel.core import DENY, SpanRecord, semconv
 
 _log = logging.getLogger(__name__)
-_U64_MASK = (1 << 64) - 1
 
 DEFAULT_STORE = "./.agentreplay/store"
 DEFAULT_COLLECTOR = "http://127.0.0.1:4320"
@@ -70,8 +90,8 @@ _RUN_COLUMNS_TEMPLATE = (
     " toUnixTimestamp64Nano(End), SpanCount, StatusCode, CostUsd, ChainStatus, ChainProblem, ChainSeq,"
     " ChainSpanId, ChainDetail, SealStatus, UnsealedSpans,"
     " (Halted != 0"
-    " OR RunId IN (SELECT TargetId FROM {db}.{halts} FINAL WHERE Scope = 'run' AND Active = 1)"
-    " OR AgentId IN (SELECT TargetId FROM {db}.{halts} FINAL WHERE Scope = 'agent' AND Active = 1)) AS HaltedNow,"
+    " OR RunId IN (SELECT TargetId FROM {db}.{halts} FINAL WHERE Scope = '{run}' AND Active = 1)"
+    " OR AgentId IN (SELECT TargetId FROM {db}.{halts} FINAL WHERE Scope = '{agent}' AND Active = 1)) AS HaltedNow,"
     " Classification, ManifestSha256, ReplayOf, toUnixTimestamp64Nano(UpdatedAt)"
 )
 
@@ -79,32 +99,9 @@ _RUN_COLUMNS_TEMPLATE = (
 def _run_columns(database: str) -> str:
     """The runs table's columns; a run is halted if its row says so or a halt (of the run or its
     agent) is active: the chain processor owns the row, the scope processor the halts."""
-    return _RUN_COLUMNS_TEMPLATE.format(db=database, halts=schema.HALTS)
-_RUN_INSERT_COLUMNS = (
-    "RunId",
-    "AgentId",
-    "AgentName",
-    "ServiceName",
-    "RunKind",
-    "RunSpanName",
-    "Start",
-    "End",
-    "SpanCount",
-    "StatusCode",
-    "CostUsd",
-    "ChainStatus",
-    "ChainProblem",
-    "ChainSeq",
-    "ChainSpanId",
-    "ChainDetail",
-    "SealStatus",
-    "UnsealedSpans",
-    "Halted",
-    "Classification",
-    "ManifestSha256",
-    "ReplayOf",
-    "UpdatedAt",
-)
+    return _RUN_COLUMNS_TEMPLATE.format(db=database, halts=schema.HALTS, run=SCOPE_RUN, agent=SCOPE_AGENT)
+
+
 _SPAN_COLUMNS = (
     "toUnixTimestamp64Nano(Timestamp), TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, StatusCode,"
     " StatusMessage, SpanAttributes, ResourceAttributes,"
@@ -197,9 +194,13 @@ class Store:
         except Exception as exc:
             raise StoreUnavailable(f"store {what} failed: {exc}") from exc
 
+    def check(self) -> None:
+        """Reach the store now; raise :class:`StoreUnavailable` if it does not answer."""
+        self._call("ping", "query", "SELECT 1")
+
     def ping(self) -> bool:
         try:
-            self._call("ping", "query", "SELECT 1")
+            self.check()
         except StoreUnavailable:
             return False
         return True
@@ -232,36 +233,31 @@ class Store:
             self._call("insert", "insert_arrow", f"{self.database}.{schema.TRACES}", table)
 
     def upsert_runs(self, runs: Sequence[RunSummary], updated_ns: int) -> None:
-        if not runs:
-            return
-        rows = [_run_row(run, updated_ns) for run in runs]
-        self._call(
-            "runs insert",
-            "insert",
-            f"{self.database}.{schema.RUNS}",
-            rows,
-            column_names=list(_RUN_INSERT_COLUMNS),
-        )
+        self._insert(schema.RUNS, _rows.RUN_COLUMNS, [_rows.run_row(run, updated_ns) for run in runs])
 
     def insert_agent_keys(self, keys: Iterable[tuple[str, str, Ed25519PublicKey]], seen_ns: int) -> None:
-        rows = [
-            [kid, agent, base64.b64encode(public_key_bytes(key)).decode("ascii"), _dt(seen_ns)]
-            for kid, agent, key in keys
-        ]
-        if rows:
-            self._call(
-                "agent key insert",
-                "insert",
-                f"{self.database}.{schema.AGENT_KEYS}",
-                rows,
-                column_names=["Kid", "AgentId", "PublicKey", "FirstSeen"],
-            )
+        rows = [_rows.agent_key_row(kid, agent, key, seen_ns) for kid, agent, key in keys]
+        self._insert(schema.AGENT_KEYS, _rows.AGENT_KEY_COLUMNS, rows)
 
-    def insert_rows(self, table: str, rows: Sequence[Sequence[Any]], columns: Sequence[str]) -> None:
-        """Insert plain rows into one of the schema's tables (the control plane's decisions, halts, alerts)."""
+    def insert_decisions(self, decisions: Sequence[DecisionRecord]) -> None:
+        self._insert(schema.DECISIONS, _rows.DECISION_COLUMNS, [_rows.decision_row(d) for d in decisions])
+
+    def insert_halts(self, halts: Sequence[Halt]) -> None:
+        """Halts and their ends (``active=False``); readers keep each target's latest."""
+        self._insert(schema.HALTS, _rows.HALT_COLUMNS, [_rows.halt_row(h) for h in halts])
+
+    def insert_alerts(self, alerts: Sequence[AlertState]) -> None:
+        self._insert(schema.ALERTS, _rows.ALERT_COLUMNS, [_rows.alert_row(a) for a in alerts])
+
+    def insert_manifests(self, manifests: Sequence[StoredManifest]) -> None:
+        self._insert(schema.MANIFESTS, _rows.MANIFEST_COLUMNS, [_rows.manifest_row(m) for m in manifests])
+
+    def insert_trust_scores(self, scores: Sequence[TrustScore]) -> None:
+        self._insert(schema.TRUST_SCORES, _rows.TRUST_COLUMNS, [_rows.trust_row(t) for t in scores])
+
+    def _insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         if rows:
-            self._call(f"{table} insert", "insert", f"{self.database}.{table}", list(rows),
-                       column_names=list(columns))
+            self._call(f"{table} insert", "insert", f"{self.database}.{table}", list(rows), column_names=list(columns))
 
     # --- reads (RunReader) -----------------------------------------------------------------
     def list_runs(
@@ -293,17 +289,17 @@ class Store:
             " ORDER BY Start DESC, RunId LIMIT {limit:UInt32}"
         )
         rows = self._call("run list", "query", sql, parameters=params).result_rows
-        return [_run_from_row(r) for r in rows]
+        return [_rows.run_from_row(r) for r in rows]
 
     def get_chain_status(self, run_id: str) -> ChainStatus | None:
         sql = f"SELECT {_run_columns(self.database)} FROM {self.database}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"
         rows = self._call("run lookup", "query", sql, parameters={"run": run_id}).result_rows
-        return _run_from_row(rows[0]).chain if rows else None
+        return _rows.run_from_row(rows[0]).chain if rows else None
 
     def get_run(self, run_id: str) -> RunSummary | None:
         sql = f"SELECT {_run_columns(self.database)} FROM {self.database}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"
         rows = self._call("run lookup", "query", sql, parameters={"run": run_id}).result_rows
-        return _run_from_row(rows[0]) if rows else None
+        return _rows.run_from_row(rows[0]) if rows else None
 
     def get_run_spans(self, run_id: str) -> list[SpanRecord]:
         """A run's spans, each once, in start order: the time range from the trace-id lookup
@@ -316,7 +312,7 @@ class Store:
             f" ORDER BY Timestamp, SpanId LIMIT 1 BY {schema.SPAN_DEDUPE_KEY}"
         )
         result = self._call("span read", "query", sql, parameters={"run": run_id})
-        return [_span_from_row(r) for r in result.result_rows]
+        return [_rows.span_from_row(r) for r in result.result_rows]
 
     def get_agent_key(self, kid: str) -> Ed25519PublicKey | None:
         sql = f"SELECT PublicKey FROM {self.database}.{schema.AGENT_KEYS} FINAL WHERE Kid = {{kid:String}} LIMIT 1"
@@ -326,8 +322,9 @@ class Store:
         return Ed25519PublicKey.from_public_bytes(base64.b64decode(rows[0][0]))
 
     def pending_runs(self) -> list[str]:
-        sql = f"SELECT RunId FROM {self.database}.{schema.RUNS} FINAL WHERE ChainStatus = 'pending'"
-        return [r[0] for r in self._call("run list", "query", sql).result_rows]
+        sql = f"SELECT RunId FROM {self.database}.{schema.RUNS} FINAL WHERE ChainStatus = {{pending:String}}"
+        rows = self._call("run list", "query", sql, parameters={"pending": str(ChainState.PENDING)}).result_rows
+        return [r[0] for r in rows]
 
     def runs_with_root(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs have their run (root) span stored."""
@@ -346,154 +343,127 @@ class Store:
         sql = f"SELECT count() FROM {table} FINAL" if distinct else f"SELECT count() FROM {table}"
         return int(self._call("count", "query", sql).result_rows[0][0])
 
+    def run_marks(self, run_ids: Sequence[str]) -> dict[str, RunMarks]:
+        """Of these runs, those halted or classified (written by other components than the chain's)."""
+        sql = (
+            f"SELECT RunId, Halted, Classification FROM {self.database}.{schema.RUNS} FINAL"
+            " WHERE RunId IN {ids:Array(String)} AND (Halted != 0 OR Classification != '')"
+        )
+        rows = self._call("run marks", "query", sql, parameters={"ids": list(run_ids)}).result_rows
+        return {r[0]: RunMarks(halted=bool(r[1]), classification=r[2]) for r in rows}
+
+    # --- the control plane's reads ------------------------------------------------------------
+    def track_record(self, agent_id: str, *, window: int, not_violations: Iterable[str]) -> TrackRecord:
+        """The agent's last ``window`` runs: failed, regression replays (and passed), and runs
+        with a denial that counts as a violation (any rule but ``not_violations``)."""
+        db = self.database
+        sql = (
+            "SELECT count(), countIf(StatusCode = 'Error'), countIf(RunKind = {regression:String}),"
+            " countIf(RunKind = {regression:String} AND StatusCode != 'Error'),"
+            f" countIf(RunId IN (SELECT DISTINCT RunId FROM {db}.{schema.DECISIONS}"
+            "   WHERE AgentId = {a:String} AND Decision = {deny:String} AND Rule NOT IN {skip:Array(String)}))"
+            f" FROM (SELECT RunId, StatusCode, RunKind FROM {db}.{schema.RUNS} FINAL"
+            "  WHERE AgentId = {a:String} ORDER BY Start DESC LIMIT {window:UInt32})"
+        )
+        params = {
+            "a": agent_id,
+            "skip": sorted(not_violations),
+            "deny": DENY,
+            "regression": semconv.RUN_KIND_REGRESSION,
+            "window": int(window),
+        }
+        runs, failures, regressions, passes, violating = (
+            int(v) for v in self._call("track record", "query", sql, parameters=params).result_rows[0]
+        )
+        return TrackRecord(
+            runs=runs, failures=failures, regressions=regressions, regression_passes=passes,
+            violating_runs=violating,
+        )
+
+    def agents(self) -> list[str]:
+        """Every agent with a stored run, sorted."""
+        sql = f"SELECT DISTINCT AgentId FROM {self.database}.{schema.RUNS} ORDER BY 1"
+        return [r[0] for r in self._call("agent list", "query", sql).result_rows if r[0]]
+
+    def recent_spend(self, *, days: int = 2) -> list[SpendTotals]:
+        """Spend and not-refused calls per agent, run, UTC day, operation and tool, over the last ``days``."""
+        deny = f"arrayExists(a -> a['{semconv.POLICY_DECISION}'] = {{deny:String}}, Events.Attributes)"
+        sql = (
+            f"SELECT ResourceAttributes['{semconv.AGENT_ID}'], TraceId, toString(toDate(Timestamp, 'UTC')),"
+            f" SpanAttributes['{semconv.GEN_AI_OPERATION_NAME}'],"
+            f" SpanAttributes['{semconv.GEN_AI_TOOL_NAME}'],"
+            f" sum(toFloat64OrZero(SpanAttributes['{semconv.COST_USD}'])), countIf(NOT {deny})"
+            f" FROM (SELECT * FROM {self.database}.{schema.TRACES}"
+            " WHERE Timestamp >= now() - toIntervalDay({days:UInt32})"
+            f" LIMIT 1 BY {schema.SPAN_DEDUPE_KEY})"
+            " GROUP BY 1, 2, 3, 4, 5"
+        )
+        rows = self._call("spend", "query", sql, parameters={"deny": DENY, "days": int(days)}).result_rows
+        return [
+            SpendTotals(agent_id=agent, run_id=run_id, day=day, operation=operation, tool=tool,
+                        cost_usd=float(cost), calls=int(calls))
+            for agent, run_id, day, operation, tool, cost, calls in rows
+        ]
+
+    def manifests(self) -> list[StoredManifest]:
+        sql = (
+            f"SELECT Sha256, Signed, toUnixTimestamp64Nano(UpdatedAt) FROM {self.database}.{schema.MANIFESTS} FINAL"
+        )
+        rows = self._call("manifest list", "query", sql).result_rows
+        return [StoredManifest(sha256=d, signed=signed, time_ns=int(t)) for d, signed, t in rows]
+
+    def active_halts(self) -> list[Halt]:
+        sql = (
+            "SELECT Scope, TargetId, Reason, Actor, toUnixTimestamp64Nano(UpdatedAt)"
+            f" FROM {self.database}.{schema.HALTS} FINAL WHERE Active = 1"
+        )
+        rows = self._call("halt list", "query", sql).result_rows
+        return [
+            Halt(scope=scope, target=target, reason=reason, actor=actor, time_ns=int(t))
+            for scope, target, reason, actor, t in rows
+        ]
+
+    def decisions(self, run_id: str) -> list[tuple[str, DecisionRecord]]:
+        """A run's policy decisions in time order, each with the store's text of its time."""
+        sql = (
+            "SELECT toString(Timestamp), toUnixTimestamp64Nano(Timestamp), RunId, SpanId, AgentId, Tool,"
+            f" Decision, Rule, ManifestSha256, Detail FROM {self.database}.{schema.DECISIONS}"
+            " WHERE RunId = {run:String} ORDER BY Timestamp"
+        )
+        rows = self._call("decision list", "query", sql, parameters={"run": run_id}).result_rows
+        return [(r[0], _rows.decision_from_row(r[1:])) for r in rows]
+
+    def alerts(self, limit: int) -> list[tuple[str, AlertState]]:
+        """Alerts newest first, each once (delivered if any delivery was stored), with the store's
+        text of the time it was raised."""
+        sql = (
+            "SELECT toString(min(Timestamp)), toUnixTimestamp64Nano(min(Timestamp)), AlertId, any(Severity),"
+            " any(Kind), any(AgentId), any(RunId), any(Message), any(Attributes), max(Delivered)"
+            f" FROM {self.database}.{schema.ALERTS} GROUP BY AlertId"
+            " ORDER BY min(Timestamp) DESC LIMIT {limit:UInt32}"
+        )
+        rows = self._call("alert list", "query", sql, parameters={"limit": int(limit)}).result_rows
+        return [
+            (
+                text,
+                AlertState(
+                    alert=Alert(alert_id=alert_id, severity=severity, kind=kind, agent_id=agent, run_id=run,
+                                message=message, attributes=dict(attributes), time_ns=int(t)),
+                    delivered=bool(delivered),
+                ),
+            )
+            for text, t, alert_id, severity, kind, agent, run, message, attributes, delivered in rows
+        ]
+
+    # --- diagnostics ---------------------------------------------------------------------------
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
-        """Ad-hoc read for tests, benchmarks and tools (returns rows)."""
+        """Ad-hoc SQL for tests and benchmarks (returns rows). The collector itself never calls it:
+        every statement it runs is one of the typed methods above."""
         return self._call("query", "query", sql, parameters=parameters or {}).result_rows
 
     def command(self, sql: str) -> Any:
+        """Ad-hoc statement for tests and benchmarks; see :meth:`query`."""
         return self._call("command", "command", sql)
-
-
-def _dt(ns: int) -> int:
-    """A DateTime64(9) value: clickhouse-connect writes an int as ticks of the column's unit,
-    so every nanosecond survives (a datetime would keep microseconds only)."""
-    return int(ns)
-
-
-def _run_row(run: RunSummary, updated_ns: int) -> list[Any]:
-    c = run.chain
-    return [
-        run.run_id,
-        run.agent_id,
-        run.agent_name,
-        run.service_name,
-        run.run_kind,
-        run.name,
-        _dt(run.start_ns),
-        _dt(run.end_ns),
-        run.span_count,
-        run.status_code,
-        float(run.cost_usd),
-        str(c.status),
-        c.problem,
-        -1 if c.seq is None else int(c.seq),
-        c.span_id,
-        c.detail,
-        c.seal,
-        c.unsealed_spans,
-        int(run.halted),
-        run.classification,
-        run.manifest_sha256,
-        run.replay_of,
-        _dt(updated_ns),
-    ]
-
-
-def _run_from_row(r: Sequence[Any]) -> RunSummary:
-    (
-        run_id,
-        agent,
-        agent_name,
-        service,
-        kind,
-        name,
-        start,
-        end,
-        count,
-        code,
-        cost,
-        chain,
-        problem,
-        seq,
-        span_id,
-        detail,
-        seal,
-        unsealed,
-        halted,
-        classification,
-        manifest,
-        replay_of,
-        updated,
-    ) = r
-    return RunSummary(
-        run_id=run_id,
-        agent_id=agent,
-        agent_name=agent_name,
-        service_name=service,
-        run_kind=kind,
-        name=name,
-        start_ns=int(start),
-        end_ns=int(end),
-        span_count=int(count),
-        status_code=code,
-        cost_usd=float(cost),
-        chain=ChainStatus(
-            run_id=run_id,
-            status=ChainState(chain),
-            seal=seal,
-            span_count=int(count),
-            problem=problem,
-            seq=None if seq < 0 else int(seq),
-            span_id=span_id,
-            detail=detail,
-            unsealed_spans=int(unsealed),
-            verified_at_ns=int(updated),
-        ),
-        halted=bool(halted),
-        classification=classification,
-        manifest_sha256=manifest,
-        replay_of=replay_of,
-    )
-
-
-def _span_from_row(r: Sequence[Any]) -> SpanRecord:
-    (
-        start,
-        trace_id,
-        span_id,
-        parent,
-        name,
-        kind,
-        duration,
-        code,
-        message,
-        attrs,
-        resource,
-        ev_ts,
-        ev_names,
-        ev_attrs,
-    ) = r
-    start = int(start)
-    return SpanRecord(
-        trace_id=trace_id,
-        span_id=span_id,
-        parent_span_id=parent,
-        name=name,
-        kind=kind,
-        start_ns=start,
-        end_ns=(start + int(duration)) & _U64_MASK,
-        status_code=code,
-        status_message=message,
-        attributes=dict(attrs),
-        events=tuple(
-            EventRecord(name=n, time_ns=int(t), attributes=dict(a))
-            for t, n, a in zip(ev_ts, ev_names, ev_attrs, strict=True)
-        ),
-        resource=dict(resource),
-    )
-
-
-def run_cost(records: Iterable[SpanRecord]) -> float:
-    """Sum of ``agentreplay.cost.usd`` over a run's spans (malformed values count as 0)."""
-    total = 0.0
-    for r in records:
-        raw = r.attributes.get(semconv.COST_USD)
-        if raw:
-            try:
-                total += float(raw)
-            except ValueError:
-                continue
-    return total
 
 
 def open_reader(

@@ -24,10 +24,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from agentreplay_collector import schema
 from agentreplay_collector.errors import StoreError
+from agentreplay_collector.models import NOT_VIOLATIONS, TrackRecord, TrustScore
 from agentreplay_collector.store import Store
 
 _log = logging.getLogger(__name__)
@@ -36,7 +35,6 @@ WINDOW = 50
 PRIOR = 0.5
 PRIOR_WEIGHT = 10.0
 W_FAILURE, W_REGRESSION, W_VIOLATION = 0.5, 0.3, 0.2
-NOT_VIOLATIONS = ("halted", "authorize.unavailable")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,34 +66,6 @@ def load_tiers(path: Path | None) -> tuple[Tier, ...]:
         for t in doc["tiers"]
     )
     return tuple(sorted(tiers, key=lambda t: -t.min_score))
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrustScore:
-    agent_id: str
-    score: float
-    tier: str
-    spend_multiplier: float
-    runs: int
-    failure_rate: float
-    regression_pass_rate: float
-    regressions: int
-    scope_violations: int
-    computed_ns: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "agent_id": self.agent_id,
-            "score": self.score,
-            "tier": self.tier,
-            "spend_multiplier": self.spend_multiplier,
-            "runs": self.runs,
-            "failure_rate": self.failure_rate,
-            "regression_pass_rate": self.regression_pass_rate,
-            "regressions": self.regressions,
-            "scope_violations": self.scope_violations,
-            "computed_ns": str(self.computed_ns),
-        }
 
 
 def score(
@@ -138,69 +108,35 @@ class TrustBook:
             return cached.spend_multiplier if cached else tier_for(PRIOR, self.tiers).spend_multiplier
 
     def compute(self, agent_id: str) -> TrustScore:
-        runs = failures = regressions = passes = violating = 0
+        record = TrackRecord(runs=0, failures=0, regressions=0, regression_passes=0, violating_runs=0)
         if self.store is not None:
-            db = self.store.database
-            rows = self.store.query(
-                f"SELECT count(), countIf(StatusCode = 'Error'), countIf(RunKind = 'regression'),"
-                f" countIf(RunKind = 'regression' AND StatusCode != 'Error'),"
-                f" countIf(RunId IN (SELECT DISTINCT RunId FROM {db}.{schema.DECISIONS}"
-                "   WHERE AgentId = {a:String}"
-                f"   AND Decision = 'deny' AND Rule NOT IN {{skip:Array(String)}}))"
-                f" FROM (SELECT RunId, StatusCode, RunKind FROM {db}.{schema.RUNS} FINAL"
-                f"  WHERE AgentId = {{a:String}} ORDER BY Start DESC LIMIT {WINDOW})",
-                {"a": agent_id, "skip": list(NOT_VIOLATIONS)},
-            )
-            runs, failures, regressions, passes, violating = (int(v) for v in rows[0])
+            record = self.store.track_record(agent_id, window=WINDOW, not_violations=NOT_VIOLATIONS)
         value = score(
-            runs=runs,
-            failures=failures,
-            regressions=regressions,
-            regression_passes=passes,
-            violating_runs=violating,
+            runs=record.runs,
+            failures=record.failures,
+            regressions=record.regressions,
+            regression_passes=record.regression_passes,
+            violating_runs=record.violating_runs,
         )
         tier = tier_for(value, self.tiers)
+        runs, regressions = record.runs, record.regressions
         result = TrustScore(
             agent_id=agent_id,
             score=round(value, 6),
             tier=tier.name,
             spend_multiplier=tier.spend_multiplier,
             runs=runs,
-            failure_rate=failures / runs if runs else 0.0,
-            regression_pass_rate=passes / regressions if regressions else 1.0,
+            failure_rate=record.failures / runs if runs else 0.0,
+            regression_pass_rate=record.regression_passes / regressions if regressions else 1.0,
             regressions=regressions,
-            scope_violations=violating,
+            scope_violations=record.violating_runs,
             computed_ns=time.time_ns(),
         )
         with self._lock:
             self._cache[agent_id] = result
         if self.store is not None:
             try:
-                self.store.insert_rows(
-                    schema.TRUST_SCORES,
-                    [
-                        [
-                            agent_id,
-                            result.computed_ns,
-                            result.score,
-                            result.tier,
-                            runs,
-                            result.failure_rate,
-                            result.regression_pass_rate,
-                            violating,
-                        ]
-                    ],
-                    [
-                        "AgentId",
-                        "Timestamp",
-                        "Score",
-                        "Tier",
-                        "Runs",
-                        "FailureRate",
-                        "RegressionPassRate",
-                        "ScopeViolations",
-                    ],
-                )
+                self.store.insert_trust_scores([result])
             except StoreError as exc:
                 _log.warning("trust score of %s not stored: %s", agent_id, exc)
         return result
@@ -208,7 +144,4 @@ class TrustBook:
     def agents(self) -> list[str]:
         if self.store is None:
             return sorted(self._cache)
-        rows = self.store.query(
-            f"SELECT DISTINCT AgentId FROM {self.store.database}.{schema.RUNS} ORDER BY 1"
-        )
-        return [r[0] for r in rows if r[0]]
+        return self.store.agents()

@@ -1,0 +1,248 @@
+"""How the store's rows map to the collector's records, both ways; the SQL itself is in :mod:`.store`.
+
+Each table's insert columns sit beside the function that lays out its rows, so the two
+cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_collector.models import (
+    AlertState,
+    ChainState,
+    ChainStatus,
+    DecisionRecord,
+    Halt,
+    RunSummary,
+    StoredManifest,
+    TrustScore,
+)
+from agentreplay_otel.core import EventRecord, SpanRecord, public_key_bytes
+
+_U64_MASK = (1 << 64) - 1
+
+RUN_COLUMNS = (
+    "RunId",
+    "AgentId",
+    "AgentName",
+    "ServiceName",
+    "RunKind",
+    "RunSpanName",
+    "Start",
+    "End",
+    "SpanCount",
+    "StatusCode",
+    "CostUsd",
+    "ChainStatus",
+    "ChainProblem",
+    "ChainSeq",
+    "ChainSpanId",
+    "ChainDetail",
+    "SealStatus",
+    "UnsealedSpans",
+    "Halted",
+    "Classification",
+    "ManifestSha256",
+    "ReplayOf",
+    "UpdatedAt",
+)
+
+DECISION_COLUMNS = (
+    "Timestamp", "RunId", "SpanId", "AgentId", "Tool", "Decision", "Rule", "ManifestSha256", "Detail",
+)
+HALT_COLUMNS = ("Scope", "TargetId", "Reason", "Actor", "Active", "UpdatedAt")
+ALERT_COLUMNS = (
+    "Timestamp", "AlertId", "Severity", "Kind", "AgentId", "RunId", "Message", "Attributes", "Delivered",
+)
+MANIFEST_COLUMNS = ("Sha256", "Signed", "UpdatedAt")
+TRUST_COLUMNS = (
+    "AgentId", "Timestamp", "Score", "Tier", "Runs", "FailureRate", "RegressionPassRate", "ScopeViolations",
+)
+
+
+def decision_row(d: DecisionRecord) -> list[Any]:
+    detail = json.dumps({"detail": d.detail, "source": d.source}, separators=(",", ":"))
+    return [dt(d.time_ns), d.run_id, d.span_id, d.agent_id, d.tool, d.decision, d.rule, d.manifest_sha256, detail]
+
+
+def decision_from_row(r: Sequence[Any]) -> DecisionRecord:
+    time_ns, run_id, span_id, agent, tool, decision, rule, digest, detail = r
+    extra = json_object(detail)
+    return DecisionRecord(
+        time_ns=int(time_ns), run_id=run_id, span_id=span_id, agent_id=agent, tool=tool, decision=decision,
+        rule=rule, manifest_sha256=digest, detail=str(extra.get("detail", detail)),
+        source=str(extra.get("source", "")),
+    )
+
+
+AGENT_KEY_COLUMNS = ("Kid", "AgentId", "PublicKey", "FirstSeen")
+
+
+def agent_key_row(kid: str, agent_id: str, key: Ed25519PublicKey, seen_ns: int) -> list[Any]:
+    return [kid, agent_id, base64.b64encode(public_key_bytes(key)).decode("ascii"), dt(seen_ns)]
+
+
+def halt_row(h: Halt) -> list[Any]:
+    return [h.scope, h.target, h.reason, h.actor, int(h.active), dt(h.time_ns)]
+
+
+def manifest_row(m: StoredManifest) -> list[Any]:
+    return [m.sha256, m.signed, dt(m.time_ns)]
+
+
+def trust_row(t: TrustScore) -> list[Any]:
+    return [
+        t.agent_id, dt(t.computed_ns), t.score, t.tier, t.runs, t.failure_rate, t.regression_pass_rate,
+        t.scope_violations,
+    ]
+
+
+def json_object(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def alert_row(state: AlertState) -> list[Any]:
+    a = state.alert
+    return [
+        dt(a.time_ns), a.alert_id, a.severity, a.kind, a.agent_id, a.run_id, a.message, dict(a.attributes),
+        int(state.delivered),
+    ]
+
+
+def dt(ns: int) -> int:
+    """A DateTime64(9) value: clickhouse-connect writes an int as ticks of the column's unit,
+    so every nanosecond survives (a datetime would keep microseconds only)."""
+    return int(ns)
+
+
+def run_row(run: RunSummary, updated_ns: int) -> list[Any]:
+    c = run.chain
+    return [
+        run.run_id,
+        run.agent_id,
+        run.agent_name,
+        run.service_name,
+        run.run_kind,
+        run.name,
+        dt(run.start_ns),
+        dt(run.end_ns),
+        run.span_count,
+        run.status_code,
+        float(run.cost_usd),
+        str(c.status),
+        c.problem,
+        -1 if c.seq is None else int(c.seq),
+        c.span_id,
+        c.detail,
+        c.seal,
+        c.unsealed_spans,
+        int(run.halted),
+        run.classification,
+        run.manifest_sha256,
+        run.replay_of,
+        dt(updated_ns),
+    ]
+
+
+def run_from_row(r: Sequence[Any]) -> RunSummary:
+    (
+        run_id,
+        agent,
+        agent_name,
+        service,
+        kind,
+        name,
+        start,
+        end,
+        count,
+        code,
+        cost,
+        chain,
+        problem,
+        seq,
+        span_id,
+        detail,
+        seal,
+        unsealed,
+        halted,
+        classification,
+        manifest,
+        replay_of,
+        updated,
+    ) = r
+    return RunSummary(
+        run_id=run_id,
+        agent_id=agent,
+        agent_name=agent_name,
+        service_name=service,
+        run_kind=kind,
+        name=name,
+        start_ns=int(start),
+        end_ns=int(end),
+        span_count=int(count),
+        status_code=code,
+        cost_usd=float(cost),
+        chain=ChainStatus(
+            run_id=run_id,
+            status=ChainState(chain),
+            seal=seal,
+            span_count=int(count),
+            problem=problem,
+            seq=None if seq < 0 else int(seq),
+            span_id=span_id,
+            detail=detail,
+            unsealed_spans=int(unsealed),
+            verified_at_ns=int(updated),
+        ),
+        halted=bool(halted),
+        classification=classification,
+        manifest_sha256=manifest,
+        replay_of=replay_of,
+    )
+
+
+def span_from_row(r: Sequence[Any]) -> SpanRecord:
+    (
+        start,
+        trace_id,
+        span_id,
+        parent,
+        name,
+        kind,
+        duration,
+        code,
+        message,
+        attrs,
+        resource,
+        ev_ts,
+        ev_names,
+        ev_attrs,
+    ) = r
+    start = int(start)
+    return SpanRecord(
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent,
+        name=name,
+        kind=kind,
+        start_ns=start,
+        end_ns=(start + int(duration)) & _U64_MASK,
+        status_code=code,
+        status_message=message,
+        attributes=dict(attrs),
+        events=tuple(
+            EventRecord(name=n, time_ns=int(t), attributes=dict(a))
+            for t, n, a in zip(ev_ts, ev_names, ev_attrs, strict=True)
+        ),
+        resource=dict(resource),
+    )
