@@ -11,7 +11,7 @@ from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
 import agentreplay_otel
-from agentreplay_otel import runs, semconv
+from agentreplay_otel import runs, semconv, tools
 from agentreplay_otel.chain import verify
 
 
@@ -150,3 +150,23 @@ def test_run_restores_the_context(recorder):
     with agentreplay_otel.run("x"):
         assert trace.get_current_span().is_recording()
     assert otel_context.get_current() == before
+
+
+def test_a_framework_recording_the_call_of_a_tool_makes_the_one_span(recorder):
+    """``tools.call_tool`` is the path a framework's instrumentor takes (with the model's call id); an
+    ``@tool`` function it runs adds no span of its own, but the tools that one calls still do."""
+
+    @agentreplay_otel.tool(side_effect=True)
+    def outer(n: int) -> int:
+        return add(n)
+
+    call = tools.ToolInvocation(spec=tools.spec_of(outer), arguments={"n": 1}, func=outer, call_id="call_9")
+    with agentreplay_otel.run("framework"):
+        with tools.recorded_by_caller(outer):
+            assert tools.call_tool(call, lambda: outer(1)) == 3
+    spans = [s for s in recorder.spans() if semconv.STEP in s.attributes]
+    assert [(s.name, s.attributes[semconv.STEP]) for s in spans] == [("execute_tool add", 1), ("execute_tool outer", 0)]
+    assert spans[1].attributes[semconv.GEN_AI_TOOL_CALL_ID] == "call_9"
+    assert spans[1].attributes[semconv.TOOL_SIDE_EFFECT] is True
+    assert spans[0].parent.span_id == spans[1].context.span_id
+    assert semconv.GEN_AI_TOOL_CALL_ID not in spans[0].attributes  # a direct call has no id
