@@ -21,7 +21,6 @@ import yaml
 
 from agentreplay_collector.errors import ConfigError
 
-TOP_LEVEL = ("receivers", "processors", "exporters", "extensions", "service")
 PIPELINE_ORDER = ("agentreplay_auth", "agentreplay_chain", "agentreplay_scope", "batch")
 """Where each processor may stand in ``service.pipelines.traces.processors``.
 
@@ -99,14 +98,6 @@ class ClickHouseConfig:
     username: str | None = None
     password: str | None = field(default=None, repr=False)
     timeout_s: float = 10.0
-
-    @property
-    def is_chdb(self) -> bool:
-        return self.endpoint.startswith("chdb://")
-
-    @property
-    def chdb_path(self) -> str:
-        return self.endpoint[len("chdb://") :]
 
 
 @dataclass(frozen=True, kw_only=True)
