@@ -58,3 +58,10 @@ def test_past_the_recording_the_real_sources_answer_and_types_hold():
     assert isinstance(now, datetime.datetime) and type(now) is determinism._REAL_DATETIME
     assert isinstance(uuid.uuid4(), uuid.UUID)
     assert datetime.datetime.now(datetime.UTC).tzinfo is datetime.UTC
+
+
+def test_a_replay_seeding_random_does_not_reuse_the_recorded_trace_ids():
+    determinism.install(determinism.Draws(seed=7))
+    first = determinism.PrivateIdGenerator().generate_trace_id()
+    determinism.install(determinism.Draws(seed=7))
+    assert determinism.PrivateIdGenerator().generate_trace_id() != first

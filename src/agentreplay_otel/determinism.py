@@ -29,6 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.trace import INVALID_SPAN_ID, INVALID_TRACE_ID
+
 _REAL_TIME = time.time
 _REAL_UUID4 = uuid.uuid4
 _REAL_DATETIME = _dt.datetime
@@ -93,6 +96,26 @@ class _Source:
 
 
 _source: _Source | None = None
+
+
+class PrivateIdGenerator(IdGenerator):
+    """Trace and span ids from a generator of their own, never the ``random`` module: a replay
+    seeds that one as the recording was, and its run must not get the recorded run's ids."""
+
+    def __init__(self) -> None:
+        self._random = random.Random(os.urandom(16))
+
+    def generate_span_id(self) -> int:
+        span_id = self._random.getrandbits(64)
+        while span_id == INVALID_SPAN_ID:
+            span_id = self._random.getrandbits(64)
+        return span_id
+
+    def generate_trace_id(self) -> int:
+        trace_id = self._random.getrandbits(128)
+        while trace_id == INVALID_TRACE_ID:
+            trace_id = self._random.getrandbits(128)
+        return trace_id
 
 
 def _time() -> float:

@@ -95,7 +95,7 @@ def build_tracer_provider(environ: Mapping[str, str] | None = None) -> TracerPro
     settings.configure(current)
     creds = current.credentials
     resource = Resource.create(_resource_attributes(env, creds.agent_id))
-    provider = TracerProvider(resource=resource)
+    provider = TracerProvider(resource=resource, id_generator=determinism.PrivateIdGenerator())
     provider.add_span_processor(_AutoRunCloser())  # shut down first: the auto run ends before the flush
     chain_options = {
         "signing_key": creds.signing_key,
