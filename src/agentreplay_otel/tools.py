@@ -108,7 +108,7 @@ def call_tool(
     ``recorded(result)`` is what the span keeps as the result (and what a replay answers with).
     """
     with _Step(call, recorded, tracer) as step:
-        answer = step.begin()
+        answer = _decide(call, step.span)
         step.result = body() if answer is None else replayed(answer)
     return step.result
 
@@ -123,7 +123,7 @@ async def acall_tool(
 ) -> T:
     """:func:`call_tool` for a coroutine body."""
     with _Step(call, recorded, tracer) as step:
-        answer = step.begin()
+        answer = _decide(call, step.span)
         step.result = await (body() if answer is None else replayed(answer))
     return step.result
 
@@ -142,14 +142,6 @@ class _Step:
         self._token = otel_context.attach(trace.set_span_in_context(self.span))
         return self
 
-    def begin(self) -> Replayed | None:
-        """The guard's verdict (raises, or None: the body runs), or in a replay its answer."""
-        session = replay.active()
-        if session is None:
-            _enforce(self.call, self.span)
-            return None
-        return _sandboxed(session, self.call, self.span)
-
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         otel_context.detach(self._token)  # type: ignore[arg-type]
@@ -159,8 +151,17 @@ class _Step:
             _finish(self.span, self.call, self.recorded, self.result)
 
 
-def _sandboxed(session: replay.ReplaySession, call: ToolInvocation, span: Span) -> Replayed:
-    """In a replay the tool's body never runs: its recorded result (or a mock) stands in."""
+# The guard and the replay are consulted in these two functions only.
+def _decide(call: ToolInvocation, span: Span) -> Replayed | None:
+    """Before the body: when recording, the guard's verdict (raises ScopeViolation / RunHalted, or
+    None: the body runs); in a replay, the answer that stands in for the body, which never runs."""
+    session = replay.active()
+    if session is None:
+        g = guard.current()
+        if g is not None:
+            g.before_tool(span=span, tool=call.spec.name, side_effect=call.spec.side_effect,
+                          arguments=call.arguments, cost_usd=_cost(call.spec.cost, call.arguments))
+        return None
     try:
         value, source = session.on_tool_call(call.spec.name, call.arguments, call.func)
     except ReplayedToolError as exc:  # failed when recorded: the caller raises it where the body was
@@ -169,12 +170,17 @@ def _sandboxed(session: replay.ReplaySession, call: ToolInvocation, span: Span) 
     return Replayed(value=value)
 
 
-def _enforce(call: ToolInvocation, span: Span) -> None:
-    """The guard's verdict before the body runs: returns, or raises ScopeViolation / RunHalted."""
+def _charge(call: ToolInvocation, span: Span) -> None:
+    """The call's cost on its span and against the run's caps; a sandboxed call (a replay) cost nothing."""
+    if replay.active() is not None:
+        return
+    cost = _cost(call.spec.cost, call.arguments)
+    if cost is None:
+        return
+    span.set_attribute(semconv.COST_USD, cost)
     g = guard.current()
     if g is not None:
-        g.before_tool(span=span, tool=call.spec.name, side_effect=call.spec.side_effect,
-                      arguments=call.arguments, cost_usd=_cost(call.spec.cost, call.arguments))
+        g.add_cost(format(span.get_span_context().trace_id, "032x"), cost)
 
 
 def _start(call: ToolInvocation, tracer: trace.Tracer | None) -> Span:
@@ -197,13 +203,7 @@ def _finish(span: Span, call: ToolInvocation, recorded: Callable[[Any], Any], re
     try:
         if settings.current().capture_content:
             span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, to_json(recorded(result)))
-        # A sandboxed call (in a replay) acted on nothing, so it cost nothing.
-        cost = None if replay.active() is not None else _cost(call.spec.cost, call.arguments)
-        if cost is not None:
-            span.set_attribute(semconv.COST_USD, cost)
-            g = guard.current()
-            if g is not None:
-                g.add_cost(format(span.get_span_context().trace_id, "032x"), cost)
+        _charge(call, span)
     except Exception:  # recording must never break the agent
         _log.exception("agentreplay: could not record the result of tool %r", call.spec.name)
     finally:
