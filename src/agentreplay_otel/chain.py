@@ -17,6 +17,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from opentelemetry.context import Context
@@ -46,7 +47,7 @@ _SEALED_MEMORY = 4096  # sealed runs remembered, so a straggler span continues i
 
 def record_from_span(
     span: ReadableSpan,
-    attributes: Mapping | None = None,
+    attributes: Mapping[str, Any] | None = None,
     events: Iterable[Event] | None = None,
     *,
     with_resource: bool = True,
@@ -68,7 +69,7 @@ def record_from_span(
         end_ns=span.end_time or 0,
         status_code=status_name(status.status_code.value),
         status_message=status.description or "",
-        attributes={k: stored_string(v) for k, v in (span.attributes if attributes is None else attributes).items()},
+        attributes={k: stored_string(v) for k, v in ((span.attributes or {}) if attributes is None else attributes).items()},
         events=tuple(
             EventRecord(
                 name=e.name,
@@ -148,7 +149,7 @@ class Chainer:
             self._seal(attributes, record, seq)
         return _copy_span(span, attributes, events)
 
-    def _seal(self, attributes: dict, record: SpanRecord, seq: int) -> None:
+    def _seal(self, attributes: dict[str, Any], record: SpanRecord, seq: int) -> None:
         if self._key is None:
             if not self._warned_unsigned:
                 self._warned_unsigned = True
@@ -167,7 +168,9 @@ class Chainer:
         attributes[semconv.CHAIN_SEAL] = sign(self._key, payload)
         attributes[semconv.IDENTITY_KID] = self._kid
 
-    def _redact(self, attributes: dict, events: list[Event]) -> tuple[dict, list[Event]]:
+    def _redact(
+        self, attributes: dict[str, Any], events: list[Event]
+    ) -> tuple[dict[str, Any], list[Event]]:
         assert self._redactor is not None
         out = {
             k: self._redactor(k, v) if k in semconv.CONTENT_ATTRIBUTES and isinstance(v, str) else v
@@ -251,7 +254,7 @@ class ChainingSpanExporter(SpanExporter):
         return self.exporter.force_flush(timeout_millis)
 
 
-def _copy_span(span: ReadableSpan, attributes: Mapping, events: list[Event]) -> ReadableSpan:
+def _copy_span(span: ReadableSpan, attributes: Mapping[str, Any], events: list[Event]) -> ReadableSpan:
     return ReadableSpan(
         name=span.name,
         context=span.context,

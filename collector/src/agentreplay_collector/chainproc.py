@@ -225,7 +225,7 @@ class ChainProcessor:
             return None
         self.verified_runs += 1
         self.verified_spans += report.span_count
-        return self._summary(run.run_id, records, report)
+        return self._summary(run.run_id, records or [], report)
 
     def _key(self, kid: str) -> Ed25519PublicKey | None:
         key = self.keys.lookup(kid)

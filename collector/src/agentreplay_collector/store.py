@@ -270,7 +270,8 @@ class Store:
         limit: int = 100,
     ) -> list[RunSummary]:
         """Newest first. ``status`` is a chain status (intact, broken, ...) or a span status (Ok, Error)."""
-        where, params = ["1"], {"limit": max(0, int(limit))}
+        where: list[str] = ["1"]
+        params: dict[str, Any] = {"limit": max(0, int(limit))}
         if agent:
             where.append("AgentId = {agent:String}")
             params["agent"] = agent
@@ -459,7 +460,8 @@ class Store:
     def query(self, sql: str, parameters: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """Ad-hoc SQL for tests and benchmarks (returns rows). The collector itself never calls it:
         every statement it runs is one of the typed methods above."""
-        return self._call("query", "query", sql, parameters=parameters or {}).result_rows
+        rows: list[tuple[Any, ...]] = self._call("query", "query", sql, parameters=parameters or {}).result_rows
+        return rows
 
     def command(self, sql: str) -> Any:
         """Ad-hoc statement for tests and benchmarks; see :meth:`query`."""

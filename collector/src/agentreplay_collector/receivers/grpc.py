@@ -74,3 +74,4 @@ class GrpcReceiver:
             _log.exception("OTLP/gRPC export failed")
             code, message = grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
         await context.abort(code, message)
+        raise AssertionError("ServicerContext.abort() raises")  # for the type checker
