@@ -63,7 +63,6 @@ PINNED = [
     "load_recording",
     "recording_from_spans",
     "request_fingerprint",
-    "DEFAULT_CONTROL",
     "AgentReplayError",
     "ConfigurationError",
     "IdentityError",

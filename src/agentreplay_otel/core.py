@@ -3,9 +3,8 @@
 What the three distributions must agree on byte for byte or rule for rule lives once, here:
 the stored form of a span and its canonical encoding, the chain verifier, identity (keys,
 tokens, signed manifests), the manifest evaluator, the recording model replay works from,
-the attribute names (:mod:`semconv`), the default control endpoint and the error tree.
-None of it needs the OpenTelemetry SDK, so a reader verifies a chain or evaluates a
-manifest without a tracer.
+the attribute names (:mod:`semconv`) and the error tree. None of it needs the
+OpenTelemetry SDK, so a reader verifies a chain or evaluates a manifest without a tracer.
 
 Everything else in ``agentreplay_otel`` is the recorder's business. ``tests/test_core.py``
 pins ``__all__``: growing the core is a deliberate act, made in that test as well.
@@ -25,7 +24,6 @@ from agentreplay_otel.canonical import (
     stored_string,
 )
 from agentreplay_otel.chainverify import ChainProblem, ChainReport, KeyLookup, SealStatus, link_hash, verify
-from agentreplay_otel.control import DEFAULT_CONTROL
 from agentreplay_otel.errors import (
     AgentReplayError,
     ConfigurationError,
@@ -131,8 +129,6 @@ __all__ = [
     "load_recording",
     "recording_from_spans",
     "request_fingerprint",
-    # where the collector's control endpoint is unless told otherwise
-    "DEFAULT_CONTROL",
     # errors
     "AgentReplayError",
     "ConfigurationError",
