@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -14,18 +15,28 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector.config import ControlConfig
 from agentreplay_collector.errors import StoreError, StoreUnavailable
 from agentreplay_collector.models import ChainStatus, RunSummary, span_from_json
-from agentreplay_otel.canonical import SpanRecord
+from agentreplay_otel.core import SpanRecord, semconv
+
+DEFAULT_COLLECTOR = f"http://{ControlConfig().endpoint}"
+"""Where a collector's control endpoint listens unless its config says otherwise."""
+
+
+def collector_url(given: str | None = None) -> str:
+    """Where the collector's control endpoint is: ``given``, else ``$AGENTREPLAY_COLLECTOR``, else
+    :data:`DEFAULT_COLLECTOR`; always with a scheme and without a trailing slash. Every reader
+    (:class:`CollectorClient`, the CLI) finds the collector here."""
+    url = given or os.environ.get(semconv.ENV_COLLECTOR) or DEFAULT_COLLECTOR
+    return (url if "://" in url else f"http://{url}").rstrip("/")
 
 
 class CollectorClient:
-    """Reads runs through a running collector (``http://127.0.0.1:4320`` by default)."""
+    """Reads runs through a running collector (at :func:`collector_url` of ``url``)."""
 
-    def __init__(self, url: str = "http://127.0.0.1:4320", *, timeout_s: float = 30.0) -> None:
-        if "://" not in url:
-            url = f"http://{url}"
-        self.url = url.rstrip("/")
+    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0) -> None:
+        self.url = collector_url(url)
         self.timeout_s = timeout_s
         # A collector is a local service: never send its reads through an HTTP proxy.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentreplay_otel.recording import KIND_TOOL, RecordedStep, Recording, json_or
+from agentreplay_otel.core import KIND_TOOL, RecordedStep, Recording, json_or
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,29 +4,59 @@ The replayer reads the run from the store (through the collector when one runs),
 refuses a run whose chain does not verify (unless told otherwise), writes the bundle
 the SDK reads (:mod:`agentreplay_otel.replay`), starts the agent's command under
 ``opentelemetry-instrument`` and reads back the SDK's report.
+
+The agent's stdout and stderr pass through as it runs (the user sees the reproduced
+failure as it happens); the tail of its stderr is kept so the report can quote the
+traceback. How the agent exited is compared with how the recorded process ended: an
+agent that fails where the recording did not has diverged, even when every call matched.
 """
 
 from __future__ import annotations
 
-import json
+import codecs
+import dataclasses
 import os
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, TextIO
 from urllib.parse import urlsplit
 
 from agentreplay_collector.store import RunReader
-from agentreplay_otel.chain import ChainReport, verify
-from agentreplay_otel.recording import Recording, recording_from_spans
-from agentreplay_otel.replay import ENV_REPLAY, ENV_REPLAY_REPORT, Plan, bundle
+from agentreplay_otel.core import ChainReport, Recording, SpanRecord, recording_from_spans, semconv, verify
+from agentreplay_otel.replay import (
+    ENV_REPLAY,
+    ENV_REPLAY_REPORT,
+    Divergence,
+    Outcome,
+    Plan,
+    Reason,
+    Report,
+    bundle,
+)
+
+STDERR_TAIL_LINES = 20
+"""Lines of the agent's stderr the report quotes (the end of a traceback)."""
+_STDERR_KEEP_BYTES = 64 * 1024  # enough to find the start of the last traceback
 
 
 class ReplayError(Exception):
     """The replay could not be run (not the same as a replay that diverged)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunEnd:
+    """How a run's process ended: cleanly, or in an exception (its class name and message)."""
+
+    failed: bool
+    error_type: str = ""
+    message: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,13 +65,18 @@ class ReplayOutcome:
     chain: ChainReport
     command: list[str]
     exit_code: int
-    report: dict | None  # the SDK's report (JSON), None if the agent never wrote one
-    stdout: str
-    stderr: str
+    report: Report | None  # the SDK's report, the agent's exit judged (:func:`judge_exit`); None if none
+    recorded_end: RunEnd  # how the recorded process ended, as far as the recording shows
+    exception: RunEnd | None  # the uncaught exception the agent's stderr ends in, if any
+    stderr_tail: tuple[str, ...]  # the last lines the agent wrote to stderr
+
+    @property
+    def diverged(self) -> bool:
+        return self.report is not None and self.report.outcome is Outcome.DIVERGED
 
 
-def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Recording, ChainReport]:
-    """The run's recording, after its chain has been recomputed from the stored rows."""
+def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Recording, ChainReport, RunEnd]:
+    """The run's recording and how it ended, after its chain has been recomputed from the stored rows."""
     spans = source.get_run_spans(run_id)
     if not spans:
         raise ReplayError(f"run {run_id} has no stored spans")
@@ -52,7 +87,68 @@ def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Rec
             f"run {run_id} does not verify: {report.problem}{where}: {report.detail}. "
             "Refusing to replay a tampered recording; --allow-unverified replays it anyway."
         )
-    return recording_from_spans(spans), report
+    recording = recording_from_spans(spans)
+    return recording, report, recorded_end(spans, recording)
+
+
+def recorded_end(spans: Sequence[SpanRecord], recording: Recording) -> RunEnd:
+    """How the recorded process ended: the run span's error, else the last step's failure.
+
+    An explicit run records the exception that left it; an auto run ends at exit and never
+    sees the exception that ended the process, so a failed last step (a halt, a refused
+    tool call) stands for it.
+    """
+    root = next((s for s in spans if s.is_root), None)
+    if root is not None and root.status_code == "Error":
+        return RunEnd(failed=True, error_type=root.attributes.get(semconv.ERROR_TYPE, ""),
+                      message=root.status_message)
+    last = recording.steps[-1] if recording.steps else None
+    if last is not None and last.failed:
+        return RunEnd(failed=True, error_type=last.error_type, message=last.error)
+    return RunEnd(failed=False)
+
+
+_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*)(?::\s?(?P<message>.*))?$")
+
+
+def exception_in(stderr_lines: Sequence[str]) -> RunEnd | None:
+    """The uncaught exception a Python traceback in ``stderr_lines`` ends in, if there is one."""
+    starts = [i for i, line in enumerate(stderr_lines) if line.startswith("Traceback (most recent call last)")]
+    if not starts:
+        return None
+    for line in stderr_lines[starts[-1] + 1:]:
+        if line and not line[0].isspace():
+            match = _EXCEPTION_LINE.match(line)
+            if match:
+                return RunEnd(failed=True, error_type=match["type"].rsplit(".", 1)[-1],
+                              message=match["message"] or "")
+            return None
+    return None
+
+
+def exit_difference(recorded: RunEnd, exit_code: int, replayed: RunEnd | None) -> str | None:
+    """How an agent that exited ``exit_code`` did not end as the recording did ("exited 1 (the
+    recording did not)"), or None. A recorded failure that comes back as the same exception (a
+    halt that halts again) is the same end; failing where the recording did not, or otherwise, is not.
+    """
+    if exit_code == 0:
+        return None
+    if not recorded.failed:
+        return f"exited {exit_code} (the recording did not)"
+    if replayed and recorded.error_type and replayed.error_type != recorded.error_type.rsplit(".", 1)[-1]:
+        return f"exited {exit_code} with {replayed.error_type} (the recording ended in {recorded.error_type})"
+    return None
+
+
+def judge_exit(report: Report, recorded: RunEnd, exit_code: int, exception: RunEnd | None) -> Report:
+    """The SDK's report with the agent's exit taken into account: a replay whose every call matched
+    but whose agent ended differently than the recorded process is a divergence (``exit-differs``).
+    A fork is not judged by its exit (it may stop the agent on purpose, with ``ForkComplete``)."""
+    why = exit_difference(recorded, exit_code, exception)
+    if why is None or report.outcome is not Outcome.MATCHED:
+        return report
+    divergence = Divergence(step=report.steps_replayed, reason=Reason.EXIT_DIFFERS, kind="", name=why)
+    return dataclasses.replace(report, outcome=Outcome.DIVERGED, divergence=divergence)
 
 
 def agent_command(recording: Recording, command: Sequence[str]) -> list[str]:
@@ -86,6 +182,11 @@ def allowed_endpoints(otlp: str | None) -> list[str]:
     return [f"{parts.hostname}:{parts.port}"] if parts.hostname and parts.port else []
 
 
+def read_report(path: Path) -> Report | None:
+    """The SDK's report, typed; None when the agent wrote none (it never entered replay mode)."""
+    return Report.from_json(path.read_text()) if path.exists() else None
+
+
 def run(
     source: RunReader,
     run_id: str,
@@ -95,20 +196,84 @@ def run(
     allow_unverified: bool = False,
     otlp: str | None = None,
     timeout_s: float = 600.0,
+    stdout: TextIO | None = None,
+    stderr: TextIO | None = None,
 ) -> ReplayOutcome:
-    recording, chain = load(source, run_id, allow_unverified=allow_unverified)
+    """Replay ``run_id``; the agent's output goes to ``stdout`` and ``stderr`` (default: ours) as it runs."""
+    recording, chain, end = load(source, run_id, allow_unverified=allow_unverified)
     cmd = agent_command(recording, command)
     plan = Plan(**{**plan.__dict__, "allow": [*plan.allow, *allowed_endpoints(otlp)]})
     with tempfile.TemporaryDirectory(prefix="agentreplay-") as tmp:
         bundle_path, report_path = Path(tmp) / "bundle.json", Path(tmp) / "report.json"
         bundle_path.write_text(bundle(recording, plan))
-        try:
-            done = subprocess.run(cmd, env=replay_env(os.environ, bundle_path, report_path, otlp),
-                                  capture_output=True, text=True, timeout=timeout_s)
-        except FileNotFoundError as exc:
-            raise ReplayError(f"cannot run {shlex.join(cmd)}: {exc}") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise ReplayError(f"the agent ran past {timeout_s:.0f}s: {shlex.join(cmd)}") from exc
-        report = json.loads(report_path.read_text()) if report_path.exists() else None
-    return ReplayOutcome(recording=recording, chain=chain, command=cmd, exit_code=done.returncode, report=report,
-                         stdout=done.stdout, stderr=done.stderr)
+        env = replay_env(os.environ, bundle_path, report_path, otlp)
+        exit_code, lines = run_passing_through(cmd, env, timeout_s=timeout_s,
+                                               stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
+        report = read_report(report_path)
+    exception = exception_in(lines)
+    if report is not None:
+        report = judge_exit(report, end, exit_code, exception)
+    return ReplayOutcome(recording=recording, chain=chain, command=cmd, exit_code=exit_code, report=report,
+                         recorded_end=end, exception=exception, stderr_tail=tuple(lines[-STDERR_TAIL_LINES:]))
+
+
+def run_passing_through(cmd: Sequence[str], env: Mapping[str, str], *, timeout_s: float, stdout: TextIO,
+                        stderr: TextIO) -> tuple[int, list[str]]:
+    """Run ``cmd`` with its output passed through to ``stdout`` and ``stderr`` as it comes, not captured.
+
+    Its stdout goes straight to ``stdout``'s file (a terminal stays a terminal, so the agent
+    buffers as it always does); its stderr is tee'd. Returns the exit code and the last lines
+    of its stderr (its last 64 KiB: enough to hold the start of a traceback, which
+    :func:`exception_in` reads).
+    """
+    out_fd = _fileno(stdout)
+    stdout.flush()
+    try:
+        proc = subprocess.Popen(list(cmd), env=dict(env), stdout=subprocess.PIPE if out_fd is None else out_fd,
+                                stderr=subprocess.PIPE)
+    except OSError as exc:
+        raise ReplayError(f"cannot run {shlex.join(cmd)}: {exc}") from exc
+    kept = bytearray()
+    assert proc.stderr is not None
+    pumps = [threading.Thread(target=_pump, args=(proc.stderr, stderr, kept), daemon=True)]
+    if proc.stdout is not None:  # a stream with no file of its own (a test runner's): copied
+        pumps.append(threading.Thread(target=_pump, args=(proc.stdout, stdout, None), daemon=True))
+    for pump in pumps:
+        pump.start()
+    try:
+        exit_code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.wait()
+        raise ReplayError(f"the agent ran past {timeout_s:.0f}s: {shlex.join(cmd)}") from exc
+    finally:
+        for pump in pumps:
+            pump.join(timeout=5)
+    return exit_code, bytes(kept).decode(errors="replace").splitlines()
+
+
+def _fileno(stream: TextIO) -> int | None:
+    try:
+        return stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is both OSError and ValueError
+        return None
+
+
+def _pump(source: IO[bytes], target: TextIO, kept: bytearray | None) -> None:
+    """Copy ``source`` to ``target`` as its bytes arrive, keeping the last of them in ``kept``."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    fd = source.fileno()
+    try:
+        while chunk := os.read(fd, 65536):
+            target.write(decoder.decode(chunk))
+            target.flush()
+            if kept is not None:
+                kept += chunk
+                del kept[:-_STDERR_KEEP_BYTES]
+        target.write(decoder.decode(b"", final=True))
+        target.flush()
+    except (OSError, ValueError):  # our own stream closed (a broken pipe): the agent runs on regardless
+        while os.read(fd, 65536):
+            pass
+    finally:
+        source.close()

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentreplay_otel import semconv
-from agentreplay_otel.canonical import SpanRecord
+from agentreplay_otel.core import SpanRecord, semconv
 from agentreplay_replay.diffing import clip
+
+NOT_REPLAYABLE = "response not recorded: not replayable"
+"""What ``show`` says of an LLM call whose response the recording lacks (a replay cannot answer it)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -40,6 +42,14 @@ class TimelineNode:
         except ValueError:
             return None
 
+    @property
+    def response_recorded(self) -> bool | None:
+        """For an LLM call: whether its response (body or stream) was recorded; None for other spans."""
+        a = self.span.attributes
+        if self.step is None or a.get(semconv.GEN_AI_OPERATION_NAME) == semconv.OP_EXECUTE_TOOL:
+            return None
+        return semconv.RESPONSE in a or semconv.RESPONSE_STREAM in a
+
     def walk(self) -> list[TimelineNode]:
         out = [self]
         for child in self.children:
@@ -47,14 +57,17 @@ class TimelineNode:
         return out
 
     def summary(self) -> str:
-        """What this step did, in a few words: the tool's arguments, the model's tokens."""
+        """What this step did, in a few words: the tool's arguments, the model's tokens (or that
+        its response was not recorded, so a replay cannot answer it)."""
         a = self.span.attributes
         op = a.get(semconv.GEN_AI_OPERATION_NAME, "")
         if op == semconv.OP_EXECUTE_TOOL:
             args = _short(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, ""))
             result = _short(a.get(semconv.GEN_AI_TOOL_CALL_RESULT, ""))
             return f"args {args} -> {result}" if result else f"args {args}"
-        if op == semconv.OP_CHAT:
+        if self.response_recorded is False:  # a replay could not answer it (a failed call's error neither)
+            return NOT_REPLAYABLE
+        if self.response_recorded or op == semconv.OP_CHAT:
             tokens_in = a.get(semconv.GEN_AI_USAGE_INPUT_TOKENS, "?")
             tokens_out = a.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS, "?")
             return f"{tokens_in} in / {tokens_out} out tokens"
@@ -113,6 +126,7 @@ def as_json(nodes: Sequence[TimelineNode]) -> list[dict[str, Any]]:
             "status": n.span.status_code,
             "status_message": n.span.status_message,
             "cost_usd": n.cost_usd,
+            "response_recorded": n.response_recorded,
             "summary": n.summary(),
         }
         for root in nodes

@@ -1,0 +1,17 @@
+"""``agentreplay``: list, show, verify, replay, fork and diff recorded agent runs, and control them.
+
+One module per command group, over one common module and one client::
+
+    _common     consoles, CLIError (exit 2), --json output, the options every command shares
+    _client     Collector (every call to the control endpoint) and reader (runs, via collector or store)
+    _read       runs, show, verify
+    _replay     replay, fork, diff
+    _control    kill, resume, decisions, alerts, trust
+    _identity   keys init, manifest sign, identity issue
+    _render     what a person reads (rich), and the one name of each chain state
+    _main       the app that gathers the groups, and main()
+"""
+
+from agentreplay_replay.cli._main import app, main
+
+__all__ = ["app", "main"]

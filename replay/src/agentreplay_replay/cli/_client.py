@@ -1,0 +1,118 @@
+"""The CLI's one way to the collector: :class:`Collector` for every call to its control endpoint,
+and :func:`reader` for runs (through the collector when one answers, else the store itself).
+
+Where the collector is comes from one place, :func:`agentreplay_collector.client.collector_url`
+(``--collector``, else ``$AGENTREPLAY_COLLECTOR``, else the default).
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from agentreplay_collector.client import CollectorClient
+from agentreplay_collector.errors import StoreError
+from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
+from agentreplay_replay.cli._common import CLIError
+
+
+class Collector(CollectorClient):
+    """A running collector as the CLI talks to it: the read API (inherited), the replay's OTLP
+    endpoint, and the control API (halts, decisions, alerts, trust). HTTP failures become
+    :class:`CLIError` here, at the boundary."""
+
+    def __init__(self, url: str | None = None, *, admin_token: str | None = None) -> None:
+        super().__init__(url)
+        self.admin_token = admin_token
+
+    def otlp_endpoint(self) -> str | None:
+        """Where the collector takes OTLP/gRPC (so a replay is recorded too); None when none answers."""
+        try:
+            grpc = self.stats().get("endpoints", {}).get("grpc")
+        except StoreError:  # no collector, or one that does not say: the replay is not exported
+            return None
+        return str(grpc) if grpc else None
+
+    # --- the control API ---------------------------------------------------------------
+    def halt(self, scope: str, target: str, reason: str) -> dict[str, Any]:
+        return self._send("POST", "/v1/halts", body={"scope": scope, "target": target, "reason": reason})
+
+    def resume(self, scope: str, target: str) -> dict[str, Any]:
+        return self._send("POST", "/v1/resume", body={"scope": scope, "target": target})
+
+    def decisions(self, run_id: str) -> dict[str, Any]:
+        return self._send("GET", "/v1/decisions", params={"run": run_id})
+
+    def alerts(self, limit: int) -> dict[str, Any]:
+        return self._send("GET", "/v1/alerts", params={"limit": limit})
+
+    def trust(self, agent: str | None) -> dict[str, Any]:
+        return self._send("GET", "/v1/trust", params={"agent": agent})
+
+    def _send(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        headers = {"Content-Type": "application/json"}
+        if self.admin_token:
+            headers["Authorization"] = f"Bearer {self.admin_token}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        try:
+            with self._opener.open(request, timeout=self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            raise CLIError(f"the collector refused: {exc.code} {_error_detail(exc)}".strip()) from exc
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise CLIError(f"no collector answers at {self.url}: {exc}") from exc
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read()).get("error", ""))
+    except (ValueError, AttributeError, OSError):
+        return ""
+
+
+@contextmanager
+def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
+    """Runs to read: the collector's read API when it answers (the embedded store belongs to it),
+    else the store opened directly. Store failures become :class:`CLIError`."""
+    client = Collector(collector)
+    opened: RunReader
+    if client.healthy():
+        opened = client
+    else:
+        target = normalize_store(store or DEFAULT_STORE)  # --store or $AGENTREPLAY_STORE
+        path = target.removeprefix("chdb://")
+        if target.startswith("chdb://") and not Path(path).exists():
+            raise CLIError(f"no store at {path}: no run has been recorded there (start agentreplay-collector, "
+                           "record a run, or point --store at another store)")
+        try:
+            opened = open_reader(store=target, collector=client.url)
+        except StoreError as exc:
+            raise CLIError(f"cannot open the store: {exc}") from exc
+    try:
+        yield opened
+    except StoreError as exc:
+        raise CLIError(str(exc)) from exc
+    finally:
+        opened.close()
+
+
+def resolve_run(source: RunReader, run_id: str) -> str:
+    """A full run id, from a full id or a unique prefix of one (like git's short hashes)."""
+    run_id = run_id.strip().lower()
+    if len(run_id) == 32:
+        return run_id
+    matches = [r.run_id for r in source.list_runs(limit=10_000) if r.run_id.startswith(run_id)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise CLIError(f"no run matches {run_id!r}; `agentreplay runs` lists them")
+    raise CLIError(f"{run_id!r} is ambiguous: {len(matches)} runs start with it")

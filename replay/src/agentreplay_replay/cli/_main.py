@@ -1,0 +1,33 @@
+"""The ``agentreplay`` command: every group's commands under one app, and ``main``."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from agentreplay_replay.cli import _control, _identity, _read, _replay
+from agentreplay_replay.cli._common import CLIError, err
+
+app = typer.Typer(
+    name="agentreplay",
+    help="Inspect, verify, replay and control recorded agent runs.\n\n"
+    "Runs are read through the collector's read API when a collector is running, "
+    "otherwise straight from the store. Every command's --help has examples.\n\n"
+    "Exit codes: 0 success, 1 the answer is no (a broken chain, a diverged replay, runs "
+    "that differ), 2 an error you can act on.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+for group in (_read.app, _replay.app, _control.app, _identity.app):
+    app.add_typer(group)
+
+
+def main() -> None:
+    """The console script: a :class:`CLIError` is one red line and exit code 2."""
+    try:
+        app()
+    except CLIError as exc:
+        err.print(f"[bold red]error:[/] {exc}")
+        sys.exit(2)

@@ -1,0 +1,236 @@
+"""Terminal rendering (rich) of runs, timelines, verification and replay reports.
+
+A run's chain state has one name everywhere (``runs``, ``show``, ``verify``): the one the
+store keeps (:class:`~agentreplay_collector.models.ChainState`), said once in :data:`CHAIN_STATES`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Group
+from rich.syntax import Syntax
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+from agentreplay_otel.core import ChainReport, RecordedStep, SealStatus
+from agentreplay_otel.replay import Divergence, Outcome, Reason
+from agentreplay_replay.diffing import StepPair, answer_text, clip, step_label
+from agentreplay_replay.replayer import ReplayOutcome
+from agentreplay_replay.timeline import TimelineNode, first_failure
+
+CHAIN_STATES: dict[ChainState, str] = {
+    ChainState.INTACT: "every link checks and the run is sealed",
+    ChainState.UNSEALED: "every link checks, but the run has no seal (or spans ended after it)",
+    ChainState.BROKEN: "a link fails: a span edited, missing, reordered or forged, or a bad seal",
+    ChainState.INCOMPLETE: "the run span never arrived: a cut tail, or an agent that died",
+    ChainState.PENDING: "spans still arriving; not judged yet",
+}
+"""Each chain state's name (its value) and what it means: for ``--help``, tables and reports alike."""
+
+SEAL_WORDS: dict[SealStatus, str] = {
+    SealStatus.VALID: "sealed (signature valid)",
+    SealStatus.UNCHECKED: "sealed, but no known key to check the seal",
+    SealStatus.INVALID: "seal invalid",
+    SealStatus.ABSENT: "no seal",
+}
+
+_CHAIN_STYLE = {ChainState.INTACT: "green", ChainState.BROKEN: "bold red", ChainState.UNSEALED: "yellow",
+                ChainState.INCOMPLETE: "yellow", ChainState.PENDING: "dim"}
+
+
+def _when(ns: int) -> str:
+    return dt.datetime.fromtimestamp(ns / 1e9, tz=dt.UTC).strftime("%m-%d %H:%M:%S")
+
+
+def usd(amount: float) -> str:
+    """Dollars with the precision the amount needs: token costs are fractions of a cent."""
+    return f"${amount:.2f}" if amount >= 1 or amount == 0 else f"${amount:.6f}".rstrip("0")
+
+
+def chain_text(chain: ChainStatus | None) -> Text:
+    """A run's chain state in its one name, with where it broke or how it is sealed."""
+    if chain is None:
+        return Text("unknown", style="dim")
+    label = chain.status.value
+    if chain.problem:
+        label += f" ({chain.problem} at seq {chain.seq})"
+    elif chain.status is ChainState.INTACT and chain.seal:
+        label += f", {SEAL_WORDS[SealStatus(chain.seal)]}"
+    elif chain.unsealed_spans:
+        label += f" ({chain.unsealed_spans} span(s) after the seal)"
+    return Text(label, style=_CHAIN_STYLE.get(chain.status, ""))
+
+
+def runs_table(runs: Sequence[RunSummary]) -> Table | Text:
+    if not runs:
+        return Text("No runs recorded yet. Run an agent under `opentelemetry-instrument` to record one.")
+    table = Table(title=f"{len(runs)} run(s), newest first", title_justify="left")
+    for col, kw in (("run", {"no_wrap": True}), ("agent", {}), ("started UTC", {"no_wrap": True}),
+                    ("took", {"justify": "right"}), ("spans", {"justify": "right"}),
+                    ("cost", {"justify": "right"}), ("outcome", {}), ("chain", {})):
+        table.add_column(col, **kw)
+    for r in runs:
+        outcome = Text("error" if r.status_code == "Error" else "ok", style="red" if r.status_code == "Error" else "")
+        if r.halted:
+            outcome = Text("halted", style="bold red")
+        if r.run_kind != "record":
+            outcome.append(f" ({r.run_kind})", style="dim")
+        table.add_row(
+            r.run_id[:12], r.agent_id, _when(r.start_ns), f"{r.duration_ns / 1e9:.2f}s",
+            str(r.span_count), usd(r.cost_usd), outcome, chain_text(r.chain),
+        )
+    return table
+
+
+def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | None) -> Tree:
+    culprit = first_failure(nodes)
+    total = sum(n.cost_usd or 0.0 for root in nodes for n in root.walk())
+    head = Text.assemble(("run ", "bold"), (run_id, "bold cyan"), "  chain: ", chain_text(chain),
+                         f"  cost: {usd(total)}")
+    tree = Tree(head)
+
+    def add(parent: Tree, node: TimelineNode) -> None:
+        line = Text()
+        if node.step is not None:
+            line.append(f"#{node.step} ", style="dim")
+        line.append(node.span.name, style="bold red" if node.failed else "bold")
+        line.append(f"  {node.duration_ms:.1f} ms", style="dim")
+        if node.cost_usd is not None:
+            line.append(f"  {usd(node.cost_usd)}", style="magenta")
+        summary = node.summary()
+        if summary:
+            line.append(f"  {summary}", style="yellow" if node.response_recorded is False else "")
+        if node.failed:
+            line.append(f"  ✗ {node.span.status_message or 'error'}", style="red")
+        if node is culprit:
+            line.append("  ← failed here", style="bold red reverse")
+        branch = parent.add(line)
+        for child in node.children:
+            add(branch, child)
+
+    for root in nodes:
+        add(tree, root)
+    return tree
+
+
+def report_line(report: ChainReport) -> Text:
+    """``verify``'s verdict on one run, in the chain state names ``runs`` and ``show`` use."""
+    chain = ChainStatus.from_report(report)
+    line = Text.assemble((f"{report.run_id}  ", "cyan"))
+    if report.intact:
+        line.append(chain.status.value, style="bold " + _CHAIN_STYLE[chain.status])
+        line.append(f", {report.span_count} spans, {SEAL_WORDS[report.seal]}")
+        if report.unsealed_spans:
+            line.append(f"; {report.unsealed_spans} span(s) after the seal")
+        return line
+    where = f" at seq {report.seq}" if report.seq is not None else ""
+    span = f", span {report.span_name!r} ({report.span_id})" if report.span_id else ""
+    line.append(chain.status.value.upper(), style="bold red")
+    line.append(f": {report.problem}{where}{span}: {report.detail}")
+    return line
+
+
+def report_json(report: ChainReport) -> dict[str, Any]:
+    return {
+        "run_id": report.run_id, "status": ChainStatus.from_report(report).status.value,
+        "intact": report.intact, "seal": report.seal.value,
+        "problem": report.problem.value if report.problem else None, "seq": report.seq,
+        "span_id": report.span_id, "span_name": report.span_name, "detail": report.detail,
+        "span_count": report.span_count, "unsealed_spans": report.unsealed_spans,
+    }
+
+
+# --- replay, fork and diff ---------------------------------------------------------------------
+_OUTCOME_STYLE = {Outcome.MATCHED: "bold green", Outcome.DIVERGED: "bold red", Outcome.FORKED: "bold yellow"}
+_PAIR_STYLE = {"same": "green", "request-differs": "bold red", "answer-differs": "yellow",
+               "only-left": "red", "only-right": "red"}
+
+
+def replay_report(outcome: ReplayOutcome) -> Group:
+    """One replay, for a person: what matched, what did not and why (quoting the agent's traceback
+    when its exit is the divergence), and how the agent exited when it failed."""
+    report = outcome.report
+    assert report is not None
+    chain = outcome.chain
+    source = Text.assemble(("replay of ", "bold"), (outcome.recording.run_id, "bold cyan"),
+                           f"  mode {report.mode}  recording: ")
+    source.append("verified" if chain.intact else f"UNVERIFIED ({chain.problem} at seq {chain.seq})",
+                  style="green" if chain.intact else "bold red")
+    facts = Table.grid(padding=(0, 2))
+    facts.add_row("steps matched", f"{report.steps_matched} of {report.steps_recorded} recorded")
+    facts.add_row("live calls", str(report.live_calls))
+    facts.add_row("tools sandboxed", str(report.tools_sandboxed))
+    facts.add_row("connections blocked", str(report.blocked_connections))
+    if report.replay_run_id:
+        facts.add_row("this replay's run", report.replay_run_id)
+    parts: list[Any] = [source, facts, Text(report.outcome.upper(), style=_OUTCOME_STYLE[report.outcome])]
+    divergence = report.divergence
+    if divergence is not None and divergence.reason is Reason.EXIT_DIFFERS:  # the exit is the divergence
+        parts += [Text(f"the agent {divergence.name}", style="bold red"),
+                  Text("\n".join(outcome.stderr_tail), style="red")]
+        return Group(*parts)
+    if divergence is not None:
+        parts += divergence_parts(divergence)
+    if outcome.exit_code != 0:
+        parts.append(Text(exit_line(outcome), style="yellow"))
+    return Group(*parts)
+
+
+def exit_line(outcome: ReplayOutcome) -> str:
+    """One line for an agent that failed without that being the divergence: the recorded failure
+    again (a halt), a fork that stopped, or the exception a divergence shown above raised."""
+    failure = outcome.exception
+    said = f"{failure.error_type}: {failure.message}" if failure else (outcome.stderr_tail or ("?",))[-1]
+    again = " as the recording did" if outcome.recorded_end.failed and not outcome.diverged else ""
+    return f"the agent exited {outcome.exit_code}{again}: {said}"
+
+
+def divergence_parts(d: Divergence) -> list[Any]:
+    head = Text(f"first divergence at step {d.step}: {d.reason}", style="bold red")
+    if d.recorded_span_id:
+        head.append(f"\n  recorded span: {d.recorded_name} ({d.recorded_span_id})", style="")
+    if d.closest_step is not None and d.closest_step != d.recorded_step:
+        head.append(f"\n  closest recorded call: step {d.closest_step}", style="")
+    parts: list[Any] = [head]
+    if d.fields:
+        table = Table(title="fields that differ", title_justify="left")
+        for col in ("field", "recorded", "replayed"):
+            table.add_column(col)
+        for f in d.fields[:20]:
+            table.add_row(f.path, _clip(f.recorded), _clip(f.replayed))
+        parts.append(table)
+    if d.diff:
+        parts.append(Syntax(d.diff, "diff", theme="ansi_dark", word_wrap=True))
+    return parts
+
+
+def _clip(value: Any, limit: int = 70) -> str:
+    return clip(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), limit)
+
+
+def side_by_side(left_id: str, right_id: str, pairs: Sequence[StepPair]) -> Table:
+    table = Table(title=f"{left_id[:12]}  vs  {right_id[:12]}", title_justify="left", show_lines=True)
+    table.add_column("step", justify="right")
+    table.add_column(left_id[:12])
+    table.add_column(right_id[:12])
+    table.add_column("")
+    for pair in pairs:
+        table.add_row(str(pair.step), _cell(pair.left), _cell(pair.right),
+                      Text(pair.status, style=_PAIR_STYLE.get(pair.status, "")))
+    return table
+
+
+def _cell(step: RecordedStep | None) -> Text:
+    if step is None:
+        return Text("—", style="dim")
+    text = Text(step_label(step), style="bold")
+    answer = answer_text(step)
+    if answer:
+        text.append("\n→ " + _clip(answer, 90), style="")
+    return text
