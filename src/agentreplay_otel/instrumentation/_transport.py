@@ -38,8 +38,10 @@ _log = logging.getLogger(__name__)
 
 _in_flight: contextvars.ContextVar[LLMCall | None] = contextvars.ContextVar("agentreplay_llm_call", default=None)
 _sending: contextvars.ContextVar[bool] = contextvars.ContextVar("agentreplay_sending", default=False)
-_KEPT_HEADERS = ("content-type", "x-request-id", "request-id", "openai-processing-ms", "openai-model",
-                 "openai-version", "anthropic-organization-id", "retry-after", "x-should-retry")
+# Response headers a replay gives back (the agent may read them: request ids, rate limits), except
+# those that describe one connection's transfer or would leak a session.
+_DROPPED_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive",
+                              "set-cookie", "date", "server", "alt-svc", "via", "cf-ray", "strict-transport-security"})
 _REFUSED = 400  # not retried by either library with x-should-retry: false
 
 
@@ -111,7 +113,7 @@ def recorded_response(step: RecordedStep, request: Any) -> Any:
     status, headers = 200, {}
     if step.http:
         status = int(step.http.get("status", 200))
-        headers = {k: v for k, v in dict(step.http.get("headers", {})).items() if k != "content-encoding"}
+        headers = {k: v for k, v in dict(step.http.get("headers", {})).items() if k not in _DROPPED_HEADERS}
     if step.stream is not None:
         body = sse_body(step.provider, step.stream)
         headers["content-type"] = "text/event-stream"
@@ -150,7 +152,7 @@ def _after_send(call: LLMCall, response: Any, on_done: Callable[[], None] | None
     """Keep the response of ``call``: at once if it was read, else as the library reads it."""
     ex = call.exchange
     ex.status = response.status_code
-    ex.headers = {k: v for k, v in response.headers.items() if k.lower() in _KEPT_HEADERS}
+    ex.headers = {k.lower(): v for k, v in response.headers.items() if k.lower() not in _DROPPED_HEADERS}
     if not settings.current().capture_content:
         if on_done is not None:
             on_done()
