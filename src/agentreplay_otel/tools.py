@@ -35,7 +35,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentreplay_otel import guard, replay, semconv, settings
+from agentreplay_otel import intercept, semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.errors import ReplayedToolError
 from agentreplay_otel.runs import start_step_span
@@ -153,34 +153,29 @@ class _Step:
 
 # The guard and the replay are consulted in these two functions only.
 def _decide(call: ToolInvocation, span: Span) -> Replayed | None:
-    """Before the body: when recording, the guard's verdict (raises ScopeViolation / RunHalted, or
-    None: the body runs); in a replay, the answer that stands in for the body, which never runs."""
-    session = replay.active()
-    if session is None:
-        g = guard.current()
-        if g is not None:
-            g.before_tool(span=span, tool=call.spec.name, side_effect=call.spec.side_effect,
-                          arguments=call.arguments, cost_usd=_cost(call.spec.cost, call.arguments))
-        return None
+    """Before the body, the interceptor's verdict: the guard raises ScopeViolation / RunHalted or
+    lets the body run (None); a replay answers in its place (the body never runs)."""
+    interceptor = intercept.current()
+    cost = _cost(call.spec.cost, call.arguments) if interceptor.acts else None
     try:
-        value, source = session.on_tool_call(call.spec.name, call.arguments, call.func)
+        sandboxed = interceptor.before_tool(intercept.ToolCall(
+            name=call.spec.name, span=span, arguments=call.arguments, side_effect=call.spec.side_effect,
+            cost_usd=cost, func=call.func))
     except ReplayedToolError as exc:  # failed when recorded: the caller raises it where the body was
         return Replayed(failure=exc)
-    span.set_attribute(semconv.REPLAY_SOURCE, source)
-    return Replayed(value=value)
+    return None if sandboxed is None else Replayed(value=sandboxed.value)
 
 
 def _charge(call: ToolInvocation, span: Span) -> None:
     """The call's cost on its span and against the run's caps; a sandboxed call (a replay) cost nothing."""
-    if replay.active() is not None:
+    interceptor = intercept.current()
+    if not interceptor.acts:
         return
     cost = _cost(call.spec.cost, call.arguments)
     if cost is None:
         return
     span.set_attribute(semconv.COST_USD, cost)
-    g = guard.current()
-    if g is not None:
-        g.add_cost(format(span.get_span_context().trace_id, "032x"), cost)
+    interceptor.charge(format(span.get_span_context().trace_id, "032x"), cost)
 
 
 def _start(call: ToolInvocation, tracer: trace.Tracer | None) -> Span:
