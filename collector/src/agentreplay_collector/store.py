@@ -52,7 +52,6 @@ from agentreplay_otel.core import DENY, SpanRecord, semconv
 _log = logging.getLogger(__name__)
 
 DEFAULT_STORE = "./.agentreplay/store"
-DEFAULT_COLLECTOR = "http://127.0.0.1:4320"
 DEFAULT_DATABASE = "agentreplay"
 
 
@@ -476,12 +475,11 @@ def open_reader(
     probe_timeout_s: float = 0.5,
 ) -> RunReader:
     """The read interface for the CLI: a running collector's read API if one answers at
-    ``collector`` (default ``$AGENTREPLAY_COLLECTOR`` or 127.0.0.1:4320), else the store at
+    ``collector`` (:func:`~agentreplay_collector.client.collector_url`), else the store at
     ``store`` (default ``$AGENTREPLAY_STORE`` or ``./.agentreplay/store``) opened directly."""
     from agentreplay_collector.client import CollectorClient
 
-    url = collector or os.environ.get(semconv.ENV_COLLECTOR) or DEFAULT_COLLECTOR
-    client = CollectorClient(url)
+    client = CollectorClient(collector)  # found by client.collector_url(), as every reader finds it
     if client.healthy(timeout_s=probe_timeout_s):
         return client
     client.close()
