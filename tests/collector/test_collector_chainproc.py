@@ -179,3 +179,15 @@ def test_halted_and_classification_written_by_others_are_kept(chdb_store: Store,
     chain.tick()
     run = chdb_store.get_run(run_id)
     assert run.halted and run.classification == "FM-2.3" and run.chain.status is ChainState.UNSEALED
+
+
+def test_force_flush_judges_finished_runs_without_waiting_for_quiet(chdb_store: Store, recorded) -> None:
+    chain, _clock = processor(chdb_store)
+    runs = written(chdb_store, recorded(runs=2, children=2))
+    (finished, finished_records), (cut, cut_records) = runs.items()
+    chain.observe(finished_records)
+    chain.observe([r for r in cut_records if not r.is_root])  # its run span has not arrived
+    assert chain.force_flush()
+    assert chdb_store.get_chain_status(finished).status is ChainState.UNSEALED
+    assert chdb_store.get_chain_status(cut).status is ChainState.PENDING
+    assert chain.runs_in_flight == 1
