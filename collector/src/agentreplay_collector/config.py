@@ -5,6 +5,9 @@ The file has the shape an ``otelcol`` user already knows (``receivers``, ``proce
 ``${env:VAR:-default}`` are substituted in values, and every key is checked on start:
 an unknown key or a bad value raises :class:`ConfigError` naming the key's dotted path
 and what was expected, so a typo never silently becomes a default.
+
+The whole grammar is one module, longer than most on purpose: each section's dataclass
+sits beside the parser that checks it, so a key's default and its check cannot drift.
 """
 
 from __future__ import annotations

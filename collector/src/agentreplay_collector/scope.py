@@ -13,6 +13,10 @@ run's spans are still written whole. ``Authorize`` answers from the same state.
 
 All state changes happen on the collector's event loop (the pipeline and the control API
 both run there); the rebuild at start runs before the receivers take exports.
+
+The module is longer than most on purpose: the check of received spans, ``Authorize`` and
+the halts read and change one state (usage, spend, halts), and are kept where they can be
+read together.
 """
 
 from __future__ import annotations
