@@ -6,8 +6,8 @@ The file has the shape an ``otelcol`` user already knows (``receivers``, ``proce
 an unknown key or a bad value raises :class:`ConfigError` naming the key's dotted path
 and what was expected, so a typo never silently becomes a default.
 
-The whole grammar is one module, longer than most on purpose: each section's dataclass
-sits beside the parser that checks it, so a key's default and its check cannot drift.
+The whole grammar is one module, longer than most on purpose: the config's dataclasses
+(the defaults), then one parser per section (the checks), read top to bottom in one place.
 """
 
 from __future__ import annotations
