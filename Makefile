@@ -18,6 +18,7 @@ demo: venv
 
 test: venv
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 # The official OpenAI instrumentor is installed beside, not into, the venv: its entry point

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import metrics, trace
-from opentelemetry.instrumentation.distro import BaseDistro
+from opentelemetry.instrumentation.distro import BaseDistro  # type: ignore[attr-defined]
 from opentelemetry.sdk._configuration import _BaseConfigurator
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
@@ -97,16 +97,15 @@ def build_tracer_provider(environ: Mapping[str, str] | None = None) -> TracerPro
     resource = Resource.create(_resource_attributes(env, creds.agent_id))
     provider = TracerProvider(resource=resource, id_generator=determinism.PrivateIdGenerator())
     provider.add_span_processor(_AutoRunCloser())  # shut down first: the auto run ends before the flush
-    chain_options = {
-        "signing_key": creds.signing_key,
-        "agent_id": resource.attributes.get(semconv.AGENT_ID),
-        "redactor": redaction.load(env),
-    }
+    agent_id = resource.attributes.get(semconv.AGENT_ID)
+    redactor = redaction.load(env)
     exporters = [_exporter(name, env, creds.token) for name in _exporter_names(env)]
     # The chain is computed on each batcher's export thread, off the agent's path.
     for exporter in exporters:
         if exporter is not None:
-            provider.add_span_processor(_batcher(ChainingSpanExporter(exporter, **chain_options), env))
+            chained = ChainingSpanExporter(exporter, signing_key=creds.signing_key,
+                                           agent_id=str(agent_id) if agent_id is not None else None, redactor=redactor)
+            provider.add_span_processor(_batcher(chained, env))
     return provider
 
 

@@ -97,9 +97,9 @@ def step_from_span(span: SpanRecord) -> RecordedStep | None:
     if raw_step is None or not raw_step.isdigit():
         return None
     op = a.get(semconv.GEN_AI_OPERATION_NAME, "")
-    common = dict(step=int(raw_step), span_id=span.span_id, span_name=span.name,
-                  failed=span.status_code == "Error", error=span.status_message, operation=op,
-                  error_type=a.get(semconv.ERROR_TYPE, ""))
+    common: dict[str, Any] = dict(step=int(raw_step), span_id=span.span_id, span_name=span.name,
+                                  failed=span.status_code == "Error", error=span.status_message, operation=op,
+                                  error_type=a.get(semconv.ERROR_TYPE, ""))
     if op == semconv.OP_EXECUTE_TOOL:
         args = json_or(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS), {})
         return RecordedStep(kind=KIND_TOOL, name=a.get(semconv.GEN_AI_TOOL_NAME, ""), request=args,

@@ -120,6 +120,7 @@ def message_events(turn: Turn) -> list[bytes]:
 def _block_events(index: int, block: dict[str, Any]) -> list[bytes]:
     """One content block as start, deltas, stop: text as words, thinking as words then its signature
     (`signature_delta`, just before the block stops), tool input as `input_json_delta` fragments."""
+    opening: dict[str, Any]
     if block["type"] == "text":
         opening = {"type": "text", "text": ""}
         deltas = [{"type": "text_delta", "text": piece} for piece in text_chunks(block["text"])]

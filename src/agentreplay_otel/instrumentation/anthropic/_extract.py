@@ -107,7 +107,7 @@ def _blocks_parts(content: Any) -> list[Any]:
 def _tool_result_content(content: Any) -> Any:
     if isinstance(content, list):
         texts = [b.get("text") for b in content if isinstance(b, Mapping) and b.get("type") == "text"]
-        return "".join(texts) if len(texts) == len(content) else content
+        return "".join(str(t) for t in texts) if len(texts) == len(content) else content
     return content
 
 

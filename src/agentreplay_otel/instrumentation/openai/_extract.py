@@ -163,7 +163,7 @@ def _content_parts(content: Any) -> list[Any]:
 def _text_of(content: Any) -> Any:
     if isinstance(content, list):
         texts = [p.get("text") for p in content if isinstance(p, Mapping) and "text" in p]
-        return "".join(texts) if len(texts) == len(content) else content
+        return "".join(str(t) for t in texts) if len(texts) == len(content) else content
     return content
 
 
