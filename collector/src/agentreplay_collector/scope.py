@@ -307,7 +307,7 @@ class ScopeProcessor:
                 detail=ea.get(semconv.POLICY_DETAIL, ""),
             )
             source = ea.get(semconv.POLICY_SOURCE, "")
-            self._decision_row(
+            self._record_decision(
                 record, agent, ea.get(semconv.GEN_AI_TOOL_NAME, tool), decision, source, event.time_ns
             )
             if not decision.allowed:
@@ -342,7 +342,7 @@ class ScopeProcessor:
                 spend_multiplier=multiplier,
             )
             if not verdict.allowed:
-                self._decision_row(record, agent, tool, verdict, "collector", record.end_ns)
+                self._record_decision(record, agent, tool, verdict, "collector", record.end_ns)
                 self.violation(
                     run_id=record.trace_id,
                     agent_id=agent,
@@ -363,7 +363,7 @@ class ScopeProcessor:
                     spend_multiplier=multiplier,
                 )
                 if not verdict.allowed:
-                    self._decision_row(record, agent, "", verdict, "collector", record.end_ns)
+                    self._record_decision(record, agent, "", verdict, "collector", record.end_ns)
                     self.violation(
                         run_id=record.trace_id,
                         agent_id=agent,
@@ -372,7 +372,7 @@ class ScopeProcessor:
                         span_id=record.span_id,
                     )
 
-    def _decision_row(
+    def _record_decision(
         self, record: Any, agent: str, tool: str, decision: Decision, source: str, time_ns: int
     ) -> None:
         self.writer.put(
