@@ -341,68 +341,69 @@ class _HTTPError(Exception):
 
 
 # --- the patch ------------------------------------------------------------------------------
+def _call_for(request: Any) -> tuple[LLMCall | None, bool]:
+    """The call this exchange belongs to, and whether the transport opened it (no wrapper did)."""
+    call = _in_flight.get()
+    if call is not None:
+        return call, False
+    provider = _client_provider(request)
+    return (_unwrapped_call(request, provider), True) if provider is not None else (None, False)
+
+
+def _prepared(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
+    try:
+        return _before_send(call, request)
+    except Exception:
+        _log.exception("agentreplay: could not read a request")
+        return request, None
+
+
+@contextlib.contextmanager
+def _live(call: LLMCall, own: bool) -> Iterator[None]:
+    """Around the real send: the connection is the model's (a replay lets it through)."""
+    token = _sending.set(True)
+    try:
+        yield
+    except BaseException as exc:
+        if own:
+            call.fail(exc)
+        raise
+    finally:
+        _sending.reset(token)
+
+
+def _received(call: LLMCall, response: Any, own: bool) -> Any:
+    try:
+        _after_send(call, response, _finisher(call, response) if own else None)
+    except Exception:
+        _log.exception("agentreplay: could not record a response")
+    return response
+
+
 def _send(original: Callable[..., Any]) -> Callable[..., Any]:
     def send(client: Any, request: Any, **kwargs: Any) -> Any:
-        call, own = _in_flight.get(), False
-        if call is None:
-            provider = _client_provider(request)
-            if provider is not None:
-                call, own = _unwrapped_call(request, provider), True
+        call, own = _call_for(request)
         if call is None:
             return original(client, request, **kwargs)
-        try:
-            request, response = _before_send(call, request)
-        except Exception:
-            _log.exception("agentreplay: could not read a request")
-            response = None
+        request, response = _prepared(call, request)
         if response is None:
-            token = _sending.set(True)
-            try:
+            with _live(call, own):
                 response = original(client, request, **kwargs)
-            except BaseException as exc:
-                if own:
-                    call.fail(exc)
-                raise
-            finally:
-                _sending.reset(token)
-        try:
-            _after_send(call, response, _finisher(call, response) if own else None)
-        except Exception:
-            _log.exception("agentreplay: could not record a response")
-        return response
+        return _received(call, response, own)
 
     return send
 
 
 def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
     async def send(client: Any, request: Any, **kwargs: Any) -> Any:
-        call, own = _in_flight.get(), False
-        if call is None:
-            provider = _client_provider(request)
-            if provider is not None:
-                call, own = _unwrapped_call(request, provider), True
+        call, own = _call_for(request)
         if call is None:
             return await original(client, request, **kwargs)
-        try:
-            request, response = _before_send(call, request)
-        except Exception:
-            _log.exception("agentreplay: could not read a request")
-            response = None
+        request, response = _prepared(call, request)
         if response is None:
-            token = _sending.set(True)
-            try:
+            with _live(call, own):
                 response = await original(client, request, **kwargs)
-            except BaseException as exc:
-                if own:
-                    call.fail(exc)
-                raise
-            finally:
-                _sending.reset(token)
-        try:
-            _after_send(call, response, _finisher(call, response) if own else None)
-        except Exception:
-            _log.exception("agentreplay: could not record a response")
-        return response
+        return _received(call, response, own)
 
     return send
 

@@ -37,7 +37,6 @@ class Reason(enum.StrEnum):
     KIND_DIFFERS = "kind-differs"
     EXTRA_CALL = "extra-call"
     MISSING_CALLS = "missing-calls"
-    NOT_RECORDED = "not-recorded"  # the agent called an API entry point the recorder does not capture
     EXIT_DIFFERS = "exit-differs"  # the agent's process ended differently than the recorded one
 
 
@@ -85,8 +84,6 @@ class Divergence:
             return f"{where}: {self.kind} call {self.name!r} is beyond the end of the recording"
         if self.reason is Reason.KIND_DIFFERS:
             return f"{where}: the agent made a {self.kind} call {self.name!r}; the recording has {self.recorded_name!r}"
-        if self.reason is Reason.NOT_RECORDED:
-            return f"{where}: {self.name} is an API call the recorder does not capture, so it cannot be replayed"
         if self.reason is Reason.EXIT_DIFFERS:
             return f"the agent's process {self.name}"
         changed = ", ".join(f.path for f in self.fields[:5]) or "the request"

@@ -98,14 +98,6 @@ class ReplaySession:
             self.matched += 1
             return Answer(recorded=recorded, live=False)
 
-    def not_recorded(self, name: str) -> Answer:
-        """An API call made outside every recorded entry point: it cannot be answered."""
-        with self._lock:
-            divergence = Divergence(step=self.cursor, reason=Reason.NOT_RECORDED, kind=KIND_LLM, name=name)
-            if self.divergence is None:
-                self.divergence = divergence
-            return Answer(live=False, error=ReplayDivergence(divergence))
-
     def _is_live(self) -> bool:
         if self.plan.mode is Mode.FORK and self.forked:
             return True

@@ -1,0 +1,143 @@
+"""The transport seam: every exchange of the client libraries is recorded as sent and received, whichever
+method made it, and a replay answers there (issue: replay fidelity on real agents)."""
+
+from __future__ import annotations
+
+import json
+
+import anthropic
+import openai
+import pytest
+
+import agentreplay_otel
+from agentreplay_otel import guard, semconv
+from agentreplay_otel.chain import record_from_span
+from agentreplay_otel.errors import ReplayDivergence, RunHalted
+from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
+from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
+from agentreplay_otel.recording import recording_from_spans
+from agentreplay_otel.replay import Plan, ReplaySession, install, uninstall
+from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
+
+
+@pytest.fixture
+def instrumented(recorder):
+    instrumentors = [OpenAIInstrumentor(), AnthropicInstrumentor()]
+    for i in instrumentors:
+        i.instrument(tracer_provider=recorder.provider)
+    yield recorder
+    for i in instrumentors:
+        i.uninstrument()
+    uninstall()
+
+
+def record(recorder, fn):
+    recorder.exporter.clear()
+    with agentreplay_otel.run("agent"):
+        result = fn()
+    spans = [record_from_span(s) for s in recorder.spans()]
+    return result, recording_from_spans(spans), spans
+
+
+def replay(recorder, fn, recording):
+    session = ReplaySession(recording, Plan())
+    install(session)
+    result, _, spans = record(recorder, fn)
+    return result, session.finish(), spans
+
+
+def oai(server):
+    return openai.OpenAI(base_url=server.base_url_openai, api_key="t", max_retries=0)
+
+
+def raw_calls(server):
+    """What LangChain and the SDK examples do: raw responses, read for headers, then parsed."""
+    client = oai(server)
+    raw = client.chat.completions.with_raw_response.create(model="gpt-4o-mini",
+                                                           messages=[{"role": "user", "content": "hi"}])
+    first = (raw.headers.get("x-request-id"), raw.parse().choices[0].message.content)
+    with client.chat.completions.with_streaming_response.create(
+            model="gpt-4o-mini", messages=[{"role": "user", "content": "again"}]) as streamed:
+        second = (streamed.headers.get("x-request-id"), streamed.parse().choices[0].message.content)
+    return first, second
+
+
+def test_raw_and_streaming_response_wrappers_are_recorded_and_replay(instrumented):
+    with LLMServer([ScriptedReply(text="one"), ScriptedReply(text="two")]) as server:
+        recorded, recording, spans = record(instrumented, lambda: raw_calls(server))
+        count = server.request_count
+        replayed, report, _ = replay(instrumented, lambda: raw_calls(server), recording)
+        assert server.request_count == count
+    assert recorded[0][1] == "one" and recorded[1][1] == "two"
+    assert replayed == recorded  # same bodies, same headers
+    chats = [s for s in spans if s.name.startswith("chat ")]
+    assert len(chats) == 2 and all(json.loads(s.attributes[semconv.RESPONSE])["choices"] for s in chats)
+    assert chats[0].attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]  # parsed for its attributes too
+    assert report.outcome == "matched" and report.steps_matched == 2
+
+
+def unwrapped_calls(server):
+    client = oai(server)
+    text = client.completions.create(model="gpt-3.5-turbo-instruct", prompt="Say this is a test").choices[0].text
+    vector = client.embeddings.create(model="text-embedding-3-small", input="hello").data[0].embedding
+    return text, vector
+
+
+def test_an_entry_point_no_wrapper_knows_is_recorded_as_its_own_call_and_replays(instrumented):
+    with LLMServer([ScriptedReply(text="This is a test.")]) as server:
+        recorded, recording, spans = record(instrumented, lambda: unwrapped_calls(server))
+        count = server.request_count
+        replayed, report, _ = replay(instrumented, lambda: unwrapped_calls(server), recording)
+        assert server.request_count == count
+    assert replayed == recorded and recorded[0] == "This is a test."
+    steps = [s for s in spans if semconv.STEP in s.attributes]
+    assert [s.attributes[semconv.GEN_AI_OPERATION_NAME] for s in steps] == ["text_completion", "embeddings"]
+    assert report.outcome == "matched" and report.live_calls == 0
+
+
+def multi_turn(server):
+    """Anthropic's documented pattern: the response's own content blocks go back in the next request."""
+    client = anthropic.Anthropic(base_url=server.base_url_anthropic, api_key="t", max_retries=0)
+    messages = [{"role": "user", "content": "Weather in Paris?"}]
+    first = client.messages.create(model="claude-haiku-4-5", max_tokens=100, messages=messages)
+    tool_use = next(b for b in first.content if b.type == "tool_use")
+    messages += [{"role": "assistant", "content": first.content},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": tool_use.id, "content": "sunny"}]}]
+    return client.messages.create(model="claude-haiku-4-5", max_tokens=100, messages=messages).content[0].text
+
+
+def test_sdk_objects_in_a_request_match_their_recording(instrumented):
+    script = [ScriptedReply(tool_calls=[ToolCallSpec("weather", {"city": "Paris"})]), ScriptedReply(text="Sunny.")]
+    with LLMServer(script) as server:
+        recorded, recording, _ = record(instrumented, lambda: multi_turn(server))
+        replayed, report, _ = replay(instrumented, lambda: multi_turn(server), recording)
+    assert replayed == recorded == "Sunny."
+    assert report.outcome == "matched" and report.steps_matched == 2
+
+
+def test_a_refused_request_surfaces_as_the_replay_error_not_the_http_error(instrumented):
+    with LLMServer([ScriptedReply(text="one"), ScriptedReply(text="two")]) as server:
+        _, recording, _ = record(instrumented, lambda: raw_calls(server))
+        install(ReplaySession(recording, Plan()))
+        with pytest.raises(ReplayDivergence) as caught:
+            record(instrumented, lambda: oai(server).chat.completions.create(
+                model="gpt-4o-mini", messages=[{"role": "user", "content": "changed"}]))
+    assert isinstance(caught.value.__cause__, openai.BadRequestError)
+    assert caught.value.divergence.fields[0].path == "messages[0].content"
+
+
+def test_the_stream_helper_goes_through_the_guard(instrumented):
+    g = guard.Guard(manifest=None, agent_id="agent-test")
+    previous = guard.install(g)
+    try:
+        with LLMServer([ScriptedReply(text="hi")]) as server:
+            client = anthropic.Anthropic(base_url=server.base_url_anthropic, api_key="t", max_retries=0)
+            with agentreplay_otel.run("agent") as handle:
+                g.halt_locally(handle.run_id, "operator kill")
+                manager = client.messages.stream(model="claude-haiku-4-5", max_tokens=10,
+                                                  messages=[{"role": "user", "content": "hi"}])
+                with pytest.raises(RunHalted), manager:
+                    pass
+            assert server.request_count == 0
+    finally:
+        guard.install(previous)
