@@ -24,7 +24,7 @@ from opentelemetry import trace
 
 from agentreplay_otel import intercept, semconv
 from agentreplay_otel.errors import RunHalted, ScopeViolation
-from agentreplay_otel.instrumentation import _transport
+from agentreplay_otel.instrumentation import _capture, _transport
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult, clean_kwargs
 from agentreplay_otel.instrumentation._stream import (
     AsyncStreamProxy,
@@ -163,7 +163,7 @@ def complete(endpoint: Endpoint, call: LLMCall | None, result: Any) -> Any:
             return AsyncStreamProxy(result, call, endpoint.accumulator(tap_sse(result)))
         if hasattr(result, "model_dump_json"):
             outcome = endpoint.result(result)
-        elif _transport.finish_when_read(result, call):  # a raw response whose body is still unread
+        elif _capture.finish_when_read(result, call):  # a raw response whose body is still unread
             return result
         else:
             outcome = _raw_result(endpoint, result)

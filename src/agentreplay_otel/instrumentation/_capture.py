@@ -1,0 +1,169 @@
+"""A response as the client library received it: a JSON body at once, or a stream teed as it is read.
+
+The tee passes the raw bytes on untouched and keeps them decoded (content-encoding undone),
+so what is stored is what the library parsed; a stream's events are kept as sent. A raw or
+streaming-response wrapper whose body the caller reads later ends its call when it is read.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from agentreplay_otel import settings
+from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
+
+_log = logging.getLogger(__name__)
+# Response headers a replay gives back (the agent may read them: request ids, rate limits), except
+# those that describe one connection's transfer or would leak a session.
+DROPPED_HEADERS = frozenset({"content-length", "content-encoding", "transfer-encoding", "connection", "keep-alive",
+                             "set-cookie", "date", "server", "alt-svc", "via", "cf-ray", "strict-transport-security"})
+
+
+def after_send(call: LLMCall, response: Any, on_done: Callable[[], None] | None = None) -> None:
+    """Keep the response of ``call``: at once if it was read, else as the library reads it."""
+    ex = call.exchange
+    ex.status = response.status_code
+    ex.headers = {k.lower(): v for k, v in response.headers.items() if k.lower() not in DROPPED_HEADERS}
+    if not settings.current().capture_content:
+        if on_done is not None:
+            on_done()
+        return
+    if getattr(response, "_content", None) is not None:
+        _keep(call, response, response.content)
+        if on_done is not None:
+            on_done()
+        return
+    _tee(response, call, on_done)
+
+
+def _keep(call: LLMCall, response: Any, content: bytes) -> None:
+    text = content.decode(response.encoding or "utf-8", errors="replace")
+    if "text/event-stream" in response.headers.get("content-type", ""):
+        call.exchange.events = sse_events(text)
+    else:
+        call.exchange.body = text
+
+
+def sse_events(text: str) -> list[str]:
+    """The JSON data of each server-sent event (not chat's ``[DONE]``), exactly as sent."""
+    events = []
+    for block in text.replace("\r\n", "\n").split("\n\n"):
+        data = "\n".join(line[5:].lstrip(" ") if line.startswith("data:") else "" for line in block.split("\n")
+                         if line.startswith("data:"))
+        if data[:1] == "{":
+            events.append(data)
+    return events
+
+
+try:
+    from httpx2 import AsyncByteStream as _AsyncByteStream
+    from httpx2 import SyncByteStream as _SyncByteStream
+except ImportError:  # no client library installed: nothing to tee
+    _AsyncByteStream = _SyncByteStream = object  # type: ignore[misc,assignment]
+
+
+class _Keeper:
+    """What a tee keeps of a response's bytes as the library reads them: decoded, joined once at the end."""
+
+    def __init__(self, response: Any, call: LLMCall, on_done: Callable[[], None] | None) -> None:
+        self.response = response
+        self.call = call
+        self.on_done = on_done
+        self.chunks: list[bytes] = []
+        self.done_ = False
+        self.decoder = _decoder(response.headers.get("content-encoding", ""))
+
+    def add(self, chunk: bytes) -> None:
+        try:
+            self.chunks.append(self.decoder.decode(chunk) if self.decoder else chunk)
+        except Exception:  # noqa: BLE001 - a body we cannot decode is recorded as it came
+            self.decoder = None
+            self.chunks.append(chunk)
+
+    def done(self) -> None:
+        if self.done_:
+            return
+        self.done_ = True
+        try:
+            if self.decoder is not None:
+                self.chunks.append(self.decoder.flush())
+            _keep(self.call, self.response, b"".join(self.chunks))
+        except Exception:  # recording must never break the response
+            _log.exception("agentreplay: could not record a response body")
+        if self.on_done is not None:
+            self.on_done()
+
+
+class _SyncTee(_SyncByteStream):  # type: ignore[misc,valid-type]
+    """Stands in for a response's byte stream: passes the raw bytes on and keeps them."""
+
+    def __init__(self, inner: Any, keeper: _Keeper) -> None:
+        self._inner = inner
+        self.keeper = keeper
+
+    def __iter__(self) -> Iterator[bytes]:
+        try:
+            for chunk in self._inner:
+                self.keeper.add(chunk)
+                yield chunk
+        finally:
+            self.keeper.done()
+
+    def close(self) -> None:
+        try:
+            self._inner.close()
+        finally:
+            self.keeper.done()
+
+
+class _AsyncTee(_AsyncByteStream):  # type: ignore[misc,valid-type]
+    def __init__(self, inner: Any, keeper: _Keeper) -> None:
+        self._inner = inner
+        self.keeper = keeper
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._inner:
+                self.keeper.add(chunk)
+                yield chunk
+        finally:
+            self.keeper.done()
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            self.keeper.done()
+
+
+def _tee(response: Any, call: LLMCall, on_done: Callable[[], None] | None) -> None:
+    keeper = _Keeper(response, call, on_done)
+    inner = response.stream
+    response.stream = _AsyncTee(inner, keeper) if isinstance(inner, _AsyncByteStream) \
+        and not isinstance(inner, _SyncByteStream) else _SyncTee(inner, keeper)
+
+
+def finish_when_read(raw: Any, call: LLMCall) -> bool:
+    """A raw-response wrapper whose body the caller is yet to read: ``call`` ends once it is read
+    (or closed, or dropped). False when the body was read already (or is not being kept)."""
+    tee = getattr(getattr(raw, "http_response", None), "stream", None)
+    if not isinstance(tee, (_SyncTee, _AsyncTee)) or tee.keeper.done_:
+        return False
+    tee.keeper.on_done = functools.partial(call.finish, LLMResult())
+    weakref.finalize(raw, call.finish, LLMResult())
+    return True
+
+
+def _decoder(encoding: str) -> Any:
+    if not encoding or encoding == "identity":
+        return None
+    try:
+        from httpx2._decoders import SUPPORTED_DECODERS
+
+        return SUPPORTED_DECODERS[encoding.strip().lower()]()
+    except Exception:  # noqa: BLE001 - an encoding we cannot undo: the raw bytes are kept
+        return None
