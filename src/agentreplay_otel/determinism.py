@@ -17,7 +17,6 @@ loaded earlier), and other processes. ``AGENTREPLAY_DETERMINISM=off`` turns it o
 from __future__ import annotations
 
 import datetime as _dt
-import json
 import os
 import random
 import sys
@@ -31,6 +30,8 @@ from typing import Any
 
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import INVALID_SPAN_ID, INVALID_TRACE_ID
+
+from agentreplay_otel import codec
 
 _REAL_TIME = time.time
 _REAL_UUID4 = uuid.uuid4
@@ -46,13 +47,11 @@ class Draws:
     uuid4: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
-        return json.dumps({"seed": self.seed, "time": self.time, "uuid4": self.uuid4}, separators=(",", ":"))
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> Draws:
-        doc = json.loads(text)
-        return cls(seed=int(doc.get("seed", 0)), time=[float(t) for t in doc.get("time", [])],
-                   uuid4=[str(u) for u in doc.get("uuid4", [])])
+        return codec.from_json(cls, text)
 
 
 def _library_prefixes() -> tuple[str, ...]:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentreplay_otel import semconv
+from agentreplay_otel import codec, semconv
 from agentreplay_otel.canonical import SpanRecord
 
 KIND_LLM = "llm"
@@ -64,16 +64,11 @@ class Recording:
     nondeterminism: str | None = None  # the agent's clock, uuid and random draws (determinism.Draws)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, text: str) -> Recording:
-        doc = json.loads(text)
-        return cls(
-            run_id=doc["run_id"], agent_id=doc["agent_id"], last_hash=doc["last_hash"],
-            entrypoint=list(doc["entrypoint"]), steps=[RecordedStep(**s) for s in doc["steps"]],
-            nondeterminism=doc.get("nondeterminism"),
-        )
+        return codec.from_json(cls, text)
 
 
 def load_recording(path: str | Path) -> Recording:
