@@ -1,4 +1,4 @@
-"""Attributes of OpenAI calls: pure functions from call kwargs and responses to span data.
+"""Attributes of OpenAI chat calls (and what every OpenAI extractor shares): pure functions from call kwargs and responses to span data.
 
 Messages are turned into the GenAI semantic conventions' shape (``role`` + ``parts``) by
 reference: the content strings are shared with the request, never copied, and each
@@ -27,14 +27,9 @@ _CHAT_REQUEST = (
     ("frequency_penalty", semconv.GEN_AI_REQUEST_FREQUENCY_PENALTY),
     ("presence_penalty", semconv.GEN_AI_REQUEST_PRESENCE_PENALTY),
 )
-_RESPONSES_REQUEST = (
-    ("temperature", semconv.GEN_AI_REQUEST_TEMPERATURE),
-    ("top_p", semconv.GEN_AI_REQUEST_TOP_P),
-    ("max_output_tokens", semconv.GEN_AI_REQUEST_MAX_TOKENS),
-)
 
 
-def _base_attributes(
+def base_attributes(
     resource: Any, kwargs: Mapping[str, Any], pairs: Iterable[tuple[str, str]]
 ) -> dict[str, Any]:
     client = getattr(resource, "_client", None)
@@ -47,7 +42,7 @@ def _base_attributes(
     return attrs
 
 
-def _model(kwargs: Mapping[str, Any]) -> str | None:
+def model_of(kwargs: Mapping[str, Any]) -> str | None:
     model = kwargs.get("model")
     return model if isinstance(model, str) else None
 
@@ -75,7 +70,7 @@ def _without_parsed(value: Any) -> Any:
 
 # --- chat.completions ------------------------------------------------------------------
 def chat_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
-    attrs = _base_attributes(resource, kwargs, _CHAT_REQUEST)
+    attrs = base_attributes(resource, kwargs, _CHAT_REQUEST)
     max_tokens = kwargs.get("max_completion_tokens", kwargs.get("max_tokens"))
     if max_tokens is not None:
         attrs[semconv.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
@@ -87,7 +82,7 @@ def chat_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
         attrs[semconv.GEN_AI_REQUEST_CHOICE_COUNT] = n
     messages = kwargs.get("messages")
     return CallRequest(
-        model=_model(kwargs),
+        model=model_of(kwargs),
         attributes=attrs,
         input_messages=chat_input_messages(messages) if messages is not None else None,
     )
@@ -98,7 +93,7 @@ def chat_input_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
     out = []
     for message in messages:
         if not isinstance(message, Mapping):
-            message = _as_dict(message)
+            message = as_dict(message)
         role = message.get("role", "user")
         if role == "tool" or role == "function":
             parts: list[Any] = [{
@@ -108,7 +103,7 @@ def chat_input_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
             }]
             role = "tool"
         else:
-            parts = _content_parts(message.get("content"))
+            parts = content_parts(message.get("content"))
             for call in message.get("tool_calls") or ():
                 parts.append(_tool_call_part(call))
             if message.get("function_call"):
@@ -124,13 +119,13 @@ def chat_input_messages(messages: Iterable[Any]) -> list[dict[str, Any]]:
 
 def _tool_call_part(call: Any) -> dict[str, Any]:
     if not isinstance(call, Mapping):
-        call = _as_dict(call)
+        call = as_dict(call)
     fn = call.get("function") or call.get("custom") or {}
     return {"type": "tool_call", "id": call.get("id"), "name": fn.get("name"),
             "arguments": fn.get("arguments", fn.get("input"))}
 
 
-def _content_parts(content: Any) -> list[Any]:
+def content_parts(content: Any) -> list[Any]:
     if content is None:
         return []
     if isinstance(content, str):
@@ -141,7 +136,7 @@ def _content_parts(content: Any) -> list[Any]:
             parts.append({"type": "text", "content": part})
             continue
         if not isinstance(part, Mapping):
-            part = _as_dict(part)
+            part = as_dict(part)
         kind = part.get("type")
         if kind in ("text", "input_text", "output_text"):
             parts.append({"type": "text", "content": part.get("text")})
@@ -167,7 +162,7 @@ def _text_of(content: Any) -> Any:
     return content
 
 
-def _as_dict(value: Any) -> Mapping[str, Any]:
+def as_dict(value: Any) -> Mapping[str, Any]:
     dump = getattr(value, "model_dump", None)
     return dump(mode="json", exclude_unset=True) if callable(dump) else {}
 
@@ -321,157 +316,3 @@ def _streamed_message(choice: _StreamedChoice) -> dict[str, Any]:
         parts.append({"type": "tool_call", "id": call_id, "name": name, "arguments": "".join(fragments)})
     reason = choice.finish_reason or ""
     return {"role": choice.role, "parts": parts, "finish_reason": _FINISH.get(reason, reason)}
-
-
-# --- responses ---------------------------------------------------------------------------
-def responses_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
-    attrs = _base_attributes(resource, kwargs, _RESPONSES_REQUEST)
-    instructions = kwargs.get("instructions")
-    items = kwargs.get("input")
-    return CallRequest(
-        model=_model(kwargs),
-        attributes=attrs,
-        input_messages=responses_input_messages(items) if items is not None else None,
-        system_instructions=[{"type": "text", "content": instructions}] if instructions else None,
-    )
-
-
-def responses_input_messages(items: Any) -> list[dict[str, Any]]:
-    """Responses ``input`` (a string, or a list of items) in the GenAI message shape."""
-    if isinstance(items, str):
-        return [{"role": "user", "parts": [{"type": "text", "content": items}]}]
-    out: list[dict[str, Any]] = []
-    for item in items:
-        if not isinstance(item, Mapping):
-            item = _as_dict(item)
-        kind = item.get("type", "message")
-        if kind == "message":
-            out.append({"role": item.get("role", "user"), "parts": _content_parts(item.get("content"))})
-        elif kind == "function_call":
-            out.append({"role": "assistant", "parts": [{
-                "type": "tool_call", "id": item.get("call_id"), "name": item.get("name"),
-                "arguments": item.get("arguments")}]})
-        elif kind == "function_call_output":
-            out.append({"role": "tool", "parts": [{
-                "type": "tool_call_response", "id": item.get("call_id"), "response": item.get("output")}]})
-        else:  # reasoning, built-in tool items, ...: kept as sent
-            out.append({"role": item.get("role", "assistant"), "parts": [dict(item)]})
-    return out
-
-
-def responses_parse_result(response: Any) -> LLMResult:
-    """``responses.parse()``: a response with the helper's parsed output on it."""
-    return responses_result(response, dump=parsed_response_json)
-
-
-def responses_result(response: Any, *, raw: list[str] | None = None,
-                     dump: Callable[[Any], str] = response_json) -> LLMResult:
-    attrs: dict[str, Any] = {}
-    if response.id:
-        attrs[semconv.GEN_AI_RESPONSE_ID] = response.id
-    reason = _responses_finish(response)
-    attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [reason]
-    parts = _responses_output_parts(response.output or ())
-    result = LLMResult(
-        attributes=attrs,
-        response_model=response.model,
-        output_messages=[{"role": "assistant", "parts": parts, "finish_reason": reason}],
-        response_json=None if raw is not None else dump(response),
-        stream_chunks=raw,
-    )
-    usage = response.usage
-    if usage is not None:
-        result.input_tokens = usage.input_tokens
-        result.output_tokens = usage.output_tokens
-        cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None)
-        if cached:
-            attrs[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
-    return result
-
-
-def _responses_finish(response: Any) -> str:
-    status = response.status
-    if status == "incomplete":
-        reason = getattr(response.incomplete_details, "reason", None)
-        return "length" if reason == "max_output_tokens" else (reason or "incomplete")
-    if status == "failed":
-        return "error"
-    if any(getattr(item, "type", None) == "function_call" for item in response.output or ()):
-        return "tool_call"
-    return "stop"
-
-
-def _responses_output_parts(output: Iterable[Any]) -> list[Any]:
-    parts: list[Any] = []
-    for item in output:
-        kind = getattr(item, "type", None)
-        if kind == "message":
-            for content in item.content or ():
-                if content.type == "output_text":
-                    parts.append({"type": "text", "content": content.text})
-                elif content.type == "refusal":
-                    parts.append({"type": "refusal", "content": content.refusal})
-        elif kind == "function_call":
-            parts.append(_function_call_part(item))
-        elif kind == "reasoning":
-            text = "".join(s.text for s in (getattr(item, "summary", None) or ()))
-            parts.append({"type": "reasoning", "content": text})
-        elif kind is not None:
-            parts.append({"type": kind})
-    return parts
-
-
-def _function_call_part(item: Any) -> dict[str, Any]:
-    return {"type": "tool_call", "id": item.call_id, "name": item.name, "arguments": item.arguments}
-
-
-_TERMINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response.failed"})
-
-
-class ResponsesStreamAccumulator:
-    """Folds a Responses stream's events as they pass; the terminal one carries the whole response."""
-
-    __slots__ = ("raw", "dumped", "response", "final", "text", "calls")
-
-    def __init__(self, raw: list[str] | None) -> None:
-        self.raw = raw
-        self.dumped: list[str] | None = None if raw is not None else []
-        self.response: Any = None  # the latest response snapshot an event carried
-        self.final = False
-        self.text: list[str] = []
-        self.calls: list[dict[str, Any]] = []
-
-    def add(self, event: Any) -> None:
-        if self.dumped is not None:
-            self.dumped.append(response_json(event))
-        kind = getattr(event, "type", None)
-        if kind == "response.output_text.delta":
-            self.text.append(event.delta)
-        elif kind == "response.output_item.done" and getattr(event.item, "type", None) == "function_call":
-            self.calls.append(_function_call_part(event.item))
-        elif kind in _TERMINAL_EVENTS:
-            self.response, self.final = event.response, True
-        elif not self.final and getattr(event, "response", None) is not None:
-            self.response = event.response
-
-    def result(self) -> LLMResult:
-        return responses_stream_result(self)
-
-
-def responses_stream_result(stream: ResponsesStreamAccumulator) -> LLMResult:
-    chunks = stream.raw if stream.raw is not None else stream.dumped
-    if stream.final:
-        return responses_result(stream.response, raw=chunks)
-    # The stream ended before its terminal event: what arrived.
-    response = stream.response
-    attrs: dict[str, Any] = {}
-    if response is not None and response.id:
-        attrs[semconv.GEN_AI_RESPONSE_ID] = response.id
-    parts: list[Any] = [{"type": "text", "content": "".join(stream.text)}] if stream.text else []
-    parts += stream.calls
-    return LLMResult(
-        attributes=attrs,
-        response_model=getattr(response, "model", None),
-        output_messages=[{"role": "assistant", "parts": parts, "finish_reason": ""}] if parts else None,
-        stream_chunks=chunks,
-    )

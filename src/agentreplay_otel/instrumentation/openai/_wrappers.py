@@ -7,7 +7,7 @@ from typing import Any
 
 from agentreplay_otel import semconv
 from agentreplay_otel.instrumentation._wrap import Endpoint, Recorder, async_wrapper, sync_wrapper
-from agentreplay_otel.instrumentation.openai import _extract
+from agentreplay_otel.instrumentation.openai import _extract, _responses
 
 
 def _chat_endpoint(
@@ -24,13 +24,13 @@ def _chat_endpoint(
 
 
 def _responses_endpoint(
-    streams: tuple[type, type], result: Callable[[Any], Any] = _extract.responses_result
+    streams: tuple[type, type], result: Callable[[Any], Any] = _responses.responses_result
 ) -> Endpoint:
     return Endpoint(
         provider=semconv.PROVIDER_OPENAI,
-        request=_extract.responses_request,
+        request=_responses.responses_request,
         result=result,
-        accumulator=_extract.ResponsesStreamAccumulator,
+        accumulator=_responses.ResponsesStreamAccumulator,
         sync_stream=streams[0],
         async_stream=streams[1],
     )
@@ -65,8 +65,8 @@ def async_chat_parse(recorder: Recorder, streams: tuple[type, type]) -> Callable
 
 def responses_parse(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
     """``Responses.parse``: structured output; posts by itself, not through ``create``."""
-    return sync_wrapper(_responses_endpoint(streams, _extract.responses_parse_result), recorder)
+    return sync_wrapper(_responses_endpoint(streams, _responses.responses_parse_result), recorder)
 
 
 def async_responses_parse(recorder: Recorder, streams: tuple[type, type]) -> Callable[..., Any]:
-    return async_wrapper(_responses_endpoint(streams, _extract.responses_parse_result), recorder)
+    return async_wrapper(_responses_endpoint(streams, _responses.responses_parse_result), recorder)
