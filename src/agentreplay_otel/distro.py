@@ -6,16 +6,25 @@ gRPC by default, HTTP by ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``) carrying the 
 identity token, a batch queue sized for bursts, and the hash chain computed on the
 way into each exporter (on the export thread, not the agent's). The standard ``OTEL_*``
 variables keep their meaning; the exporters read their own.
+
+An agent whose configuration does not verify (a manifest edited or not signed by the org, a
+token expired or from another org, a key that is not the token's) does not start: the
+launcher would log the configurator's exception and run the agent unguarded and unrecorded,
+so the configurator ends the process itself, with the reason in one line on stderr and exit
+status 2. ``AGENTREPLAY_START_FAIL_MODE=open`` starts it instead, recorded, without what did
+not verify, and with the reason on its resource (``agentreplay.start.error``), which the
+collector stores with every span.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from opentelemetry import metrics, trace
 from opentelemetry.instrumentation.distro import BaseDistro  # type: ignore[attr-defined]
@@ -26,9 +35,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 
 from agentreplay_otel import determinism, guard, redaction, replay, semconv, settings
 from agentreplay_otel.chain import ChainingSpanExporter
-from agentreplay_otel.errors import ConfigurationError
+from agentreplay_otel.errors import AgentReplayError, ConfigurationError
 from agentreplay_otel.runs import end_auto_run
-from agentreplay_otel.settings import env_flag
+from agentreplay_otel.settings import Settings, env_flag
 from agentreplay_otel.version import __version__
 
 _log = logging.getLogger(__name__)
@@ -36,6 +45,7 @@ _log = logging.getLogger(__name__)
 DEFAULT_QUEUE_SIZE = 65_536  # a 50k-span burst fits; the SDK default (2048) dropped 44% of one
 DEFAULT_EXPORT_BATCH = 512
 DEFAULT_SCHEDULE_DELAY_MS = 1_000  # short-lived agents should not wait 5 s for their first export
+EXIT_REFUSED = 2  # the exit status of an agent that does not start
 
 
 class CountingBatchSpanProcessor(BatchSpanProcessor):
@@ -88,13 +98,19 @@ class _AutoRunCloser(SpanProcessor):
         end_auto_run()
 
 
-def build_tracer_provider(environ: Mapping[str, str] | None = None) -> TracerProvider:
-    """The tracer provider the launcher installs; importable so embedders get the same one."""
+def build_tracer_provider(
+    environ: Mapping[str, str] | None = None, *, current: Settings | None = None
+) -> TracerProvider:
+    """The tracer provider the launcher installs; importable so embedders get the same one.
+
+    ``current``: settings already read (the launcher's, possibly those of a fail-open start);
+    by default they are read from the environment, and raise if they do not verify.
+    """
     env = os.environ if environ is None else environ
-    current = settings.from_env(env)
+    current = settings.from_env(env) if current is None else current
     settings.configure(current)
     creds = current.credentials
-    resource = Resource.create(_resource_attributes(env, creds.agent_id))
+    resource = Resource.create(_resource_attributes(env, creds.agent_id, current.start_error))
     provider = TracerProvider(resource=resource, id_generator=determinism.PrivateIdGenerator())
     provider.add_span_processor(_AutoRunCloser())  # shut down first: the auto run ends before the flush
     agent_id = resource.attributes.get(semconv.AGENT_ID)
@@ -109,9 +125,11 @@ def build_tracer_provider(environ: Mapping[str, str] | None = None) -> TracerPro
     return provider
 
 
-def _resource_attributes(env: Mapping[str, str], agent_id: str | None) -> dict[str, Any]:
+def _resource_attributes(env: Mapping[str, str], agent_id: str | None, start_error: str) -> dict[str, Any]:
     service = env.get("OTEL_SERVICE_NAME") or agent_id or "agent"
     attrs: dict[str, Any] = {semconv.AGENT_ID: agent_id or service}
+    if start_error:
+        attrs[semconv.START_ERROR] = start_error
     if env.get(semconv.ENV_AGENT_VERSION):
         attrs[semconv.AGENT_VERSION] = env[semconv.ENV_AGENT_VERSION]
     if not env.get("OTEL_SERVICE_NAME"):
@@ -178,16 +196,69 @@ def _int_env(env: Mapping[str, str], ours: str | None, standard: str, default: i
 
 
 class AgentReplayConfigurator(_BaseConfigurator):
-    """Installs the AgentReplay tracer provider (and a meter provider for the GenAI metrics)."""
+    """Installs the AgentReplay tracer provider (and a meter provider for the GenAI metrics).
+
+    The launcher's configurator: if the agent cannot start as configured, it ends the process
+    (:func:`refuse_to_start`), because the launcher would swallow an exception and run the
+    agent unguarded. Embedders build the same parts with :func:`build_tracer_provider` and
+    :func:`agentreplay_otel.guard.install_from_env`, which raise instead.
+    """
 
     def _configure(self, **kwargs: Any) -> None:
-        session = replay.install_from_env()  # before any run opens: a replay's runs are marked as replays
-        _install_determinism(session)
-        trace.set_tracer_provider(build_tracer_provider())
-        if replay.active() is None:  # a replay acts on nothing (tools sandboxed): nothing to enforce or watch
-            guard.install_from_env(settings.current())  # a bad manifest or token stops the agent here
-        _configure_metrics()
-        _log.debug("agentreplay %s: tracing configured", __version__)
+        try:
+            _start(os.environ)
+        except Exception as exc:  # noqa: BLE001 - any failure here would leave the agent unguarded
+            refuse_to_start(exc)
+
+
+def _start(env: Mapping[str, str]) -> None:
+    session = replay.install_from_env()  # before any run opens: a replay's runs are marked as replays
+    _install_determinism(session)
+    # A replay acts on nothing (tools sandboxed): nothing to enforce or watch.
+    current, enforcer = resolve_start(env, enforce=replay.active() is None)
+    trace.set_tracer_provider(build_tracer_provider(env, current=current))
+    guard.start(enforcer)
+    _configure_metrics()
+    _log.debug("agentreplay %s: tracing configured", __version__)
+
+
+def resolve_start(env: Mapping[str, str], *, enforce: bool) -> tuple[Settings, guard.Guard | None]:
+    """The settings and guard an agent starts with, checked before anything starts.
+
+    A key, token or manifest that does not verify raises, unless the start is fail-open
+    (``AGENTREPLAY_START_FAIL_MODE=open``): then the agent starts without them, and says why.
+    """
+    fail_open = settings.fail_open_start(env)
+    try:
+        current = settings.from_env(env)
+        return current, guard.from_settings(current, env) if enforce else None
+    except AgentReplayError as exc:
+        if not fail_open:
+            raise
+        reason = _one_line(exc)
+    _log.error(
+        "agentreplay: %s=open: starting without the enforcement configuration that did not verify: %s",
+        semconv.ENV_START_FAIL_MODE, reason,
+    )
+    current = settings.degraded(env, reason=reason)
+    return current, guard.from_settings(current, env) if enforce else None
+
+
+def refuse_to_start(exc: BaseException) -> NoReturn:
+    """End the process before the agent runs: the reason in one line on stderr, exit status 2.
+
+    ``os._exit``: the launcher catches exceptions (and ``SystemExit`` would unwind through its
+    ``sitecustomize``); nothing of the agent has run yet, so there is nothing to flush but stderr.
+    """
+    sys.stdout.flush()
+    sys.stderr.write(f"agentreplay: the agent does not start: {_one_line(exc)}\n")
+    sys.stderr.flush()
+    os._exit(EXIT_REFUSED)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text if isinstance(exc, AgentReplayError) else f"{type(exc).__name__}: {text}"
 
 
 def _install_determinism(session: replay.ReplaySession | None) -> None:

@@ -391,15 +391,23 @@ def from_settings(current_settings: Settings, environ: Mapping[str, str] | None 
     )
 
 
-def install_from_env(current_settings: Settings, environ: Mapping[str, str] | None = None) -> Guard | None:
-    """What the launcher calls: build, install and start watching for halts."""
-    guard = from_settings(current_settings, environ)
+def start(guard: Guard | None) -> Guard | None:
+    """Make ``guard`` this process's guard (stopping the one before) and start watching for halts.
+
+    The launcher builds the guard with :func:`from_settings` before it starts anything, so a
+    configuration that does not verify stops the agent before a span or a watch exists.
+    """
     previous = install(guard)
     if previous is not None:
         previous.stop()
     if guard is not None:
         guard.start_watch()
     return guard
+
+
+def install_from_env(current_settings: Settings, environ: Mapping[str, str] | None = None) -> Guard | None:
+    """Build, install and start watching for halts (embedders; the launcher goes through the distro)."""
+    return start(from_settings(current_settings, environ))
 
 
 def wait_for_watch(timeout_s: float = 5.0) -> bool:

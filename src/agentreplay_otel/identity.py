@@ -14,7 +14,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -156,6 +156,7 @@ class AgentIdentity:
     kid: str
     manifest_sha256: str
     expires_at: int
+    token: str = field(default="", repr=False)  # the token itself: the org's certificate of the agent key
 
 
 def issue_identity(
@@ -182,13 +183,27 @@ def issue_identity(
 
 def verify_identity(token: str, org_public_key: Ed25519PublicKey) -> AgentIdentity:
     """Verify an identity token against the org key; raise IdentityError saying what is wrong."""
+    return _decode_identity(token, org_public_key, check_expiry=True)
+
+
+def certified_agent_key(token: str, org_public_key: Ed25519PublicKey) -> AgentIdentity:
+    """The agent key an identity token certifies, for checking a run seal made with it.
+
+    The org's signature, issuer and claims are checked; the expiry is not: a seal made while
+    the token was valid stays valid after it expires (and the run's times, which a store
+    writer picks, could not show when the seal was made anyway).
+    """
+    return _decode_identity(token, org_public_key, check_expiry=False)
+
+
+def _decode_identity(token: str, org_public_key: Ed25519PublicKey, *, check_expiry: bool) -> AgentIdentity:
     try:
         claims = jwt.decode(
             token,
             org_public_key,
             algorithms=["EdDSA"],
             issuer=TOKEN_ISSUER,
-            options={"require": ["exp", "sub", "iss"]},
+            options={"require": ["exp", "sub", "iss"], "verify_exp": check_expiry},
         )
     except jwt.ExpiredSignatureError as exc:
         raise IdentityError("identity token has expired: issue a new one") from exc
@@ -198,7 +213,7 @@ def verify_identity(token: str, org_public_key: Ed25519PublicKey) -> AgentIdenti
         raise IdentityError(f"invalid identity token: {exc}") from exc
     try:
         public = Ed25519PublicKey.from_public_bytes(_unb64url(claims["agent_key"]))
-    except (KeyError, ValueError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise IdentityError("identity token carries no valid agent public key") from exc
     return AgentIdentity(
         agent_id=str(claims["sub"]),
@@ -206,6 +221,7 @@ def verify_identity(token: str, org_public_key: Ed25519PublicKey) -> AgentIdenti
         kid=key_id(public),
         manifest_sha256=str(claims.get("manifest_sha256", "")),
         expires_at=int(claims["exp"]),
+        token=token,
     )
 
 
@@ -257,6 +273,32 @@ def load_credentials(environ: Mapping[str, str] | None = None) -> Credentials:
         raise ConfigurationError(f"{semconv.ENV_MANIFEST}: manifest body must be an object")
     digest = manifest_sha256(manifest) if manifest is not None else ""
     return Credentials(agent_id=agent_id, signing_key=key, token=token, manifest=manifest, manifest_sha256=digest)
+
+
+def unverified_credentials(environ: Mapping[str, str] | None = None) -> Credentials:
+    """What a fail-open start records with when :func:`load_credentials` refused: the agent key
+    and token as found (unverified, each dropped if unreadable) and no manifest.
+
+    Nothing here is trusted: the collector checks the token on every export and the seal
+    against the org's certificate; no manifest is enforced in the agent, because none verified.
+    """
+    env = os.environ if environ is None else environ
+    key = token = None
+    try:
+        key = load_private_key(env[semconv.ENV_AGENT_KEY]) if env.get(semconv.ENV_AGENT_KEY) else None
+    except IdentityError:
+        pass
+    try:
+        token = _read_token(env[semconv.ENV_IDENTITY]) if env.get(semconv.ENV_IDENTITY) else None
+    except IdentityError:
+        pass
+    agent_id = env.get(semconv.ENV_AGENT_ID)
+    if token is not None and agent_id is None:
+        try:
+            agent_id = str(jwt.decode(token, options={"verify_signature": False}).get("sub") or "") or None
+        except jwt.PyJWTError:
+            agent_id = None
+    return Credentials(agent_id=agent_id, signing_key=key, token=token)
 
 
 def _read_token(path: str) -> str:

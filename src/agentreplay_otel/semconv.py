@@ -116,6 +116,9 @@ RUN_KIND_FORK: Final = "fork"
 SERVICE_NAME: Final = "service.name"
 AGENT_ID: Final = "agentreplay.agent.id"
 AGENT_VERSION: Final = "agentreplay.agent.version"
+# Why the agent runs without (part of) its enforcement configuration: set only when it started
+# fail-open (AGENTREPLAY_START_FAIL_MODE=open) after that configuration failed to verify.
+START_ERROR: Final = "agentreplay.start.error"
 
 # Attributes whose values are content (prompts, completions, tool I/O): the redactor sees these.
 CONTENT_ATTRIBUTES: Final = frozenset(
@@ -149,6 +152,9 @@ ENV_STORE: Final = "AGENTREPLAY_STORE"
 ENV_COLLECTOR: Final = "AGENTREPLAY_COLLECTOR"  # the collector's control endpoint (CLI, guard)
 ENV_DETERMINISM: Final = "AGENTREPLAY_DETERMINISM"  # "off": do not record the agent's clock/uuid/random
 ENV_GUARD: Final = "AGENTREPLAY_GUARD"  # "off": record but enforce nothing in this process
+# "closed" (default): an agent whose key, token or manifest does not verify does not start;
+# "open": it starts, recorded, without what did not verify, and says why (START_ERROR).
+ENV_START_FAIL_MODE: Final = "AGENTREPLAY_START_FAIL_MODE"
 ENV_AUTHORIZE_DEADLINE_MS: Final = "AGENTREPLAY_AUTHORIZE_DEADLINE_MS"
 ENV_ADMIN_TOKEN: Final = "AGENTREPLAY_ADMIN_TOKEN"
 ENV_ORG_KEY: Final = "AGENTREPLAY_ORG_KEY"  # the org's private key file (CLI only)
