@@ -234,7 +234,11 @@ def corpus_world(root: Path) -> Iterator[CorpusWorld]:
     (root / "agent.jwt").write_text(
         identity.issue_identity(org_key=org, agent_id="corpus-agent", agent_public_key=agent.public_key())
     )
-    creds = {semconv.ENV_AGENT_KEY: str(root / "agent.pem"), semconv.ENV_IDENTITY: str(root / "agent.jwt")}
+    creds = {
+        semconv.ENV_AGENT_KEY: str(root / "agent.pem"),
+        semconv.ENV_IDENTITY: str(root / "agent.jwt"),
+        semconv.ENV_ORG_PUBLIC_KEY: str(root / "org.pub.pem"),  # what verify checks seals against
+    }
     config = write_config(
         root / "collector.yaml", store=f"chdb://{root / 'store'}", org_public_key=root / "org.pub.pem"
     )
