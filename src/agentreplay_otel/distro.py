@@ -214,10 +214,12 @@ class AgentReplayConfigurator(_BaseConfigurator):
 def _start(env: Mapping[str, str]) -> None:
     session = replay.install_from_env()  # before any run opens: a replay's runs are marked as replays
     _install_determinism(session)
-    # A replay acts on nothing (tools sandboxed): nothing to enforce or watch.
-    current, enforcer = resolve_start(env, enforce=replay.active() is None)
+    # A replay acts on nothing (tools sandboxed): nothing to enforce or watch; its interceptor stays.
+    enforce = replay.active() is None
+    current, enforcer = resolve_start(env, enforce=enforce)
     trace.set_tracer_provider(build_tracer_provider(env, current=current))
-    guard.start(enforcer)
+    if enforce:
+        guard.start(enforcer)
     _configure_metrics()
     _log.debug("agentreplay %s: tracing configured", __version__)
 
