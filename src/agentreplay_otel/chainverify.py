@@ -6,6 +6,12 @@ ended. :func:`verify` takes a run's :class:`~agentreplay_otel.canonical.SpanReco
 the collector converts them from OTLP, or as the store returns them) and names the first
 problem. The collector and the CLI verify through this module; the recorder's chaining
 (:mod:`agentreplay_otel.chain`) hashes with the same :func:`link_hash`.
+
+Whoever can write the store can rewrite a run and recompute every hash, so the chain alone
+proves nothing to a reader of the store: the seal does, if its key is one the org vouched
+for. Given the org public key (from the verifier's side, never from the store), a seal
+counts only against the key of the org's certificate for its key id: the agent's identity
+token, which the org key signed and which names the agent and its public key.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import enum
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_otel import semconv
 from agentreplay_otel.canonical import GENESIS_HASH, SpanRecord, canonical_span
-from agentreplay_otel.identity import seal_payload, verify_signature
+from agentreplay_otel.errors import IdentityError
+from agentreplay_otel.identity import certified_agent_key, key_id, seal_payload, verify_signature
 
 
 def link_hash(prev_hash: str, record: SpanRecord) -> str:
@@ -33,15 +41,15 @@ class ChainProblem(enum.StrEnum):
     REORDERED = "reordered"  # spans link to each other, but in another order than their seq says
     FORGED = "forged"  # a span carries no valid chain link, or links to nothing in the run
     TRUNCATED = "truncated"  # the chain's tail (and the run span with its seal) is gone
-    BAD_SEAL = "bad_seal"  # the seal does not verify with the agent's key
+    BAD_SEAL = "bad_seal"  # the seal does not verify with the agent's key, or its key is not the org's
     MISSING_SEAL = "missing_seal"  # a seal was required, and there is none (or no key to check it)
 
 
 class SealStatus(enum.StrEnum):
     VALID = "valid"
     ABSENT = "absent"
-    UNCHECKED = "unchecked"  # sealed, but no public key for its kid was given
-    INVALID = "invalid"
+    UNCHECKED = "unchecked"  # sealed, but no public key (or certificate) for its kid was given
+    INVALID = "invalid"  # the signature fails, or the key it names is not certified by the org
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,24 +78,88 @@ class ChainReport:
 KeyLookup = Mapping[str, Ed25519PublicKey] | Callable[[str], Ed25519PublicKey | None]
 """An ``agentreplay.identity.kid`` to the agent's public key: a mapping, or a function."""
 
+CertificateLookup = Mapping[str, str] | Callable[[str], str | None]
+"""An ``agentreplay.identity.kid`` to the org's certificate of that key (the agent's identity
+token): a mapping, or a function. Where it comes from does not matter; the org key decides."""
+
 
 def verify(
     records: Iterable[SpanRecord],
     *,
     keys: KeyLookup | None = None,
     require_seal: bool = False,
+    org_key: Ed25519PublicKey | None = None,
+    certificates: CertificateLookup | None = None,
 ) -> ChainReport:
     """Recompute a run's chain and check its seal; report the first problem found.
 
-    ``keys`` maps an ``agentreplay.identity.kid`` to the agent's public key (or is a
-    function doing so). With ``require_seal``, an unsealed or unverifiable run fails.
+    Seal keys come from one of two places. ``keys`` maps a kid to a public key the caller
+    vouches for (a recorder's own key, a test's). ``org_key`` with ``certificates``: the key
+    is the one the org certified for that kid, for the run's agent; a certificate that does
+    not verify against ``org_key``, or names another key or agent, is a bad seal. With
+    ``require_seal``, an unsealed or unverifiable run fails.
     """
+    if org_key is not None and keys is not None:
+        raise ValueError("verify() takes keys the caller vouches for, or org_key with certificates; not both")
     spans = list(records)
     if len({r.trace_id for r in spans}) > 1:
         raise ValueError("verify() takes the spans of one run (one trace id)")
     spans = _dedupe(spans)
     run_id = spans[0].trace_id if spans else ""
-    return _Verifier(run_id, spans, keys, require_seal).run()
+    anchor = _Anchor(keys=keys, org_key=org_key, certificates=certificates)
+    return _Verifier(run_id, spans, anchor, require_seal).run()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SealKey:
+    """The key a seal is checked with, or why there is none (``invalid``: one was offered and refused)."""
+
+    public: Ed25519PublicKey | None = None
+    why: str = ""
+    invalid: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Anchor:
+    """Where seal keys come from: keys the caller vouches for, or the org's certificates."""
+
+    keys: KeyLookup | None
+    org_key: Ed25519PublicKey | None
+    certificates: CertificateLookup | None
+
+    def seal_key(self, kid: str, agent_id: str) -> _SealKey:
+        if self.org_key is None:
+            public = _lookup(self.keys, kid)
+            if public is None:
+                return _SealKey(why=f"no public key for the seal's key {kid or '(none)'}")
+            if key_id(public) != kid:
+                return _SealKey(why=f"the key given for {kid} is another key ({key_id(public)})", invalid=True)
+            return _SealKey(public=public)
+        token = _lookup(self.certificates, kid)
+        if not token:
+            return _SealKey(why=f"no certificate from the org key for the seal's key {kid or '(none)'}")
+        try:
+            certified = certified_agent_key(token, self.org_key)
+        except IdentityError as exc:
+            return _SealKey(why=f"the seal's key {kid} is not certified by the org key: {exc}", invalid=True)
+        if certified.kid != kid:
+            return _SealKey(
+                why=f"the org's certificate stored for {kid} is for another key ({certified.kid})", invalid=True
+            )
+        if certified.agent_id != agent_id:
+            return _SealKey(
+                why=f"the seal's key {kid} is certified for agent {certified.agent_id!r}, not {agent_id!r}",
+                invalid=True,
+            )
+        return _SealKey(public=certified.public_key)
+
+
+def _lookup(source: Mapping[str, Any] | Callable[[str], Any] | None, kid: str) -> Any:
+    if source is None:
+        return None
+    if callable(source):
+        return source(kid)
+    return source.get(kid)
 
 
 def _dedupe(records: list[SpanRecord]) -> list[SpanRecord]:
@@ -99,10 +171,10 @@ def _dedupe(records: list[SpanRecord]) -> list[SpanRecord]:
 
 
 class _Verifier:
-    def __init__(self, run_id: str, records: list[SpanRecord], keys: KeyLookup | None, require_seal: bool):
+    def __init__(self, run_id: str, records: list[SpanRecord], anchor: _Anchor, require_seal: bool):
         self.run_id = run_id
         self.records = records
-        self.keys = keys
+        self.anchor = anchor
         self.require_seal = require_seal
 
     def fail(self, problem: ChainProblem, record: SpanRecord | None, detail: str, seq: int | None = None,
@@ -170,40 +242,39 @@ class _Verifier:
         root_seq = _seq(root) or 0
         unsealed = len(ordered) - 1 - root_seq
         seal = root.attributes.get(semconv.CHAIN_SEAL)
+        why = "the run is not sealed"
         if not seal:
             status = SealStatus.ABSENT
         else:
-            kid = root.attributes.get(semconv.IDENTITY_KID, "")
-            public = self._lookup(kid)
-            if public is None:
+            agent_id = root.resource.get(semconv.AGENT_ID, "")
+            key = self.anchor.seal_key(root.attributes.get(semconv.IDENTITY_KID, ""), agent_id)
+            why = key.why
+            if key.invalid:
+                return self.fail(ChainProblem.BAD_SEAL, root, why, seal=SealStatus.INVALID)
+            if key.public is None:
                 status = SealStatus.UNCHECKED
             else:
                 payload = seal_payload(
                     run_id=root.trace_id,
-                    agent_id=root.resource.get(semconv.AGENT_ID, ""),
+                    agent_id=agent_id,
                     seq=root_seq,
                     last_hash=root.attributes[semconv.CHAIN_HASH],
                     manifest_sha256=root.attributes.get(semconv.MANIFEST_SHA256, ""),
                 )
-                status = SealStatus.VALID if verify_signature(public, payload, seal) else SealStatus.INVALID
-        if status is SealStatus.INVALID:
-            return self.fail(ChainProblem.BAD_SEAL, root, "the seal does not verify with the agent's key", seal=status)
+                if not verify_signature(key.public, payload, seal):
+                    certified = " certified" if self.anchor.org_key is not None else ""
+                    return self.fail(
+                        ChainProblem.BAD_SEAL, root, f"the seal does not verify with the agent's{certified} key",
+                        seal=SealStatus.INVALID,
+                    )
+                status = SealStatus.VALID
         if self.require_seal and (status is not SealStatus.VALID or unsealed):
-            why = {
-                SealStatus.ABSENT: "the run is not sealed",
-                SealStatus.UNCHECKED: "no public key to check the seal",
-            }.get(status, f"{unsealed} span(s) ended after the seal")
+            if status is SealStatus.VALID:
+                why = f"{unsealed} span(s) ended after the seal"
             return self.fail(ChainProblem.MISSING_SEAL, root, why, seal=status)
         return ChainReport(
             run_id=self.run_id, span_count=len(ordered), seal=status, unsealed_spans=unsealed
         )
-
-    def _lookup(self, kid: str) -> Ed25519PublicKey | None:
-        if self.keys is None:
-            return None
-        if callable(self.keys):
-            return self.keys(kid)
-        return self.keys.get(kid)
 
 
 def _seq(record: SpanRecord) -> int | None:
