@@ -186,26 +186,48 @@ def test_control_plane_records_read_back_as_written(chdb_store: Store, recorded)
 
 
 def test_an_agents_track_record_counts_failures_regressions_and_violations(chdb_store: Store) -> None:
-    from agentreplay_collector.models import NOT_VIOLATIONS, DecisionRecord, RunMarks, TrackRecord, TrustScore
+    from agentreplay_collector.models import (
+        NOT_VIOLATIONS,
+        DecisionRecord,
+        RunArrival,
+        RunMarks,
+        TrackRecord,
+        TrustScore,
+    )
 
-    def run(run_id: str, *, code: str = "Ok", kind: str = "record", halted: bool = False) -> RunSummary:
+    now = time.time_ns()
+
+    def run(run_id: str, *, code: str = "Ok", kind: str = "record", halted: bool = False, replay_of: str = "",
+            start_ns: int = now, status: ChainState = ChainState.INTACT) -> RunSummary:
         return RunSummary(run_id=run_id, agent_id="booker", agent_name="booker", service_name="booker",
-                          run_kind=kind, name="invoke_agent booker", start_ns=time.time_ns(), end_ns=time.time_ns(),
-                          span_count=1, status_code=code, cost_usd=0.0, halted=halted,
-                          chain=ChainStatus(run_id=run_id, status=ChainState.INTACT, seal="valid", span_count=1))
+                          run_kind=kind, name="invoke_agent booker", start_ns=start_ns, end_ns=start_ns,
+                          span_count=1, status_code=code, cost_usd=0.0, halted=halted, replay_of=replay_of,
+                          chain=ChainStatus(run_id=run_id, status=status, seal="valid", span_count=1))
 
     def deny(run_id: str, rule: str) -> DecisionRecord:
         return DecisionRecord(time_ns=time.time_ns(), run_id=run_id, span_id="", agent_id="booker", tool="t",
                               decision="deny", rule=rule, manifest_sha256="", detail="", source="collector")
 
-    chdb_store.upsert_runs([run("a" * 32, code="Error"), run("b" * 32, kind="regression"), run("c" * 32, halted=True)],
-                           updated_ns=1)
+    year_2100 = 4_102_444_800 * 10**9
+    counted = [run("a" * 32, code="Error"), run("b" * 32, kind="regression", replay_of="c" * 32),
+               run("c" * 32, halted=True)]
+    ignored = [
+        run("d" * 32, kind="regression", replay_of="9" * 32),  # replays no run of this agent
+        run("e" * 32, start_ns=year_2100),  # not received live: dated after its arrival
+        run("f" * 32, status=ChainState.BROKEN),  # not verified
+        run("1" * 32),  # never received (no arrival)
+    ]
+    chdb_store.upsert_runs(counted + ignored, updated_ns=now)
+    chdb_store.insert_run_arrivals(
+        [RunArrival(run_id=r.run_id, agent_id="booker", received_ns=now) for r in counted + ignored[:3]]
+    )
     chdb_store.insert_decisions([deny("c" * 32, "tool.max_per_run"), deny("b" * 32, "halted")])
     record = chdb_store.track_record("booker", window=50, not_violations=NOT_VIOLATIONS)
     assert record == TrackRecord(runs=3, failures=1, regressions=1, regression_passes=1, violating_runs=1)
     assert chdb_store.track_record("nobody", window=50, not_violations=NOT_VIOLATIONS).runs == 0
     assert chdb_store.agents() == ["booker"]
     assert chdb_store.run_marks(["a" * 32, "c" * 32]) == {"c" * 32: RunMarks(halted=True, classification="")}
+    assert chdb_store.run_owners(["a" * 32, "1" * 32, "2" * 32]) == {"a" * 32: "booker", "1" * 32: "booker"}
 
     score = TrustScore(agent_id="booker", score=0.5, tier="standard", spend_multiplier=1.0, runs=3,
                        failure_rate=1 / 3, regression_pass_rate=1.0, regressions=1, scope_violations=1,

@@ -19,6 +19,7 @@ from agentreplay_collector.models import (
     ChainStatus,
     DecisionRecord,
     Halt,
+    RunArrival,
     RunSummary,
     StoredManifest,
     TrustScore,
@@ -86,6 +87,13 @@ AGENT_KEY_COLUMNS = ("Kid", "AgentId", "PublicKey", "FirstSeen")
 
 def agent_key_row(kid: str, agent_id: str, key: Ed25519PublicKey, seen_ns: int) -> list[Any]:
     return [kid, agent_id, base64.b64encode(public_key_bytes(key)).decode("ascii"), dt(seen_ns)]
+
+
+RUN_ARRIVAL_COLUMNS = ("RunId", "AgentId", "ReceivedAt")
+
+
+def run_arrival_row(a: RunArrival) -> list[Any]:
+    return [a.run_id, a.agent_id, dt(a.received_ns)]
 
 
 def halt_row(h: Halt) -> list[Any]:

@@ -22,7 +22,10 @@ held up by the timeout.
 After the rows are written and before the answer, ``on_written`` (the chain processor)
 sees the batch's run spans. When the store fails, every export in the failed insert is answered UNAVAILABLE (the
 sender retries), and new exports are refused the same way for ``retry_after_s`` instead
-of piling up behind a store that is down.
+of piling up behind a store that is down. When the store refuses the rows themselves (not
+its state), each export of the insert is written alone and only the refused one is answered
+ExportRejected: one tenant's export never fails another's. Inserts are also cut so that no
+insert holds spans on more days than the store takes at once (:data:`MAX_INSERT_DAYS`).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import pyarrow as pa
 
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.config import BatchConfig
-from agentreplay_collector.errors import StoreError, StoreUnavailable
+from agentreplay_collector.errors import ExportRejected, StoreError, StoreRejected, StoreUnavailable
 from agentreplay_collector.otlp import ConvertedRequest
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import SpanRecord
@@ -292,16 +295,32 @@ class Batcher:
 
     # --- writer thread -------------------------------------------------------------------------
     def _write(self, batch: list[_Pending]) -> None:
+        for group in _by_partitions(batch):
+            self._write_group(group)
+
+    def _write_group(self, batch: list[_Pending]) -> None:
         tables = [p.request.table for p in batch]
         try:
             table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
             self.store.insert_spans(table)
+            arrivals = [a for p in batch for a in p.request.arrivals]
+            if arrivals:
+                self.store.insert_run_arrivals(arrivals)
             if self.on_written is not None:
                 records = [r for p in batch for r in p.request.records]
                 if records:
                     # Before the acknowledgement: a run's "pending" row is written in step with
                     # its first spans, so a crash cannot leave stored spans of a run nobody judges.
                     self.on_written(records)
+        except StoreRejected as exc:
+            # The rows, not the store: the store is up, and only the export that holds them is refused.
+            if len(batch) > 1:
+                for p in batch:
+                    self._write_group([p])
+                return
+            _log.warning("an export was refused by the store: %s", exc)
+            batch[0].future.set_exception(ExportRejected(str(exc)))
+            return
         except StoreError as exc:
             _log.warning("store write failed; %d export(s) answered UNAVAILABLE: %s", len(batch), exc)
             with self._worker.cond:
@@ -320,3 +339,24 @@ class Batcher:
         self.written_spans += table.num_rows
         for p in batch:
             p.future.set_result(p.request.span_count)
+
+
+MAX_INSERT_DAYS = 50
+"""Most distinct UTC days the spans of one insert start on. Each day is a partition of
+``otel_traces``, and ClickHouse refuses an insert that falls into more than 100 (days in the
+server's time zone, and a UTC day may straddle two): exports whose days together would pass
+this go in separate inserts, so no export can make another's insert fail."""
+
+
+def _by_partitions(batch: list[_Pending]) -> list[list[_Pending]]:
+    """The batch in order, cut into inserts of at most :data:`MAX_INSERT_DAYS` days each."""
+    groups: list[list[_Pending]] = []
+    days: set[int] = set()
+    for p in batch:
+        if groups and len(days | p.request.days) <= MAX_INSERT_DAYS:
+            groups[-1].append(p)
+            days |= p.request.days
+        else:
+            groups.append([p])
+            days = set(p.request.days)
+    return groups

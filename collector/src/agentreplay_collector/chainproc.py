@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -211,6 +212,7 @@ class ChainProcessor:
             report = verify(records, keys=self._key) if records else None
         if report is None:
             return None
+        report = _reused_span_ids(records or [], report)
         if (
             report.problem is ChainProblem.TRUNCATED
             and not final
@@ -296,13 +298,38 @@ class ChainProcessor:
 
 
 def run_cost(records: Iterable[SpanRecord]) -> float:
-    """Sum of ``agentreplay.cost.usd`` over a run's spans (malformed values count as 0)."""
+    """Sum of ``agentreplay.cost.usd`` over a run's spans (values that are not a finite amount >= 0
+    count as 0: the scope processor reports those as violations)."""
     total = 0.0
     for r in records:
         raw = r.attributes.get(semconv.COST_USD)
         if raw:
             try:
-                total += float(raw)
+                value = float(raw)
             except ValueError:
                 continue
+            if math.isfinite(value) and value >= 0:
+                total += value
     return total
+
+
+def _reused_span_ids(records: list[SpanRecord], report: ChainReport) -> ChainReport:
+    """A chain whose links all check but where two different spans share one span id is forged:
+    each span id names one call, and an agent that reuses ids must not pass three calls off as one
+    (a retried export, the same span again, is one span and no reuse)."""
+    if not report.intact:
+        return report
+    hashes: dict[str, set[str]] = {}
+    for r in records:
+        hashes.setdefault(r.span_id, set()).add(r.attributes.get(semconv.CHAIN_HASH, ""))
+    reused = next((r for r in records if len(hashes[r.span_id]) > 1), None)
+    if reused is None:
+        return report
+    return dataclasses.replace(
+        report,
+        problem=ChainProblem.FORGED,
+        span_id=reused.span_id,
+        span_name=reused.name,
+        seq=None,
+        detail=f"{len(hashes[reused.span_id])} different spans claim span id {reused.span_id}",
+    )

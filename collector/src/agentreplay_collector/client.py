@@ -33,11 +33,16 @@ def collector_url(given: str | None = None) -> str:
 
 
 class CollectorClient:
-    """Reads runs through a running collector (at :func:`collector_url` of ``url``)."""
+    """Reads runs through a running collector (at :func:`collector_url` of ``url``).
 
-    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0) -> None:
+    The read API takes a token: ``token``, else ``$AGENTREPLAY_ADMIN_TOKEN`` (an operator's);
+    an agent's identity token reads that agent's own runs. None is sent only when neither is set
+    (a collector whose reads are open on loopback needs none)."""
+
+    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0, token: str | None = None) -> None:
         self.url = collector_url(url)
         self.timeout_s = timeout_s
+        self.token = token or os.environ.get(semconv.ENV_ADMIN_TOKEN) or None
         # A collector is a local service: never send its reads through an HTTP proxy.
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -51,8 +56,9 @@ class CollectorClient:
     ) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         url = f"{self.url}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        request = urllib.request.Request(url, headers=self.auth_headers())
         try:
-            with self._opener.open(url, timeout=timeout_s or self.timeout_s) as response:
+            with self._opener.open(request, timeout=timeout_s or self.timeout_s) as response:
                 return json.loads(response.read())
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and missing_ok:
@@ -63,6 +69,9 @@ class CollectorClient:
             raise StoreError(f"collector at {self.url} answered {exc.code}: {detail}") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise StoreUnavailable(f"no collector answers at {self.url}: {exc}") from exc
+
+    def auth_headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def healthy(self, *, timeout_s: float = 0.5) -> bool:
         try:

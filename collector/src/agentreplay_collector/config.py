@@ -105,7 +105,11 @@ class ClickHouseConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ControlConfig:
+    """``agentreplay_control``: the read and control API. ``insecure``: reads need no token
+    (loopback only; local development)."""
+
     endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4320)
+    insecure: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -411,7 +415,9 @@ def _parse_clickhouse(sec: _Section) -> ClickHouseConfig:
 
 
 def _parse_control(sec: _Section) -> ControlConfig:
-    cfg = ControlConfig(endpoint=sec.endpoint("endpoint", ControlConfig.endpoint))
+    cfg = ControlConfig(
+        endpoint=sec.endpoint("endpoint", ControlConfig.endpoint), insecure=sec.boolean("insecure", False)
+    )
     sec.done()
     return cfg
 
@@ -519,7 +525,7 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
         return next((table[i] for i in ids if _component_type(i) == ctype), None)
 
     control = next((extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_control"), None)
-    return CollectorConfig(
+    config = CollectorConfig(
         otlp=used(receivers, pipeline.receivers, "otlp"),
         auth=used(processors, pipeline.processors, "agentreplay_auth"),
         chain=used(processors, pipeline.processors, "agentreplay_chain"),
@@ -530,6 +536,33 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
         log_level="warning" if level.lower() == "warn" else level.lower(),
         scope=used(processors, pipeline.processors, "agentreplay_scope"),
     )
+    _check_exposure(config, pipeline, ext_ids)
+    return config
+
+
+def _check_exposure(config: CollectorConfig, p: TracesPipeline, ext_ids: tuple[str, ...]) -> None:
+    """No endpoint off loopback without authentication: the collector refuses to start, naming it.
+
+    Exports off loopback need ``agentreplay_auth`` with an org key; the control endpoint off
+    loopback needs that too (Authorize and Watch trust the agent's token) and token-checked reads.
+    """
+    authenticated = config.auth is not None and not config.auth.insecure
+    why = "agentreplay_auth with org_public_key (exports are not authenticated)"
+    otlp_id = next((r for r in p.receivers if _component_type(r) == "otlp"), "otlp")
+    for name, receiver in (("grpc", config.otlp.grpc), ("http", config.otlp.http)):
+        if receiver is not None and not receiver.endpoint.is_loopback and not authenticated:
+            path = f"receivers.{otlp_id}.protocols.{name}.endpoint"
+            raise ConfigError(path, f"a loopback address, or {why}", str(receiver.endpoint))
+    control, control_id = config.control, next(
+        (e for e in ext_ids if _component_type(e) == "agentreplay_control"), "agentreplay_control"
+    )
+    if control is None or control.endpoint.is_loopback:
+        return
+    path = f"extensions.{control_id}"
+    if control.insecure:
+        raise ConfigError(f"{path}.insecure", "false off loopback (reads would need no token)", True)
+    if config.scope is not None and not authenticated:
+        raise ConfigError(f"{path}.endpoint", f"a loopback address, or {why}", str(control.endpoint))
 
 
 def _check_pipeline(

@@ -2,13 +2,17 @@
 
     POST /v1/authorize     agent token  {kind, tool, arguments, cost_usd, run_id, ...} -> Decision + spend
     POST /v1/manifests     (signed)     a signed manifest; verified against the org key -> {"sha256"}
-    GET  /v1/watch?agent=  agent token  JSON lines: a snapshot of halts, then halt/resume as they happen
+    GET  /v1/watch?agent=  agent token  JSON lines: a snapshot of its halts, then halt/resume as they happen
     POST /v1/halts         admin token  {scope: run|agent, target, reason}: the kill switch
     POST /v1/resume        admin token  {scope, target}
-    GET  /v1/halts                      active halts
-    GET  /v1/decisions?run=             a run's policy decisions (guard, Authorize, collector)
-    GET  /v1/alerts?limit=              alerts, newest first, with delivery status
-    GET  /v1/trust?agent=               trust scores and their components
+    GET  /v1/halts         read token   active halts
+    GET  /v1/decisions?run= read token  a run's policy decisions (guard, Authorize, collector)
+    GET  /v1/alerts?limit= read token   alerts, newest first, with delivery status
+    GET  /v1/trust?agent=  read token   trust scores and their components
+
+A run is the agent's that opened it (:mod:`.ownership`): Authorize about another agent's run
+is refused (403), and a Watch stream carries only the halts of the watching agent and of
+the runs it opened. Reads take the admin token or an agent's own token (:mod:`.access`).
 
 Why HTTP and not gRPC: the endpoint exists already, the SDK needs only the standard library,
 and on a kept-alive loopback connection a request costs a fraction of a millisecond. Watch
@@ -30,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.auth import AuthProcessor
 from agentreplay_collector.errors import RequestError, StoreError
 from agentreplay_collector.models import SCOPE_AGENT, SCOPE_RUN
@@ -39,8 +44,16 @@ from agentreplay_otel.core import AgentIdentity, AgentReplayError
 PING_S = 5.0
 
 
-def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str | None) -> list[Route]:
+def routes(
+    scope: ScopeProcessor,
+    auth: AuthProcessor | None,
+    admin_token: str | None,
+    access: ReadAccess | None = None,
+) -> list[Route]:
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentreplay-control")
+
+    def reader(request: Request) -> Caller:
+        return OPERATOR if access is None else access.caller(request.headers.get("authorization"))
 
     async def blocking(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
@@ -73,7 +86,14 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
 
     async def authorize(request: Request) -> JSONResponse:
         who = identity(request)
-        answer = scope.authorize(json.loads(await request.body()), who)
+        doc = json.loads(await request.body())
+        if not isinstance(doc, dict):
+            raise ValueError("expected a JSON object")
+        run_id = str(doc.get("run_id") or "").lower()
+        if who is not None and run_id and scope.owners.owner(run_id) is None:
+            # a run first heard of: the caller opens it, unless the store says another agent did
+            await blocking(scope.owners.claim, who.agent_id, [run_id])
+        answer = scope.authorize(doc, who)
         return JSONResponse(answer, status_code=int(answer.pop("status", 200)))
 
     async def manifests(request: Request) -> JSONResponse:
@@ -88,9 +108,7 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
 
         async def lines() -> AsyncIterator[bytes]:
             try:
-                snapshot = [
-                    h.to_json() for h in scope.halts.values() if h.scope == SCOPE_RUN or h.target == agent
-                ]
+                snapshot = [h.to_json() for h in scope.halts_of(agent)]
                 yield (json.dumps({"type": "snapshot", "halts": snapshot}) + "\n").encode()
                 while True:
                     try:
@@ -109,6 +127,8 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
             return refused
         doc = json.loads(await request.body())
         kind, target = _target(doc)
+        if kind == SCOPE_RUN:
+            await blocking(scope.owners.lookup, target)  # so that the halt reaches the run's agent
         made = scope.halt(
             kind,
             target,
@@ -123,15 +143,22 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
         if refused is not None:
             return refused
         kind, target = _target(json.loads(await request.body()))
+        if kind == SCOPE_RUN:
+            await blocking(scope.owners.lookup, target)
         return JSONResponse(
             {"resumed": scope.resume(kind, target, actor="operator"), "scope": kind, "target": target}
         )
 
     async def halts(request: Request) -> JSONResponse:
-        return JSONResponse({"halts": [h.to_json() for h in scope.halts.values()]})
+        who = reader(request)
+        listed = scope.halts.values() if who.agent_id is None else scope.halts_of(who.agent_id)
+        return JSONResponse({"halts": [h.to_json() for h in listed]})
 
     async def decisions(request: Request) -> JSONResponse:
+        who = reader(request)
         run = request.query_params.get("run", "").lower()
+        if not who.operator:
+            who.check_agent(await blocking(scope.owners.lookup, run))
         if scope.store is None:
             return JSONResponse({"decisions": []})
         listed = await blocking(scope.store.decisions, run)
@@ -157,10 +184,13 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
         )
 
     async def alerts(request: Request) -> JSONResponse:
+        who = reader(request)
         limit = int(request.query_params.get("limit", "100"))
         if scope.store is None:
             return JSONResponse({"alerts": []})
-        listed = await blocking(scope.store.alerts, limit)
+        listed = [
+            (t, a) for t, a in await blocking(scope.store.alerts, limit) if who.may_read(a.alert.agent_id)
+        ]
         return JSONResponse(
             {
                 "alerts": [
@@ -180,7 +210,9 @@ def routes(scope: ScopeProcessor, auth: AuthProcessor | None, admin_token: str |
         )
 
     async def trust(request: Request) -> JSONResponse:
-        agent = request.query_params.get("agent")
+        who = reader(request)
+        agent = request.query_params.get("agent") or who.agent_id
+        who.check_agent(agent)
         agents = [agent] if agent else await blocking(scope.trust.agents)
         scores = [await blocking(scope.trust.compute, a) for a in agents]
         return JSONResponse({"agents": [s.to_json() for s in scores]})

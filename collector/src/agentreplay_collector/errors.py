@@ -4,12 +4,15 @@
      +-- ConfigError            the config file is wrong; start-up stops, naming the key
      +-- RequestError           an export the collector refuses (the sender must not retry as is)
      |    +-- MalformedRequest      gRPC INVALID_ARGUMENT, HTTP 400
+     |    +-- ExportRejected        gRPC INVALID_ARGUMENT, HTTP 400: well-formed, but refused as is
      |    +-- UnsupportedMediaType  HTTP 415
      |    +-- RequestTooLarge       gRPC RESOURCE_EXHAUSTED (no RetryInfo), HTTP 413
      |    +-- Unauthenticated       gRPC UNAUTHENTICATED, HTTP 401
      |    +-- PermissionDenied      gRPC PERMISSION_DENIED, HTTP 403
      +-- StoreError             ClickHouse/chDB could not be reached or refused a statement
           +-- StoreUnavailable      gRPC UNAVAILABLE, HTTP 503 + Retry-After: the sender retries
+          +-- StoreRejected         the store refused these rows (not the store's state): the export
+                                    that holds them is answered ExportRejected, the others go on
 
 Foreign errors (clickhouse-connect, chDB, protobuf, PyJWT) are mapped to these at the
 boundary of the module that calls the foreign library; nothing else catches them.
@@ -49,6 +52,14 @@ class MalformedRequest(RequestError):
     grpc_code = "INVALID_ARGUMENT"
 
 
+class ExportRejected(RequestError):
+    """A well-formed export refused for what it holds (e.g. spans on too many days to store at once);
+    only this export is refused, the ones around it go on."""
+
+    http_status = 400
+    grpc_code = "INVALID_ARGUMENT"
+
+
 class UnsupportedMediaType(RequestError):
     http_status = 415
     grpc_code = "INVALID_ARGUMENT"
@@ -71,6 +82,11 @@ class PermissionDenied(RequestError):
 
 class StoreError(CollectorError):
     """The store refused or failed a statement."""
+
+
+class StoreRejected(StoreError):
+    """The store refused the rows themselves (e.g. too many partitions in one insert): retrying the
+    same rows will not help, and the store is not down."""
 
 
 class StoreUnavailable(StoreError):

@@ -24,6 +24,7 @@ from agentreplay_otel.core import (
     EventRecord,
     SealStatus,
     SpanRecord,
+    semconv,
 )
 
 SCOPE_RUN = "run"
@@ -32,6 +33,35 @@ SCOPE_AGENT = "agent"
 
 NOT_VIOLATIONS = frozenset({RULE_HALTED, RULE_AUTHORIZE_UNAVAILABLE})
 """Denials that are not scope violations: the run was already halted, or the collector was away."""
+
+RULE_COST_INVALID = "cost.invalid"
+"""The collector's rule for a span whose ``agentreplay.cost.usd`` is not a finite amount >= 0."""
+
+TOOL_ATTRIBUTES = (
+    semconv.GEN_AI_TOOL_NAME,
+    semconv.GEN_AI_TOOL_CALL_ID,
+    semconv.GEN_AI_TOOL_CALL_ARGUMENTS,
+    semconv.GEN_AI_TOOL_CALL_RESULT,
+    semconv.TOOL_SIDE_EFFECT,
+    semconv.TOOL_FUNCTION,
+)
+TOOL_SPAN_PREFIX = f"{semconv.OP_EXECUTE_TOOL} "
+"""A span records a tool call if its operation says so, its name starts with this, or it carries
+any of :data:`TOOL_ATTRIBUTES`: leaving one of them out does not hide a call from the collector."""
+
+
+def tool_of(name: str, attributes: Mapping[str, str]) -> str | None:
+    """The tool a span records a call of (``""`` when it names none), or None for no tool call."""
+    named = attributes.get(semconv.GEN_AI_TOOL_NAME)
+    if named:
+        return named
+    if name.startswith(TOOL_SPAN_PREFIX):
+        return name[len(TOOL_SPAN_PREFIX) :]
+    if attributes.get(semconv.GEN_AI_OPERATION_NAME) == semconv.OP_EXECUTE_TOOL or any(
+        key in attributes for key in TOOL_ATTRIBUTES
+    ):
+        return ""
+    return None
 
 
 class ChainState(enum.StrEnum):
@@ -224,6 +254,16 @@ def span_from_json(doc: Mapping[str, Any]) -> SpanRecord:
         ),
         resource=dict(doc["resource"]),
     )
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunArrival:
+    """A run as the collector first received it: who opened it (whose token sent its first span,
+    or asked Authorize about it first), and when, by the collector's clock."""
+
+    run_id: str
+    agent_id: str
+    received_ns: int
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from agentreplay_collector.errors import MalformedRequest
+from agentreplay_collector.models import RunArrival
 from agentreplay_otel.core import EventRecord, SpanRecord, kind_name, semconv, status_name, stored_string
 
 # OTLP's SpanKind counts from UNSPECIFIED=0; the SDK's (and kind_name's) from INTERNAL=0.
@@ -30,6 +31,7 @@ _OTLP_KINDS = ("Unspecified", *(kind_name(i) for i in range(5)))
 _MAP = pa.map_(pa.string(), pa.string())
 _TS = pa.timestamp("ns")
 _U64_MASK = (1 << 64) - 1
+DAY_NS = 86_400 * 1_000_000_000
 
 TRACE_ARROW_SCHEMA = pa.schema(
     [
@@ -66,10 +68,16 @@ class ConvertedRequest:
     table: pa.Table
     records: list[SpanRecord] = field(default_factory=list)
     agent_ids: frozenset[str] = frozenset()
+    days: frozenset[int] = frozenset()  # UTC days (since the epoch) the spans start on: the partitions
+    arrivals: list[RunArrival] = field(default_factory=list)  # runs this export opens, written with it
 
     @property
     def span_count(self) -> int:
         return self.table.num_rows
+
+    @property
+    def run_ids(self) -> set[str]:
+        return {r.trace_id for r in self.records}
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -86,7 +94,16 @@ _ID_FIELDS = ("traceId", "spanId", "parentSpanId", "trace_id", "span_id", "paren
 
 
 def parse_json(body: bytes) -> ExportTraceServiceRequest:
-    """OTLP/JSON: lowerCamelCase names, ids in hex (not base64), 64-bit ints possibly as strings."""
+    """OTLP/JSON: lowerCamelCase names, ids in hex (not base64), 64-bit ints possibly as strings.
+
+    JSON nested deeper than the parsers recurse is malformed too (a RecursionError, not a bug)."""
+    try:
+        return _parse_json(body)
+    except RecursionError as exc:
+        raise MalformedRequest("not an OTLP/JSON ExportTraceServiceRequest: nested too deep") from exc
+
+
+def _parse_json(body: bytes) -> ExportTraceServiceRequest:
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -195,6 +212,7 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
     ln = _Nested()
     records: list[SpanRecord] = []
     agents: set[str] = set()
+    days: set[int] = set()
 
     for rs in request.resource_spans:
         resource = stored_attributes(rs.resource.attributes)
@@ -226,6 +244,7 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
                 message = sp.status.message
 
                 ts.append(start)
+                days.add(start // DAY_NS)
                 # end - start modulo 2**64: a span that ends "before" it starts (a wall clock
                 # stepped back) still round-trips its exact end time through UInt64 Duration.
                 dur.append((end - start) & _U64_MASK)
@@ -291,7 +310,7 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
         )
     except (pa.ArrowInvalid, OverflowError) as exc:
         raise MalformedRequest(f"a span time is out of range: {exc}") from exc
-    return ConvertedRequest(table=table, records=records, agent_ids=frozenset(agents))
+    return ConvertedRequest(table=table, records=records, agent_ids=frozenset(agents), days=frozenset(days))
 
 
 def _map_array(offsets: list[int], keys: list[str], values: list[str]) -> pa.MapArray:

@@ -1,29 +1,52 @@
 """The traces pipeline: bytes in, rows written, an answer out.
 
     receiver (gRPC | HTTP)
-      -> parse (protobuf | JSON)                         MalformedRequest
-      -> agentreplay_auth                                Unauthenticated / PermissionDenied
+      -> agentreplay_auth: the token                     Unauthenticated        (on the event loop)
+      -> parse (protobuf | JSON)                         MalformedRequest       (a parse thread)
+      -> agentreplay_auth: each resource is the token's  PermissionDenied
       -> convert to Arrow rows + run records             MalformedRequest
-      -> [agentreplay_scope slot: RequestProcessor]      (the control-plane issue fills it)
-      -> batch -> ClickHouse insert                      StoreUnavailable
+      -> spans on at most MAX_EXPORT_DAYS days           ExportRejected
+      -> run ownership: each run is the token agent's    PermissionDenied
+      -> [agentreplay_scope: RequestProcessor]           PermissionDenied       (on the event loop)
+      -> batch -> ClickHouse insert                      StoreUnavailable / ExportRejected
       -> acknowledge; then agentreplay_chain sees the written records
 
-Both receivers call :meth:`Pipeline.export` and map its errors to their own status codes,
-so the two protocols cannot drift apart.
+The token is checked before a byte of the body is parsed, so an unauthenticated sender costs
+the collector a header check whatever it sends. Parsing and converting run on a small pool of
+their own threads, never on the event loop that answers ``Authorize``; at most
+``MAX_PARSING`` exports wait for it, past that an export is answered UNAVAILABLE (retry).
+
+Both receivers call :meth:`Pipeline.export_protobuf` / :meth:`Pipeline.export_json` and map
+its errors to their own status codes, so the two protocols cannot drift apart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from agentreplay_collector import otlp
 from agentreplay_collector.auth import AuthProcessor
 from agentreplay_collector.batch import Batcher
+from agentreplay_collector.errors import ExportRejected, MalformedRequest, StoreUnavailable
+from agentreplay_collector.models import RunArrival
+from agentreplay_collector.ownership import RunOwners
 from agentreplay_otel.core import AgentIdentity, semconv
+
+MAX_EXPORT_DAYS = 31
+"""Most distinct UTC days one export's spans may start on. Each day is a partition of
+``otel_traces``; one insert may create at most 100, and an export past this is refused alone
+(ExportRejected) instead of failing the insert it would share with other agents' exports."""
+
+PARSE_THREADS = 2
+MAX_PARSING = 64
+
+Parse = Callable[[bytes], ExportTraceServiceRequest]
+T = TypeVar("T")
 
 
 class RequestProcessor(Protocol):
@@ -39,13 +62,19 @@ class Pipeline:
         auth: AuthProcessor | None,
         batcher: Batcher | None,
         processors: Sequence[RequestProcessor] = (),
+        owners: RunOwners | None = None,
     ) -> None:
         """``batcher=None`` is the ``nop`` exporter: requests are parsed, counted and dropped."""
         self.auth = auth
         self.batcher = batcher
         self.processors = tuple(processors)
+        self.owners = owners
         self.accepted_spans = 0
         self.exports = 0
+        self._parsing = 0
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=PARSE_THREADS, thread_name_prefix="agentreplay-parse"
+        )
 
     async def export_protobuf(self, body: bytes, authorization: str | None) -> int:
         """Store one OTLP/protobuf export; returns the spans written. Raises CollectorError subclasses."""
@@ -54,20 +83,21 @@ class Pipeline:
     async def export_json(self, body: bytes, authorization: str | None) -> int:
         return await self._export(otlp.parse_json, body, authorization)
 
-    async def _export(
-        self, parse: Callable[[bytes], ExportTraceServiceRequest], body: bytes, authorization: str | None
-    ) -> int:
+    def authenticate(self, authorization: str | None) -> AgentIdentity | None:
+        """The token alone (cheap, cached): checked before the body is read or parsed."""
+        return self.auth.check(authorization, ()) if self.auth is not None else None
+
+    async def _export(self, parse: Parse, body: bytes, authorization: str | None) -> int:
+        identity = self.authenticate(authorization)
         if self.batcher is None:
-            return self._drop(parse(body), authorization)
+            dropped = await self._off_loop(self._count, parse, body, authorization)
+            self.exports += 1
+            self.accepted_spans += dropped
+            return dropped
         self.batcher.incoming(1)  # the writer may wait for this one to fill its insert
         queued = False
         try:
-            # Let the exports already received announce themselves before this one converts,
-            # so the writer knows to wait for them (a lone export goes straight through).
-            await asyncio.sleep(0)
-            request = parse(body)
-            identity = self.auth.check(authorization, _resource_agents(request)) if self.auth else None
-            converted = otlp.convert(request)
+            converted = await self._off_loop(self._prepare, parse, body, authorization, identity)
             if converted.span_count == 0:
                 return 0
             for processor in self.processors:
@@ -78,18 +108,64 @@ class Pipeline:
             if not queued:
                 self.batcher.incoming(-1)
         written = await asyncio.wrap_future(future)
+        if converted.arrivals and self.owners is not None:
+            self.owners.persisted(converted.arrivals)
         self.exports += 1
         self.accepted_spans += written
         return written
 
-    def _drop(self, request: ExportTraceServiceRequest, authorization: str | None) -> int:
-        """The nop exporter: authenticate, count, drop."""
+    async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._parsing >= MAX_PARSING:
+            raise StoreUnavailable("the collector is busy: too many exports waiting to be parsed")
+        self._parsing += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        finally:
+            self._parsing -= 1
+
+    def _prepare(
+        self, parse: Parse, body: bytes, authorization: str | None, identity: AgentIdentity | None
+    ) -> otlp.ConvertedRequest:
+        """Parse, check each resource against the token, convert, and claim the runs (a parse thread)."""
+        try:
+            request = parse(body)
+            if self.auth is not None:
+                self.auth.check(authorization, _resource_agents(request))
+            converted = otlp.convert(request)
+        except RecursionError as exc:
+            raise MalformedRequest("not an OTLP ExportTraceServiceRequest: nested too deep") from exc
+        if len(converted.days) > MAX_EXPORT_DAYS:
+            raise ExportRejected(
+                f"the spans start on {len(converted.days)} different days; one export may hold at most"
+                f" {MAX_EXPORT_DAYS} (send them in several exports)"
+            )
+        if self.owners is not None and converted.records:
+            converted.arrivals = self._claim(converted, identity)
+        return converted
+
+    def _claim(self, converted: otlp.ConvertedRequest, identity: AgentIdentity | None) -> list[RunArrival]:
+        """The runs of an authenticated export must be its agent's (or new: then they are);
+        unauthenticated spans only note who opened a run, for routing its halts."""
+        assert self.owners is not None
+        if identity is not None:
+            return self.owners.claim(identity.agent_id, converted.run_ids)
+        arrivals: list[RunArrival] = []
+        by_agent: dict[str, set[str]] = {}
+        for r in converted.records:
+            by_agent.setdefault(r.resource.get(semconv.AGENT_ID, ""), set()).add(r.trace_id)
+        for agent, run_ids in by_agent.items():
+            arrivals.extend(self.owners.claim(agent, run_ids, enforce=False))
+        return arrivals
+
+    def _count(self, parse: Parse, body: bytes, authorization: str | None) -> int:
+        """The nop exporter: check, count, drop."""
+        request = parse(body)
         if self.auth is not None:
             self.auth.check(authorization, _resource_agents(request))
-        dropped = sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
-        self.exports += 1
-        self.accepted_spans += dropped
-        return dropped
+        return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
+
+    def shutdown(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _resource_agents(request: ExportTraceServiceRequest) -> list[str | None]:

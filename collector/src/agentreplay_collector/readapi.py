@@ -12,6 +12,9 @@
 ``since``/``until`` take nanoseconds since the epoch or an ISO 8601 time. chDB lets one
 process open a store, so while the collector runs this is how every other reader (the
 CLI) reads it. Store calls are blocking; they run on a small thread pool of their own.
+
+Every route but health needs a token (:mod:`.access`): the admin token reads everything, an
+agent's identity token its own runs only (another agent's run is 403, a run list is its own).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from agentreplay_collector.errors import StoreUnavailable
+from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
+from agentreplay_collector.errors import RequestError, StoreUnavailable
 from agentreplay_collector.models import span_to_json
+from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import public_key_bytes
 
@@ -39,6 +44,10 @@ MAX_LIMIT = 10_000
 
 
 class BadQuery(ValueError):
+    pass
+
+
+class _NotFound(LookupError):
     pass
 
 
@@ -56,9 +65,32 @@ def parse_time_ns(value: str | None, name: str) -> int | None:
     return int(parsed.timestamp()) * 1_000_000_000 + parsed.microsecond * 1000
 
 
-def build_app(store: Store | None, stats: Callable[[], dict[str, Any]], workers: int = 2) -> Starlette:
-    """``store=None`` (the nop exporter): health and stats answer, reads are 503."""
+def build_app(
+    store: Store | None,
+    stats: Callable[[], dict[str, Any]],
+    workers: int = 2,
+    *,
+    access: ReadAccess | None = None,
+    owners: RunOwners | None = None,
+) -> Starlette:
+    """``store=None`` (the nop exporter): health and stats answer, reads are 503. ``access=None``:
+    every reader is an operator (tests of the read API alone)."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentreplay-read")
+    run_owners = owners if owners is not None else RunOwners(store)
+
+    def caller(request: Request) -> Caller:
+        return OPERATOR if access is None else access.caller(request.headers.get("authorization"))
+
+    async def readable_run(request: Request) -> str:
+        """The run id of the path, if the caller may read that run (403 another agent's, 404 unknown)."""
+        rid = run_id(request)
+        who = caller(request)
+        if not who.operator:
+            owner = await asyncio.get_running_loop().run_in_executor(pool, run_owners.lookup, rid)
+            if owner is None:
+                raise _NotFound("no such run")
+            who.check_agent(owner)
+        return rid
 
     async def call(method: str, *args: Any, **kwargs: Any) -> Any:
         if store is None:
@@ -72,6 +104,10 @@ def build_app(store: Store | None, stats: Callable[[], dict[str, Any]], workers:
                 return await handler(request)
             except BadQuery as exc:
                 return JSONResponse({"error": str(exc)}, status_code=400)
+            except _NotFound as exc:
+                return JSONResponse({"error": str(exc)}, status_code=404)
+            except RequestError as exc:
+                return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
             except StoreUnavailable as exc:
                 return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
 
@@ -91,9 +127,14 @@ def build_app(store: Store | None, stats: Callable[[], dict[str, Any]], workers:
         limit_raw = q.get("limit", "100")
         if not limit_raw.isdigit() or int(limit_raw) > MAX_LIMIT:
             raise BadQuery(f"limit must be an integer from 0 to {MAX_LIMIT}")
+        who = caller(request)
+        agent = q.get("agent") or None
+        if not who.operator:
+            who.check_agent(agent or who.agent_id)
+            agent = who.agent_id
         found = await call(
             "list_runs",
-            agent=q.get("agent") or None,
+            agent=agent,
             status=q.get("status") or None,
             since_ns=parse_time_ns(q.get("since"), "since"),
             until_ns=parse_time_ns(q.get("until"), "until"),
@@ -102,23 +143,24 @@ def build_app(store: Store | None, stats: Callable[[], dict[str, Any]], workers:
         return JSONResponse({"runs": [r.to_json() for r in found]})
 
     async def run(request: Request) -> JSONResponse:
-        found = await call("get_run", run_id(request))
+        found = await call("get_run", await readable_run(request))
         if found is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         return JSONResponse(found.to_json())
 
     async def spans(request: Request) -> JSONResponse:
-        rid = run_id(request)
+        rid = await readable_run(request)
         records = await call("get_run_spans", rid)
         return JSONResponse({"run_id": rid, "spans": [span_to_json(r) for r in records]})
 
     async def chain(request: Request) -> JSONResponse:
-        status = await call("get_chain_status", run_id(request))
+        status = await call("get_chain_status", await readable_run(request))
         if status is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         return JSONResponse(status.to_json())
 
     async def key(request: Request) -> JSONResponse:
+        caller(request)
         kid = request.path_params["kid"]
         public = await call("get_agent_key", kid)
         if public is None:
@@ -128,6 +170,7 @@ def build_app(store: Store | None, stats: Callable[[], dict[str, Any]], workers:
         )
 
     async def stats_endpoint(request: Request) -> JSONResponse:
+        caller(request)
         return JSONResponse(stats())
 
     routes = [

@@ -34,6 +34,7 @@ CLASSIFICATIONS = "classifications"
 TRUST_SCORES = "trust_scores"
 AGENT_KEYS = "agent_keys"
 MANIFESTS = "manifests"
+RUN_ARRIVALS = "run_arrivals"  # who opened each run, and when the collector first received it
 
 CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
 """Part of the span identity: the same span retried is one row, a forged twin is another."""
@@ -252,6 +253,20 @@ _MANIFESTS = _Table(
     tail="ORDER BY (Sha256)",
 )
 
+# The collector's own clock and the verified agent, never the span's: what spend buckets, trust
+# and run ownership go by. A run may have several rows (a restart); the earliest counts.
+_RUN_ARRIVALS = _Table(
+    name=RUN_ARRIVALS,
+    columns="""
+    RunId String,
+    AgentId LowCardinality(String),
+    ReceivedAt DateTime64(9)""",
+    engine="MergeTree",
+    tail="ORDER BY (RunId)",
+    ttl_column="ReceivedAt",
+    shard_key="cityHash64(RunId)",
+)
+
 TABLES: tuple[_Table, ...] = (
     _TRACES,
     _TRACE_ID_TS,
@@ -263,6 +278,7 @@ TABLES: tuple[_Table, ...] = (
     _TRUST_SCORES,
     _AGENT_KEYS,
     _MANIFESTS,
+    _RUN_ARRIVALS,
 )
 
 

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
 import json
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -41,13 +43,16 @@ from agentreplay_collector.config import ScopeConfig
 from agentreplay_collector.errors import PermissionDenied
 from agentreplay_collector.models import (
     NOT_VIOLATIONS,
+    RULE_COST_INVALID,
     SCOPE_AGENT,
     SCOPE_RUN,
     Alert,
     DecisionRecord,
     Halt,
     StoredManifest,
+    tool_of,
 )
+from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_collector.trust import TrustBook
 from agentreplay_otel.core import (
@@ -59,6 +64,7 @@ from agentreplay_otel.core import (
     Decision,
     Manifest,
     ManifestError,
+    SpanRecord,
     Usage,
     evaluate_llm,
     evaluate_spend,
@@ -79,7 +85,7 @@ class RunUsage:
     seen: dict[str, int] = field(default_factory=dict)  # tool calls whose spans arrived
     authorized: dict[str, int] = field(default_factory=dict)  # tool calls Authorize allowed
     spend_usd: float = 0.0
-    span_ids: set[str] = field(default_factory=set)
+    spans: set[bytes] = field(default_factory=set)  # fingerprints of the spans counted
 
     def tool_calls(self) -> dict[str, int]:
         return {
@@ -108,10 +114,13 @@ class HaltBus:
         with self._lock:
             self._watchers.pop(q, None)
 
-    def publish(self, message: dict[str, Any], *, agent_id: str | None) -> None:
-        """To the agent's streams (``agent_id``), or to all (None: a run halt reaches whoever runs it)."""
+    def publish(self, message: dict[str, Any], *, agent_id: str) -> None:
+        """To the streams of ``agent_id`` only: a run's halt goes to the agent that opened the run
+        (none, if no one is known to have), an agent's halt to that agent."""
+        if not agent_id:
+            return
         with self._lock:
-            targets = [(q, loop) for q, (agent, loop) in self._watchers.items() if agent_id in (None, agent)]
+            targets = [(q, loop) for q, (agent, loop) in self._watchers.items() if agent == agent_id]
         for q, loop in targets:
             loop.call_soon_threadsafe(q.put_nowait, message)
 
@@ -129,9 +138,11 @@ class ScopeProcessor:
         org_public_key: Ed25519PublicKey | None,
         writer: ControlWriter,
         trust: TrustBook,
+        owners: RunOwners | None = None,
     ) -> None:
         self.config = config
         self.store = store
+        self.owners = owners if owners is not None else RunOwners(store)
         self.org_public_key = org_public_key
         self.writer = writer
         self.trust = trust
@@ -213,14 +224,13 @@ class ScopeProcessor:
         halt = Halt(scope=scope, target=target, reason=reason, actor=actor, time_ns=time.time_ns())
         self.halts[(scope, target)] = halt
         self.writer.put(halt)
-        self.bus.publish(
-            {"type": "halt", **halt.to_json()}, agent_id=target if scope == SCOPE_AGENT else None
-        )
+        owner = self.halt_owner(scope, target, agent_id)
+        self.bus.publish({"type": "halt", **halt.to_json()}, agent_id=owner)
         self.writer.alert(
             Alert(
                 kind="halt",
                 severity="critical" if actor == ACTOR else "warning",
-                agent_id=agent_id or (target if scope == SCOPE_AGENT else ""),
+                agent_id=owner,
                 run_id=target if scope == SCOPE_RUN else "",
                 message=f"{scope} {target} halted: {reason}",
                 attributes={"actor": actor, "scope": scope},
@@ -234,10 +244,19 @@ class ScopeProcessor:
             Halt(scope=scope, target=target, reason="resumed", actor=actor, time_ns=time.time_ns(), active=False)
         )
         self.bus.publish(
-            {"type": "resume", "scope": scope, "target": target},
-            agent_id=target if scope == SCOPE_AGENT else None,
+            {"type": "resume", "scope": scope, "target": target}, agent_id=self.halt_owner(scope, target)
         )
         return halt is not None
+
+    def halt_owner(self, scope: str, target: str, agent_id: str = "") -> str:
+        """Whose halt it is: the agent halted, or the agent that opened the run halted."""
+        if scope == SCOPE_AGENT:
+            return target
+        return self.owners.owner(target) or agent_id
+
+    def halts_of(self, agent_id: str) -> list[Halt]:
+        """The active halts an agent may see: its own, and those of the runs it opened."""
+        return [h for h in self.halts.values() if self.halt_owner(h.scope, h.target) == agent_id]
 
     def violation(
         self,
@@ -282,52 +301,44 @@ class ScopeProcessor:
                     else "no manifest in its identity token"
                 )
             )
+        day = utc_day(time.time_ns())  # spend goes in the day the collector received it
         for record in request.records:
             agent = identity.agent_id if identity is not None else record.resource.get(semconv.AGENT_ID, "")
             m = manifest or self.manifest_for(None, record.attributes.get(semconv.MANIFEST_SHA256, ""))
-            self._observe(record, agent, m)
+            self._observe(record, agent, m, day)
 
-    def _observe(self, record: Any, agent: str, m: Manifest | None) -> None:
+    def _observe(self, record: SpanRecord, agent: str, m: Manifest | None, day: str) -> None:
+        """Judge one span by what it records, not by what the agent says of its own judgement.
+
+        The agent's decision events become rows, and its denials violations, but they exempt
+        nothing: a tool call is counted and evaluated whatever its events say, and its cost
+        always counts. One claim is checked instead of believed: a call refused because the run
+        or agent is halted is not counted again when the collector itself has it halted. Each
+        distinct span counts once: the same span again (a retried export) is skipped, a
+        different span that reuses a span id is not.
+        """
         run = self._run(record.trace_id, agent)
-        if record.span_id in run.span_ids:
-            return  # a retried export: counted once
-        run.span_ids.add(record.span_id)
+        fingerprint = _fingerprint(record)
+        if fingerprint in run.spans:
+            return  # the same span again: counted once
+        run.spans.add(fingerprint)
         attrs = record.attributes
-        tool = attrs.get(semconv.GEN_AI_TOOL_NAME, "")
-        refused = False
-        for event in record.events:
-            if event.name != semconv.EVENT_POLICY_DECISION:
-                continue
-            ea = event.attributes
-            outcome = ea.get(semconv.POLICY_DECISION, "")
-            decision = Decision(
-                allowed=outcome == ALLOW,
-                rule=ea.get(semconv.POLICY_RULE, ""),
-                manifest_sha256=ea.get(semconv.MANIFEST_SHA256, ""),
-                detail=ea.get(semconv.POLICY_DETAIL, ""),
+        tool = tool_of(record.name, attrs)
+        admitted = self._agent_decisions(record, agent, tool or "")
+        if admitted is False and tool is not None and self.halted(record.trace_id, agent) is not None:
+            tool = None  # refused while halted, and the collector has it halted: the call never ran
+        cost = _cost(attrs.get(semconv.COST_USD))
+        if cost is None:
+            verdict = Decision(
+                allowed=False,
+                rule=RULE_COST_INVALID,
+                manifest_sha256=m.sha256 if m else "",
+                detail=f"{semconv.COST_USD} is {attrs.get(semconv.COST_USD)!r}, not a finite amount >= 0",
             )
-            source = ea.get(semconv.POLICY_SOURCE, "")
-            self._record_decision(
-                record, agent, ea.get(semconv.GEN_AI_TOOL_NAME, tool), decision, source, event.time_ns
-            )
-            if not decision.allowed:
-                refused = True
-                if decision.rule not in NOT_VIOLATIONS:
-                    self.violation(
-                        run_id=record.trace_id,
-                        agent_id=agent,
-                        decision=decision,
-                        detected_by=f"guard:{source}",
-                        span_id=record.span_id,
-                        tool=tool,
-                    )
-        if refused:
-            return  # the body never ran: nothing to count, nothing spent
-        cost = _float(attrs.get(semconv.COST_USD))
-        operation = attrs.get(semconv.GEN_AI_OPERATION_NAME, "")
+            self._collector_violation(record, agent, tool or "", verdict)
+            cost = 0.0
         multiplier = self.trust.multiplier(agent)
-        day = utc_day(record.start_ns)
-        if operation == semconv.OP_EXECUTE_TOOL and tool and m is not None:
+        if tool is not None and m is not None:
             usage = Usage(
                 tool_calls=dict(run.seen),
                 run_spend_usd=run.spend_usd,
@@ -341,39 +352,73 @@ class ScopeProcessor:
                 cost_usd=cost,
                 spend_multiplier=multiplier,
             )
-            if not verdict.allowed:
-                self._record_decision(record, agent, tool, verdict, "collector", record.end_ns)
-                self.violation(
-                    run_id=record.trace_id,
-                    agent_id=agent,
-                    decision=verdict,
-                    detected_by="collector",
-                    span_id=record.span_id,
-                    tool=tool,
-                )
-        if operation == semconv.OP_EXECUTE_TOOL and tool:
+            if not verdict.allowed and not admitted:
+                self._collector_violation(record, agent, tool, verdict)
+        if tool is not None:
             run.seen[tool] = run.seen.get(tool, 0) + 1
         if cost:
             run.spend_usd += cost
             self._day[(agent, day)] = self._day.get((agent, day), 0.0) + cost
-            if m is not None and operation != semconv.OP_EXECUTE_TOOL:
+            if m is not None and tool is None:
                 verdict = evaluate_spend(
                     m,
                     Usage(run_spend_usd=run.spend_usd, day_spend_usd=self._day[(agent, day)]),
                     spend_multiplier=multiplier,
                 )
                 if not verdict.allowed:
-                    self._record_decision(record, agent, "", verdict, "collector", record.end_ns)
-                    self.violation(
-                        run_id=record.trace_id,
-                        agent_id=agent,
-                        decision=verdict,
-                        detected_by="collector",
-                        span_id=record.span_id,
-                    )
+                    self._collector_violation(record, agent, "", verdict)
+
+    def _agent_decisions(self, record: SpanRecord, agent: str, tool: str) -> bool | None:
+        """Store the span's decision events; a denial by a violating rule is a violation.
+
+        Returns True if the agent admitted a violation here (its guard refused the call by a
+        rule that is one), False if it only claims a refusal that is none (``halted``,
+        ``authorize.unavailable``), None if it claims no refusal. Only an admission changes
+        what the collector does (it does not report the same violation twice)."""
+        claimed: bool | None = None
+        for event in record.events:
+            if event.name != semconv.EVENT_POLICY_DECISION:
+                continue
+            ea = event.attributes
+            decision = Decision(
+                allowed=ea.get(semconv.POLICY_DECISION, "") == ALLOW,
+                rule=ea.get(semconv.POLICY_RULE, ""),
+                manifest_sha256=ea.get(semconv.MANIFEST_SHA256, ""),
+                detail=ea.get(semconv.POLICY_DETAIL, ""),
+            )
+            source = ea.get(semconv.POLICY_SOURCE, "")
+            self._record_decision(
+                record, agent, ea.get(semconv.GEN_AI_TOOL_NAME, tool), decision, source, event.time_ns
+            )
+            if decision.allowed:
+                continue
+            if decision.rule in NOT_VIOLATIONS:
+                claimed = claimed or False
+                continue
+            claimed = True
+            self.violation(
+                run_id=record.trace_id,
+                agent_id=agent,
+                decision=decision,
+                detected_by=f"guard:{source}",
+                span_id=record.span_id,
+                tool=tool,
+            )
+        return claimed
+
+    def _collector_violation(self, record: SpanRecord, agent: str, tool: str, verdict: Decision) -> None:
+        self._record_decision(record, agent, tool, verdict, "collector", record.end_ns)
+        self.violation(
+            run_id=record.trace_id,
+            agent_id=agent,
+            decision=verdict,
+            detected_by="collector",
+            span_id=record.span_id,
+            tool=tool,
+        )
 
     def _record_decision(
-        self, record: Any, agent: str, tool: str, decision: Decision, source: str, time_ns: int
+        self, record: SpanRecord, agent: str, tool: str, decision: Decision, source: str, time_ns: int
     ) -> None:
         self.writer.put(
             DecisionRecord(
@@ -392,12 +437,21 @@ class ScopeProcessor:
 
     # --- Authorize ------------------------------------------------------------------------------
     def authorize(self, request: Mapping[str, Any], identity: AgentIdentity | None) -> dict[str, Any]:
-        """The synchronous check the guard makes for side effects and near caps."""
+        """The synchronous check the guard makes for side effects and near caps.
+
+        The run must be the caller's: the caller claims it first (:meth:`RunOwners.claim`, off
+        the event loop); one another agent opened is refused here, before anything is counted."""
         agent = identity.agent_id if identity is not None else str(request.get("agent_id") or "")
         if identity is not None and request.get("agent_id") not in (None, "", agent):
             raise PermissionDenied(f"the token is for agent {agent!r}, not {request.get('agent_id')!r}")
+        run_id = str(request.get("run_id") or "").lower() or None
+        owner = self.owners.owner(run_id) if run_id else None
+        if identity is not None and owner not in (None, agent):
+            raise PermissionDenied(f"run {run_id} belongs to the agent that opened it, not to {agent!r}")
+        for key in ("cost_usd", "run_spend_usd"):
+            if _cost(_text(request.get(key))) is None:
+                raise ValueError(f"{key} must be a finite amount >= 0, not {request.get(key)!r}")
         m = self.manifest_for(identity, str(request.get("manifest_sha256") or ""))
-        run_id = str(request.get("run_id") or "") or None
         multiplier = self.trust.multiplier(agent)
         usage = self.usage(run_id, agent)
         halt = self.halted(run_id, agent)
@@ -458,6 +512,7 @@ class ScopeProcessor:
         """Spend and tool counts of recent runs, today's spend per agent, and active halts, from the store."""
         today = utc_day(time.time_ns())
         for totals in store.recent_spend(days=2):
+            self.owners.remember({totals.run_id: totals.agent_id})
             run = self._run(totals.run_id, totals.agent_id)
             run.spend_usd += totals.cost_usd
             if totals.operation == semconv.OP_EXECUTE_TOOL and totals.tool:
@@ -472,6 +527,9 @@ class ScopeProcessor:
                 _log.warning("stored manifest skipped: %s", exc)
         for halt in store.active_halts():
             self.halts[(halt.scope, halt.target)] = halt
+        halted_runs = [target for scope, target in self.halts if scope == SCOPE_RUN]
+        if halted_runs:  # so that each run's halt reaches only the agent that opened it
+            self.owners.remember(store.run_owners(halted_runs))
         _log.info(
             "agentreplay_scope: %d run(s), %d agent-day(s), %d halt(s) rebuilt from the store",
             len(self._runs),
@@ -488,6 +546,36 @@ class ScopeProcessor:
             "webhooks_delivered": self.writer.delivered,
             "webhooks_failed": self.writer.failed_deliveries,
         }
+
+
+def _cost(raw: str | None) -> float | None:
+    """A span's cost: absent is 0; None when it is not a finite amount >= 0 (NaN, -1e9, "abc")."""
+    if raw is None or raw == "":
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
+
+
+def _fingerprint(record: SpanRecord) -> bytes:
+    """What makes a span this span: all of it (a retry is the same bytes; a forgery that reuses
+    a span id differs somewhere, if only in its chain hash)."""
+    content = (
+        record.span_id,
+        record.name,
+        record.start_ns,
+        record.end_ns,
+        record.status_code,
+        sorted(record.attributes.items()),
+        [(e.name, e.time_ns, sorted(e.attributes.items())) for e in record.events],
+    )
+    return hashlib.blake2b(repr(content).encode(), digest_size=16).digest()
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _float(value: Any) -> float:

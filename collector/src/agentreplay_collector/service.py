@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentreplay_collector import schema
+from agentreplay_collector.access import ReadAccess
 from agentreplay_collector.auth import AuthProcessor, KeyRing
 from agentreplay_collector.batch import Batcher, Stage
 from agentreplay_collector.chainproc import ChainProcessor
 from agentreplay_collector.config import CollectorConfig
 from agentreplay_collector.errors import StoreUnavailable
+from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.readapi import build_app as build_read_app
 from agentreplay_collector.receivers.grpc import GrpcReceiver
@@ -59,9 +61,13 @@ class Collector:
         self.batcher = (
             Batcher(config.batch, store, self.chain.observe if self.chain else None) if store else None
         )
-        self.scope = self._build_scope(config, store)
+        self.owners = RunOwners(store)
+        self.scope = self._build_scope(config, store, self.owners)
         self.pipeline = Pipeline(
-            auth=self.auth, batcher=self.batcher, processors=[self.scope] if self.scope else ()
+            auth=self.auth,
+            batcher=self.batcher,
+            processors=[self.scope] if self.scope else (),
+            owners=self.owners,
         )
         self.grpc = GrpcReceiver(config.otlp.grpc, self.pipeline) if config.otlp.grpc else None
         self.http = HttpReceiver(config.otlp.http, self.pipeline) if config.otlp.http else None
@@ -69,18 +75,21 @@ class Collector:
         if config.control is not None:
             from agentreplay_collector.asgi import AsgiServer
 
-            app = build_read_app(self.store, self.stats)
+            admin_token = config.scope.admin_token if config.scope is not None else None
+            access = ReadAccess(auth=self.auth, admin_token=admin_token, insecure=config.control.insecure)
+            if config.control.insecure:
+                _log.warning("agentreplay_control is insecure: the read API answers without a token (loopback only)")
+            app = build_read_app(self.store, self.stats, access=access, owners=self.owners)
             if self.scope is not None:
                 from agentreplay_collector import controlapi
 
-                assert config.scope is not None
-                app.router.routes.extend(controlapi.routes(self.scope, self.auth, config.scope.admin_token))
+                app.router.routes.extend(controlapi.routes(self.scope, self.auth, admin_token, access))
             self._control = AsgiServer(app, config.control.endpoint, "control")
         self._schema_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
 
     @staticmethod
-    def _build_scope(config: CollectorConfig, store: Store | None) -> ScopeProcessor | None:
+    def _build_scope(config: CollectorConfig, store: Store | None, owners: RunOwners) -> ScopeProcessor | None:
         """``agentreplay_scope``: manifests, spend, halts, alerts (its writer starts with the collector)."""
         if config.scope is None:
             return None
@@ -98,6 +107,7 @@ class Collector:
                 store, webhooks=cfg.webhooks, retries=cfg.webhook_retries, timeout_s=cfg.webhook_timeout_s
             ),
             trust=TrustBook(store, tiers=load_tiers(cfg.trust_tiers), refresh_s=cfg.trust_refresh_s),
+            owners=owners,
         )
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -115,10 +125,6 @@ class Collector:
             await self.http.start()
         if self._control:
             await self._control.start()
-        for name, endpoint in (("OTLP/gRPC", self.grpc), ("OTLP/HTTP", self.http)):
-            cfg = getattr(self.config.otlp, "grpc" if endpoint is self.grpc else "http")
-            if endpoint and not cfg.endpoint.is_loopback and (self.auth is None or self.auth.insecure):
-                _log.warning("%s listens on %s WITHOUT authentication", name, cfg.endpoint)
         return self.endpoints
 
     async def _prepare_store(self) -> bool:
@@ -183,6 +189,7 @@ class Collector:
             await loop.run_in_executor(None, stage.shutdown)
         if self._control:
             await self._control.stop()
+        self.pipeline.shutdown()
         if self.store is not None:
             self.store.close()
         self._stopped.set()

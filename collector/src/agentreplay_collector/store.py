@@ -30,16 +30,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector import _rows, schema
 from agentreplay_collector.config import ClickHouseConfig
-from agentreplay_collector.errors import StoreError, StoreUnavailable
+from agentreplay_collector.errors import StoreError, StoreRejected, StoreUnavailable
 from agentreplay_collector.models import (
     SCOPE_AGENT,
     SCOPE_RUN,
+    TOOL_ATTRIBUTES,
+    TOOL_SPAN_PREFIX,
     Alert,
     AlertState,
     ChainState,
     ChainStatus,
     DecisionRecord,
     Halt,
+    RunArrival,
     RunMarks,
     RunSummary,
     SpendTotals,
@@ -100,6 +103,14 @@ def _run_columns(database: str) -> str:
     agent) is active: the chain processor owns the row, the scope processor the halts."""
     return _RUN_COLUMNS_TEMPLATE.format(db=database, halts=schema.HALTS, run=SCOPE_RUN, agent=SCOPE_AGENT)
 
+
+_REJECTED_INSERT = "Too many partitions for single INSERT block"
+"""ClickHouse's refusal of an insert whose rows fall on too many partitions (days)."""
+
+_LIVE_BEFORE = "toIntervalDay(1)"
+_LIVE_AFTER = "toIntervalMinute(10)"
+"""A run was received live if it started at most a day before the collector first heard of it,
+and neither started nor ended more than ten minutes (clock skew) after the collector's clock."""
 
 _SPAN_COLUMNS = (
     "toUnixTimestamp64Nano(Timestamp), TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, StatusCode,"
@@ -227,9 +238,21 @@ class Store:
             self._call("DDL", "command", statement)
 
     def insert_spans(self, table: pa.Table) -> None:
-        """Write ``otel_traces`` rows in one insert: all of them or none (one block)."""
-        if table.num_rows:
+        """Write ``otel_traces`` rows in one insert: all of them or none (one block).
+
+        :class:`StoreRejected` when the store refuses these rows themselves (spans on more days
+        than one insert may create partitions for), :class:`StoreUnavailable` otherwise."""
+        if not table.num_rows:
+            return
+        try:
             self._call("insert", "insert_arrow", f"{self.database}.{schema.TRACES}", table)
+        except StoreUnavailable as exc:
+            if _REJECTED_INSERT in str(exc):
+                raise StoreRejected(f"the store refused the spans: {_REJECTED_INSERT}") from exc
+            raise
+
+    def insert_run_arrivals(self, arrivals: Sequence[RunArrival]) -> None:
+        self._insert(schema.RUN_ARRIVALS, _rows.RUN_ARRIVAL_COLUMNS, [_rows.run_arrival_row(a) for a in arrivals])
 
     def upsert_runs(self, runs: Sequence[RunSummary], updated_ns: int) -> None:
         self._insert(schema.RUNS, _rows.RUN_COLUMNS, [_rows.run_row(run, updated_ns) for run in runs])
@@ -354,22 +377,39 @@ class Store:
 
     # --- the control plane's reads ------------------------------------------------------------
     def track_record(self, agent_id: str, *, window: int, not_violations: Iterable[str]) -> TrackRecord:
-        """The agent's last ``window`` runs: failed, regression replays (and passed), and runs
-        with a denial that counts as a violation (any rule but ``not_violations``)."""
+        """The agent's last ``window`` runs by the collector's clock that count: received live
+        (their times agree with when the collector received them), verified (intact or unsealed),
+        and, for a regression replay, replaying a counted recorded run of the same agent. Of those:
+        failed, regression replays (and passed), and runs with a denial that counts as a violation
+        (any rule but ``not_violations``)."""
         db = self.database
+        counted = (
+            f"SELECT r.RunId AS RunId, r.StatusCode AS StatusCode, r.RunKind AS RunKind, r.ReplayOf AS ReplayOf,"
+            f" a.Received AS Received FROM {db}.{schema.RUNS} AS r FINAL"
+            f" INNER JOIN (SELECT RunId, min(ReceivedAt) AS Received FROM {db}.{schema.RUN_ARRIVALS}"
+            "   WHERE AgentId = {a:String} GROUP BY RunId) AS a ON a.RunId = r.RunId"
+            " WHERE r.AgentId = {a:String} AND r.ChainStatus IN {verified:Array(String)}"
+            f" AND r.Start >= a.Received - {_LIVE_BEFORE} AND r.Start <= a.Received + {_LIVE_AFTER}"
+            f" AND r.End <= r.UpdatedAt + {_LIVE_AFTER}"
+        )
         sql = (
-            "SELECT count(), countIf(StatusCode = 'Error'), countIf(RunKind = {regression:String}),"
+            f"WITH counted AS ({counted})"
+            " SELECT count(), countIf(StatusCode = 'Error'), countIf(RunKind = {regression:String}),"
             " countIf(RunKind = {regression:String} AND StatusCode != 'Error'),"
             f" countIf(RunId IN (SELECT DISTINCT RunId FROM {db}.{schema.DECISIONS}"
             "   WHERE AgentId = {a:String} AND Decision = {deny:String} AND Rule NOT IN {skip:Array(String)}))"
-            f" FROM (SELECT RunId, StatusCode, RunKind FROM {db}.{schema.RUNS} FINAL"
-            "  WHERE AgentId = {a:String} ORDER BY Start DESC LIMIT {window:UInt32})"
+            " FROM (SELECT RunId, StatusCode, RunKind FROM counted"
+            "  WHERE RunKind != {regression:String}"
+            "   OR ReplayOf IN (SELECT RunId FROM counted WHERE RunKind = {record:String})"
+            "  ORDER BY Received DESC LIMIT {window:UInt32})"
         )
         params = {
             "a": agent_id,
             "skip": sorted(not_violations),
             "deny": DENY,
             "regression": semconv.RUN_KIND_REGRESSION,
+            "record": semconv.RUN_KIND_RECORD,
+            "verified": [str(ChainState.INTACT), str(ChainState.UNSEALED)],
             "window": int(window),
         }
         runs, failures, regressions, passes, violating = (
@@ -386,24 +426,62 @@ class Store:
         return [r[0] for r in self._call("agent list", "query", sql).result_rows if r[0]]
 
     def recent_spend(self, *, days: int = 2) -> list[SpendTotals]:
-        """Spend and not-refused calls per agent, run, UTC day, operation and tool, over the last ``days``."""
-        deny = f"arrayExists(a -> a['{semconv.POLICY_DECISION}'] = {{deny:String}}, Events.Attributes)"
+        """Spend and tool calls per agent, run, UTC day, operation and tool, of the runs received in
+        the last ``days``. The day is the one the collector received the run on (the span's own time
+        only for a run with no arrival row); a cost that is not a finite amount >= 0 counts 0; every
+        tool span is a call, whatever decision it carries, and a span is a tool span by any of its
+        tool attributes (as :func:`~agentreplay_collector.models.tool_of` says)."""
+        db = self.database
+        attr = "SpanAttributes['{}']".format
+        tool_keys = ", ".join(f"'{k}'" for k in TOOL_ATTRIBUTES)
+        is_tool = (
+            f"({attr(semconv.GEN_AI_OPERATION_NAME)} = '{semconv.OP_EXECUTE_TOOL}'"
+            f" OR startsWith(SpanName, '{TOOL_SPAN_PREFIX}')"
+            f" OR hasAny(mapKeys(SpanAttributes), [{tool_keys}]))"
+        )
+        tool = (
+            f"if({attr(semconv.GEN_AI_TOOL_NAME)} != '', {attr(semconv.GEN_AI_TOOL_NAME)},"
+            f" if(startsWith(SpanName, '{TOOL_SPAN_PREFIX}'), substring(SpanName, {len(TOOL_SPAN_PREFIX) + 1}), ''))"
+        )
+        cost = f"toFloat64OrZero({attr(semconv.COST_USD)})"
+        arrivals = (
+            f"SELECT RunId, min(ReceivedAt) AS Received FROM {db}.{schema.RUN_ARRIVALS}"
+            " GROUP BY RunId HAVING Received >= now64(9) - toIntervalDay({days:UInt32})"
+        )
         sql = (
-            f"SELECT ResourceAttributes['{semconv.AGENT_ID}'], TraceId, toString(toDate(Timestamp, 'UTC')),"
-            f" SpanAttributes['{semconv.GEN_AI_OPERATION_NAME}'],"
-            f" SpanAttributes['{semconv.GEN_AI_TOOL_NAME}'],"
-            f" sum(toFloat64OrZero(SpanAttributes['{semconv.COST_USD}'])), countIf(NOT {deny})"
-            f" FROM (SELECT * FROM {self.database}.{schema.TRACES}"
+            f"SELECT t.ResourceAttributes['{semconv.AGENT_ID}'], t.TraceId,"
+            " toString(toDate(if(a.RunId = '', least(t.Timestamp, now64(9)), a.Received), 'UTC')),"
+            f" if({is_tool}, '{semconv.OP_EXECUTE_TOOL}', {attr(semconv.GEN_AI_OPERATION_NAME)}),"
+            f" if({is_tool}, {tool}, ''),"
+            f" sum(if(isFinite({cost}) AND {cost} >= 0, {cost}, 0)), count()"
+            f" FROM (SELECT * FROM {db}.{schema.TRACES}"
             " WHERE Timestamp >= now() - toIntervalDay({days:UInt32})"
-            f" LIMIT 1 BY {schema.SPAN_DEDUPE_KEY})"
+            f"   OR TraceId IN (SELECT RunId FROM ({arrivals}))"
+            f" LIMIT 1 BY {schema.SPAN_DEDUPE_KEY}) AS t"
+            f" LEFT JOIN ({arrivals}) AS a ON a.RunId = t.TraceId"
             " GROUP BY 1, 2, 3, 4, 5"
         )
-        rows = self._call("spend", "query", sql, parameters={"deny": DENY, "days": int(days)}).result_rows
+        rows = self._call("spend", "query", sql, parameters={"days": int(days)}).result_rows
         return [
             SpendTotals(agent_id=agent, run_id=run_id, day=day, operation=operation, tool=tool,
                         cost_usd=float(cost), calls=int(calls))
             for agent, run_id, day, operation, tool, cost, calls in rows
         ]
+
+    def run_owners(self, run_ids: Sequence[str]) -> dict[str, str]:
+        """The agent that opened each of these runs (its earliest arrival; for a run stored before
+        arrivals were kept, the agent its row names). Runs the store has never seen are left out."""
+        db = self.database
+        sql = (
+            "SELECT RunId, argMin(AgentId, At) FROM ("
+            f" SELECT RunId, AgentId, ReceivedAt AS At FROM {db}.{schema.RUN_ARRIVALS}"
+            "  WHERE RunId IN {ids:Array(String)}"
+            f" UNION ALL SELECT RunId, AgentId, toDateTime64('2200-01-01 00:00:00', 9) AS At FROM {db}.{schema.RUNS}"
+            "  WHERE RunId IN {ids:Array(String)} AND AgentId != ''"
+            ") GROUP BY RunId"
+        )
+        rows = self._call("run owners", "query", sql, parameters={"ids": list(run_ids)}).result_rows
+        return {run_id: agent for run_id, agent in rows}
 
     def manifests(self) -> list[StoredManifest]:
         sql = (

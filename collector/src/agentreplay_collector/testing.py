@@ -41,11 +41,14 @@ def write_config(
     http_max_bytes: int = 16 * 1024 * 1024,
     log_level: str = "info",
     scope: dict[str, Any] | None = None,
+    open_reads: bool = True,
 ) -> Path:
     """A collector config on loopback (port 0: the collector picks and reports free ports).
 
     Auth is insecure unless ``org_public_key`` is given; ``scope`` (the ``agentreplay_scope``
-    section) adds the control plane to the pipeline.
+    section) adds the control plane to the pipeline. ``open_reads``: the read API answers
+    without a token (``agentreplay_control.insecure``, allowed on loopback); False makes it
+    take the admin token or an agent's own, as in production.
     """
     protocols: dict[str, Any] = {}
     if grpc:
@@ -62,7 +65,7 @@ def write_config(
             **({"agentreplay_scope": scope} if scope is not None else {}),
         },
         "exporters": {"clickhouse": {"endpoint": store, "database": "agentreplay", "create_schema": True}},
-        "extensions": {"agentreplay_control": {"endpoint": control}} if control else {},
+        "extensions": {"agentreplay_control": {"endpoint": control, "insecure": open_reads}} if control else {},
         "service": {
             "extensions": ["agentreplay_control"] if control else [],
             "pipelines": {

@@ -1,10 +1,12 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` with a protobuf or JSON body (optionally gzip).
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with a protobuf or JSON body (optionally gzip or deflate).
 
 Statuses follow the OTLP/HTTP spec: 200 with an ExportTraceServiceResponse in the
-request's encoding; 400 for a body that does not parse; 401/403 from auth; 413 for a
-body over ``max_request_body_size`` (checked on Content-Length and while reading, and
-again after gunzip); 415 for another content type; 503 with ``Retry-After`` when the
-store is down. Error bodies are a ``google.rpc.Status`` in the request's encoding.
+request's encoding; 400 for a body that does not parse (a compressed body must decompress
+whole: garbage, a cut stream or bytes after it are 400, never a partial export); 401/403
+from auth, checked before the body is parsed; 413 for a body over ``max_request_body_size``
+(checked on Content-Length and while reading, and again after decompressing); 415 for
+another content type or encoding; 503 with ``Retry-After`` when the store is down. Error
+bodies are a ``google.rpc.Status`` in the request's encoding.
 """
 
 from __future__ import annotations
@@ -57,8 +59,13 @@ def build_app(pipeline: Pipeline, config: HttpReceiverConfig) -> Starlette:
                 raise UnsupportedMediaType(
                     f"content type must be {PROTOBUF} or {JSON}, not {media or 'none'!r}"
                 )
-            body = await _read_body(request, limit)
             authorization = request.headers.get("authorization")
+            try:
+                pipeline.authenticate(authorization)  # before a byte of the body is parsed
+            except RequestError:
+                await _discard_body(request, limit)  # so that the sender reads the answer
+                raise
+            body = await _read_body(request, limit)
             if media == PROTOBUF:
                 await pipeline.export_protobuf(body, authorization)
                 return Response(b"", media_type=PROTOBUF)
@@ -103,22 +110,49 @@ async def _read_body(request: Request, limit: int) -> bytes:
         raise RequestTooLarge(f"body is over the limit of {limit} bytes")
     body = b"".join(chunks)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
-    if encoding == "gzip":
-        return _gunzip(body, limit)
+    if encoding in ("gzip", "deflate"):
+        return _decompress(body, limit, encoding)
     if encoding not in ("", "identity"):
-        raise UnsupportedMediaType(f"content encoding must be gzip or identity, not {encoding!r}")
+        raise UnsupportedMediaType(f"content encoding must be gzip, deflate or identity, not {encoding!r}")
     return body
 
 
-def _gunzip(body: bytes, limit: int) -> bytes:
-    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    try:
-        out = inflater.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise MalformedRequest(f"body is not valid gzip: {exc}") from exc
-    if len(out) > limit or inflater.unconsumed_tail:
-        raise RequestTooLarge(f"body is over the limit of {limit} bytes once decompressed")
-    return out
+async def _discard_body(request: Request, limit: int) -> None:
+    """Read and drop at most ``limit`` bytes of a body that will not be used (past that, the
+    connection is cut)."""
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            break
+
+
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "raw deflate": -zlib.MAX_WBITS}
+
+
+def _decompress(body: bytes, limit: int, encoding: str) -> bytes:
+    """The whole decompressed body, or MalformedRequest: a stream that is cut short or followed by
+    anything but another gzip member is refused, never read in part. ``deflate`` is the zlib
+    format (RFC 9110; what OpenTelemetry exporters send), or a raw deflate stream."""
+    if encoding == "deflate" and body[:1] and (body[0] & 0x0F != 8 or int.from_bytes(body[:2], "big") % 31):
+        encoding = "raw deflate"  # no zlib header: a bare deflate stream
+    out = bytearray()
+    rest = body
+    while True:
+        inflater = zlib.decompressobj(wbits=_WBITS[encoding])
+        try:
+            out += inflater.decompress(rest, limit + 1 - len(out))
+        except zlib.error as exc:
+            raise MalformedRequest(f"body is not valid {encoding}: {exc}") from exc
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise RequestTooLarge(f"body is over the limit of {limit} bytes once decompressed")
+        if not inflater.eof:
+            raise MalformedRequest(f"body is not valid {encoding}: the compressed stream is cut short")
+        rest = inflater.unused_data
+        if not rest:
+            return bytes(out)
+        if encoding != "gzip":
+            raise MalformedRequest(f"body is not valid {encoding}: {len(rest)} byte(s) after the stream")
 
 
 def _error(

@@ -28,8 +28,7 @@ class Collector(CollectorClient):
     :class:`CLIError` here, at the boundary."""
 
     def __init__(self, url: str | None = None, *, admin_token: str | None = None) -> None:
-        super().__init__(url)
-        self.admin_token = admin_token
+        super().__init__(url, token=admin_token)  # reads need it too (else $AGENTREPLAY_ADMIN_TOKEN)
 
     def otlp_endpoint(self) -> str | None:
         """Where the collector takes OTLP/gRPC (so a replay is recorded too); None when none answers."""
@@ -58,9 +57,7 @@ class Collector(CollectorClient):
     def _send(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        headers = {"Content-Type": "application/json"}
-        if self.admin_token:
-            headers["Authorization"] = f"Bearer {self.admin_token}"
+        headers = {"Content-Type": "application/json", **self.auth_headers()}
         data = json.dumps(body).encode() if body is not None else None
         request = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:

@@ -1,0 +1,111 @@
+"""Who opened each run: a run belongs to the agent whose token first sent its spans or asked
+``Authorize`` about it, and only that agent writes to it, asks about it, and hears of its halts.
+
+Trace ids are random and known only to the agent that draws them until it makes contact, so
+the first claim is the opener's. Claims live in memory (bounded, oldest forgotten first) and
+in the store's ``run_arrivals`` (the agent and the collector's clock, written with the run's
+first spans), so they hold across restarts: a run the memory does not know is looked up there
+before anyone may claim it. The lookup blocks; callers run :meth:`RunOwners.claim` off the
+event loop.
+
+The arrival time is also the run's time for spend buckets and trust: the collector's clock,
+never the span's.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from agentreplay_collector.errors import PermissionDenied
+from agentreplay_collector.models import RunArrival
+from agentreplay_collector.store import Store
+
+CAPACITY = 500_000
+
+
+@dataclass(slots=True)
+class _Claim:
+    agent_id: str
+    received_ns: int
+    persisted: bool
+
+
+class RunOwners:
+    """Run id -> the agent that opened it; thread-safe."""
+
+    def __init__(self, store: Store | None, *, capacity: int = CAPACITY) -> None:
+        self.store = store
+        self.capacity = capacity
+        self._claims: OrderedDict[str, _Claim] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def owner(self, run_id: str) -> str | None:
+        """The opener, if this process knows it (no store lookup: safe on the event loop)."""
+        claim = self._claims.get(run_id)
+        return claim.agent_id if claim is not None else None
+
+    def lookup(self, run_id: str) -> str | None:
+        """The opener, from memory or else the store (blocking; what it finds is remembered)."""
+        known = self.owner(run_id)
+        if known is not None or self.store is None:
+            return known
+        found = self.store.run_owners([run_id])
+        self.remember(found)
+        return found.get(run_id)
+
+    def claim(self, agent_id: str, run_ids: Iterable[str], *, enforce: bool = True) -> list[RunArrival]:
+        """Claim these runs for ``agent_id``; returns the arrivals still to be written (runs first
+        heard of here, not yet in the store). ``enforce``: a run another agent opened raises
+        :class:`PermissionDenied` (without it, as with unauthenticated exports, the first claim
+        only routes halts). Blocking: looks unknown runs up in the store."""
+        ids = list(dict.fromkeys(run_ids))
+        unknown = [r for r in ids if r not in self._claims]
+        stored = self.store.run_owners(unknown) if unknown and self.store is not None else {}
+        now = time.time_ns()
+        arrivals: list[RunArrival] = []
+        foreign: list[tuple[str, str]] = []
+        with self._lock:
+            for run_id in ids:
+                claim = self._claims.get(run_id)
+                if claim is None:
+                    opener = stored.get(run_id)
+                    claim = _Claim(opener or agent_id, now, persisted=opener is not None)
+                    self._add(run_id, claim)
+                if claim.agent_id != agent_id:
+                    foreign.append((run_id, claim.agent_id))
+                elif not claim.persisted:
+                    arrivals.append(RunArrival(run_id=run_id, agent_id=agent_id, received_ns=claim.received_ns))
+        if foreign and enforce:
+            run_id, opener = foreign[0]
+            raise PermissionDenied(
+                f"run {run_id} belongs to the agent that opened it ({opener!r}), not to {agent_id!r}"
+            )
+        return arrivals
+
+    def persisted(self, arrivals: Sequence[RunArrival]) -> None:
+        """These arrivals are in the store now."""
+        with self._lock:
+            for a in arrivals:
+                claim = self._claims.get(a.run_id)
+                if claim is not None and claim.agent_id == a.agent_id:
+                    claim.persisted = True
+
+    def remember(self, owners: Mapping[str, str]) -> None:
+        """Owners read back from the store (at start): known, already persisted."""
+        now = time.time_ns()
+        with self._lock:
+            for run_id, agent_id in owners.items():
+                if run_id not in self._claims:
+                    self._add(run_id, _Claim(agent_id, now, persisted=True))
+
+    def _add(self, run_id: str, claim: _Claim) -> None:
+        self._claims[run_id] = claim
+        while len(self._claims) > self.capacity:
+            self._claims.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._claims)
