@@ -1,0 +1,44 @@
+"""The deterministic detectors: offline, no model, each a check over a :class:`RunView` for the MAST
+modes it can see in recorded spans. Each is quiet unless it is sure; a run they find nothing
+in is not proven right, which is what the LLM judge is for.
+
+    task_spec     FM-1.1  an action's arguments contradict the request (day, date, amount, count, place)
+    policy        FM-1.2  a call the manifest refused (a scope violation; the halt that follows it)
+    loops         FM-1.3  a tool or model request repeated; FM-1.5 a loop ended by a step limit
+    mismatch      FM-2.6  the model's stated choice differs from the tool call it made
+    termination   FM-3.1  the run ended before a tool the task needs ran
+    verification  FM-3.2  an action's result never looked at; FM-3.3 an error taken for success
+"""
+
+from __future__ import annotations
+
+from agentreplay_replay.analysis.detectors import (
+    loops,
+    mismatch,
+    policy,
+    task_spec,
+    termination,
+    verification,
+)
+from agentreplay_replay.analysis.detectors._base import Detector
+from agentreplay_replay.analysis.transcript import RunView
+from agentreplay_replay.analysis.verdict import ModeHit
+
+DETECTORS: tuple[Detector, ...] = (
+    task_spec.DETECTOR,
+    policy.DETECTOR,
+    loops.DETECTOR,
+    mismatch.DETECTOR,
+    termination.DETECTOR,
+    verification.DETECTOR,
+)
+
+
+def run_detectors(view: RunView) -> list[ModeHit]:
+    """Every detector's findings on one run, in step order of their culprits."""
+    hits = [hit for detector in DETECTORS for hit in detector.check(view)]
+    return sorted(hits, key=lambda h: (h.culprit is None or h.culprit.step is None,
+                                       h.culprit.step if h.culprit and h.culprit.step is not None else 0))
+
+
+__all__ = ["DETECTORS", "Detector", "run_detectors"]

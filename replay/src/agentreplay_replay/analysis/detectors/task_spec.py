@@ -1,0 +1,154 @@
+"""FM-1.1 disobey task specification: an action's arguments contradict what the request states.
+
+The request is the first user message the model saw (else the run's input). Only tools that
+act on the world are held to it (recorded as side effects, or named like an action): an agent
+may search Saturday while looking for the customer's Friday, but it may not book Saturday.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentreplay_replay.analysis.constraints import (
+    Kind,
+    Mention,
+    argument_values,
+    mentions,
+    same_place,
+    weekday,
+)
+from agentreplay_replay.analysis.detectors._base import Detector, argument, culprit, said, system_fix
+from agentreplay_replay.analysis.transcript import RunView, Step, leaves
+from agentreplay_replay.analysis.verdict import ModeHit
+
+MODE = "FM-1.1"
+_TOLERANCE = 0.005
+
+
+@dataclass(frozen=True, kw_only=True)
+class Conflict:
+    stated: tuple[Mention, ...]  # what the request says that the value breaks
+    want: str  # what the value should have been, for a person ("Friday", "at most $300")
+
+
+def check(view: RunView) -> list[ModeHit]:
+    request = view.request
+    if request is None:
+        return []
+    stated = mentions(request.text)
+    if not stated:
+        return []
+    hits = []
+    for tool in view.tool_steps:
+        if not tool.acts:
+            continue
+        found = _first_conflict(tool, stated)
+        if found is None:
+            continue
+        path, value, conflict = found
+        issuer = view.issuer(tool)
+        quotes = ", ".join(f'"{m.quote}"' for m in conflict.stated)
+        explanation = (f"The request says {quotes}, but {tool.name} (step {tool.step}) got {path}={value!r}"
+                       + (f": the model chose it at step {issuer.step}." if issuer else "."))
+        sentence = (f"Keep to what the user asked for ({'; '.join(m.quote for m in conflict.stated)}): "
+                    f"call {tool.name} with {path} = {conflict.want}, not {value}, even when another option "
+                    "is cheaper or looks better.")
+        hits.append(ModeHit(
+            mode=MODE, detector="task_spec", explanation=explanation,
+            culprit=culprit(issuer or tool),
+            evidence=(said(request, "; ".join(m.quote for m in conflict.stated)), argument(tool, path, value)),
+            fix=system_fix(issuer, sentence) if issuer else None,
+        ))
+    return hits
+
+
+def _first_conflict(tool: Step, stated: list[Mention]) -> tuple[str, Any, Conflict] | None:
+    for path, value in leaves(tool.arguments):
+        for got in argument_values(path, value):
+            conflict = conflict_with(got, stated)
+            if conflict is not None:
+                return path, value, conflict
+    return None
+
+
+def conflict_with(got: Mention, stated: list[Mention]) -> Conflict | None:
+    """What in ``stated`` the argument value ``got`` contradicts, if anything."""
+    if got.kind is Kind.DAY:
+        return _day(got.value, stated)
+    if got.kind is Kind.DATE:
+        return _date(got, stated)
+    if got.kind is Kind.AMOUNT:
+        return _amount(got, stated)
+    if got.kind is Kind.COUNT:
+        return _count(got, stated)
+    if got.kind is Kind.PLACE:
+        return _place(got, stated)
+    return None
+
+
+def _day(day: str, stated: list[Mention]) -> Conflict | None:
+    days = [m for m in stated if m.kind is Kind.DAY]
+    forbidden = [m for m in days if m.negated and m.value == day]
+    if forbidden:
+        return Conflict(stated=tuple(forbidden), want=f"another day than {forbidden[0].quote}")
+    allowed = [m for m in days if not m.negated]
+    if not allowed:  # a full date states its day too
+        allowed = [m for m in stated if m.kind is Kind.DATE and not m.negated and m.value[2]]
+        if allowed and all(weekday(m.value) != day for m in allowed):
+            return Conflict(stated=tuple(allowed), want=" or ".join(m.quote for m in allowed))
+        return None
+    if all(m.value != day for m in allowed):
+        return Conflict(stated=tuple(allowed), want=" or ".join(m.quote.rstrip("s") for m in allowed))
+    return None
+
+
+def _date(got: Mention, stated: list[Mention]) -> Conflict | None:
+    month, day, year = got.value
+    dates = [m for m in stated if m.kind is Kind.DATE and not m.negated]
+    if dates:
+        matches = [m for m in dates if m.value[:2] == (month, day) and (not m.value[2] or not year
+                                                                         or m.value[2] == year)]
+        return None if matches else Conflict(stated=tuple(dates), want=" or ".join(m.quote for m in dates))
+    named = weekday(got.value)
+    return _day(named, stated) if named else None
+
+
+def _amount(got: Mention, stated: list[Mention]) -> Conflict | None:
+    amounts = [m for m in stated if m.kind is Kind.AMOUNT]
+    for m in amounts:
+        if m.bound == "max" and got.value > m.value + _TOLERANCE:
+            return Conflict(stated=(m,), want=f"at most {m.quote}")
+        if m.bound == "min" and got.value < m.value - _TOLERANCE:
+            return Conflict(stated=(m,), want=f"at least {m.quote}")
+    exact = [m for m in amounts if not m.bound]
+    if len(exact) == 1 and len(amounts) == 1 and abs(exact[0].value - got.value) > _TOLERANCE:
+        return Conflict(stated=(exact[0],), want=exact[0].quote)
+    return None
+
+
+def _count(got: Mention, stated: list[Mention]) -> Conflict | None:
+    counts = [m for m in stated if m.kind is Kind.COUNT]
+    families = {m.role for m in counts}
+    family = got.role if got.role != "any" else (next(iter(families)) if len(families) == 1 else "")
+    same = [m for m in counts if m.role == family]
+    if not same:
+        return None
+    allowed = {m.value for m in same} | {sum(m.value for m in same)}
+    if got.value in allowed:
+        return None
+    return Conflict(stated=tuple(same), want=" + ".join(m.quote for m in same))
+
+
+def _place(got: Mention, stated: list[Mention]) -> Conflict | None:
+    places = [m for m in stated if m.kind is Kind.PLACE]
+    forbidden = [m for m in places if m.negated and same_place(m.value, got.value)]
+    if forbidden:
+        return Conflict(stated=tuple(forbidden), want=f"another place than {forbidden[0].quote}")
+    allowed = [m for m in places if not m.negated and (got.role == "in" or m.role == got.role)]
+    if not allowed or any(same_place(m.value, got.value) for m in allowed):
+        return None
+    return Conflict(stated=tuple(allowed), want=" or ".join(m.quote.split(maxsplit=1)[-1] for m in allowed))
+
+
+DETECTOR = Detector(name="task_spec", modes=(MODE,), check=check)

@@ -1,0 +1,64 @@
+"""The detectors' verdict on a run: what they found, made into one verdict with a culprit, a root
+cause and the fork that should fix it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from dataclasses import replace
+
+from agentreplay_otel.core import SpanRecord
+from agentreplay_replay.analysis.detectors import run_detectors
+from agentreplay_replay.analysis.transcript import RunView, run_view
+from agentreplay_replay.analysis.verdict import DETECTORS, Culprit, ModeHit, Outcome, Verdict, primary
+
+
+def detect(run: RunView | Iterable[SpanRecord]) -> Verdict:
+    """Run every detector over a run (its view, or its stored spans) and conclude."""
+    started = time.perf_counter()
+    view = run if isinstance(run, RunView) else run_view(run)
+    hits = run_detectors(view)
+    verdict = conclude(view, hits)
+    return replace(verdict, elapsed_ms=(time.perf_counter() - started) * 1000)
+
+
+def conclude(view: RunView, hits: list[ModeHit]) -> Verdict:
+    def verdict(outcome: Outcome, root_cause: str, *, culprit: Culprit | None = None) -> Verdict:
+        return Verdict(run_id=view.run_id, classifier=DETECTORS, chain_hash=view.chain_hash, outcome=outcome,
+                       root_cause=root_cause, culprit=culprit)
+
+    main = primary(hits)
+    if main is not None:
+        others = [h for h in hits if h is not main]
+        also = f" Also found: {'; '.join(f'{h.mode} at step {_at(h)}' for h in others)}." if others else ""
+        found = verdict(Outcome.FAILED, f"{main.failure_mode.label}: {main.explanation}{also}", culprit=main.culprit)
+        return replace(found, modes=tuple(hits), fix=main.fix or next((h.fix for h in hits if h.fix), None))
+    if not view.finished:
+        return verdict(Outcome.UNSURE, "The run is still in flight and nothing is wrong so far.")
+    if view.halted:
+        return verdict(Outcome.FAILED, f"The run was halted ({view.error or 'by an operator'}) without a violation "
+                                       "of its own: no failure mode of the agent is recorded.",
+                       culprit=_failed_step(view))
+    if view.failed:
+        where = _failed_step(view)
+        at = f" at step {where.step} ({where.name})" if where and where.step is not None else ""
+        return verdict(Outcome.FAILED, f"The run ended in an error{at}: {view.error_type or 'error'}: {view.error}. "
+                                       "The detectors found no MAST failure mode behind it.", culprit=where)
+    if not view.llm_steps:
+        return verdict(Outcome.UNSURE, "No LLM call is recorded: there is nothing to judge.")
+    if not any(s.input_raw or s.text or s.tool_calls for s in view.llm_steps):
+        return verdict(Outcome.UNSURE, "The run's content was not recorded (messages off): the detectors cannot "
+                                       "read it.")
+    return verdict(Outcome.OK, "The detectors found no failure mode.")
+
+
+def _at(hit: ModeHit) -> str:
+    return str(hit.culprit.step) if hit.culprit and hit.culprit.step is not None else "?"
+
+
+def _failed_step(view: RunView) -> Culprit | None:
+    failed = [s for s in view.steps if s.failed]
+    if not failed:
+        return Culprit(step=None, span_id=view.root_span_id, name="run") if view.root_span_id else None
+    first = failed[0]
+    return Culprit(step=first.step, span_id=first.span_id, name=first.span_name)

@@ -1,0 +1,17 @@
+"""The labelled runs, recorded once per session through the SDK's real recording path (``analysiskit``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from analysiskit import CASES, Case, recorder
+
+from agentreplay_otel.canonical import SpanRecord
+
+
+@pytest.fixture(scope="session")
+def recorded() -> Iterator[dict[str, tuple[Case, list[SpanRecord]]]]:
+    """Every case of the labelled set by name: the case and its recorded spans."""
+    with recorder() as rec:
+        yield {case.name: (case, rec.record(case)) for case in CASES}
