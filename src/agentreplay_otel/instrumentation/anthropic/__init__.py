@@ -27,6 +27,7 @@ from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
 from agentreplay_otel.instrumentation import _transport
+from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.version import __version__
@@ -45,7 +46,12 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("anthropic >= 2",)
 
+    _deferred = Deferred("anthropic")
+
     def _instrument(self, **kwargs: Any) -> None:
+        self._deferred.arm(lambda: self._wrap(**kwargs))
+
+    def _wrap(self, **kwargs: Any) -> None:
         import anthropic
 
         from agentreplay_otel.instrumentation.anthropic import _wrappers
@@ -67,6 +73,8 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._native_tracing_switched_off = True
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        if not self._deferred.disarm():
+            return
         _transport.uninstall()
         import anthropic.resources.messages.messages as messages
 

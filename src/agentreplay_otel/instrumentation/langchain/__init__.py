@@ -15,7 +15,7 @@ result comes back through LangChain's own machinery, so ``ToolNode`` builds the 
 ``ToolMessage``. A function that is also decorated with ``@agentreplay_otel.tool`` is recorded
 once, here, with the decorator's options (name, side effect, cost).
 ``opentelemetry-instrument`` does this by itself (entry point ``agentreplay_langchain``);
-nothing here imports LangChain until :meth:`instrument` runs.
+nothing here imports LangChain: the wrapping is applied when the agent imports it.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
+from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.version import __version__
 
 __all__ = ["LangChainInstrumentor"]
@@ -43,7 +44,12 @@ class LangChainInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
+    _deferred = Deferred("langchain_core.tools")
+
     def _instrument(self, **kwargs: Any) -> None:
+        self._deferred.arm(lambda: self._wrap(**kwargs))
+
+    def _wrap(self, **kwargs: Any) -> None:
         from agentreplay_otel.instrumentation.langchain import _wrappers
 
         tracer = trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider"))
@@ -51,6 +57,8 @@ class LangChainInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wrap_function_wrapper(_TOOLS_MODULE, "BaseTool.arun", _wrappers.arun_wrapper(tracer))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        if not self._deferred.disarm():
+            return
         from langchain_core.tools import BaseTool
 
         from agentreplay_otel.instrumentation.langchain import _wrappers

@@ -11,7 +11,8 @@ A compiled graph's ``invoke``/``ainvoke``/``stream``/``astream`` records an
 that called it), and each node it runs a ``graph_node {node}`` span under it, current
 while the node runs so the LLM and tool calls it makes are its children. What each node
 wrote to the state is an ``agentreplay.state`` event on its span; the graph's input is
-one on the graph span. Nothing here imports LangGraph until :meth:`instrument` runs.
+one on the graph span. Nothing here imports LangGraph: the wrapping is applied when the
+agent itself imports it.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
+from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation.langgraph._wrappers import (
     arun_with_retry_wrapper,
     astream_wrapper,
@@ -46,7 +48,12 @@ class LangGraphInstrumentor(BaseInstrumentor):
     def instrumentation_dependencies(self) -> Collection[str]:
         return _instruments
 
+    _deferred = Deferred("langgraph.pregel")
+
     def _instrument(self, **kwargs: Any) -> None:
+        self._deferred.arm(lambda: self._wrap(**kwargs))
+
+    def _wrap(self, **kwargs: Any) -> None:
         from langgraph.errors import GraphBubbleUp
 
         tracer = trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider"))
@@ -57,6 +64,8 @@ class LangGraphInstrumentor(BaseInstrumentor):
         wrap_function_wrapper(_RUNNER_MODULE, "arun_with_retry", arun_with_retry_wrapper(tracer, interrupts))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        if not self._deferred.disarm():
+            return
         import langgraph.pregel._runner as runner
         from langgraph.pregel.main import Pregel
 

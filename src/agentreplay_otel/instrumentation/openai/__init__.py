@@ -20,6 +20,7 @@ from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
 from agentreplay_otel.instrumentation import _transport
+from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.version import __version__
@@ -36,7 +37,12 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def instrumentation_dependencies(self) -> Collection[str]:
         return ("openai >= 3",)
 
+    _deferred = Deferred("openai")
+
     def _instrument(self, **kwargs: Any) -> None:
+        self._deferred.arm(lambda: self._wrap(**kwargs))
+
+    def _wrap(self, **kwargs: Any) -> None:
         import openai
 
         from agentreplay_otel.instrumentation.openai import _wrappers
@@ -60,6 +66,8 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
                               _wrappers.async_responses_parse(recorder, streams))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        if not self._deferred.disarm():
+            return
         _transport.uninstall()
         import openai.resources.chat.completions.completions as chat
         import openai.resources.responses.responses as responses
