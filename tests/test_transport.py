@@ -3,6 +3,7 @@ method made it, and a replay answers there (issue: replay fidelity on real agent
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import anthropic
@@ -141,3 +142,33 @@ def test_the_stream_helper_goes_through_the_guard(instrumented):
             assert server.request_count == 0
     finally:
         guard.install(previous)
+
+
+class SlowClient(openai.AsyncOpenAI):
+    """Takes a while to prepare each request (as a client fetching a token would)."""
+
+    async def _prepare_options(self, options):
+        await asyncio.sleep(0.2)
+        return await super()._prepare_options(options)
+
+
+async def concurrent(server, slow_first: bool):
+    slow = SlowClient(base_url=server.base_url_openai, api_key="t", max_retries=0)
+    fast = openai.AsyncOpenAI(base_url=server.base_url_openai, api_key="t", max_retries=0)
+    first, second = (slow, fast) if slow_first else (fast, slow)
+    answers = await asyncio.gather(
+        first.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "first"}]),
+        second.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "second"}]),
+    )
+    return [a.choices[0].message.content for a in answers]
+
+
+def test_concurrent_calls_match_their_own_steps_whatever_order_they_are_sent_in(instrumented):
+    """Steps are numbered as calls begin; the requests reach the transport in another order."""
+    script = lambda request: ScriptedReply(text=f"re: {request.last_user_text}")  # noqa: E731
+    with LLMServer(script) as server:
+        recorded, recording, _ = record(instrumented, lambda: asyncio.run(concurrent(server, slow_first=False)))
+        replayed, report, _ = replay(instrumented, lambda: asyncio.run(concurrent(server, slow_first=True)),
+                                     recording)
+    assert replayed == recorded == ["re: first", "re: second"]
+    assert report.outcome == "matched" and report.steps_matched == 2

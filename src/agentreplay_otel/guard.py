@@ -325,7 +325,7 @@ class GuardInterceptor:
     def before_llm(self, run_span: Span, model: str | None) -> None:
         self.guard.before_llm(run_span=run_span, model=model)
 
-    def on_request(self, provider: str, name: str, body: dict[str, Any]) -> Answer:
+    def on_request(self, provider: str, name: str, body: dict[str, Any], step: int | None) -> Answer:
         return self._SEND
 
     def before_tool(self, call: ToolCall) -> Sandboxed | None:

@@ -58,8 +58,9 @@ class Interceptor(Protocol):
     def before_llm(self, run_span: Span, model: str | None) -> None:
         """Raise RunHalted / ScopeViolation to refuse the call before anything is sent."""
 
-    def on_request(self, provider: str, name: str, body: dict[str, Any]) -> Answer:
-        """The transport is about to send ``body`` for an LLM call named ``name``."""
+    def on_request(self, provider: str, name: str, body: dict[str, Any], step: int | None) -> Answer:
+        """The transport is about to send ``body`` for an LLM call named ``name``, the run's ``step``
+        (numbered as calls begin, so concurrent calls keep their order whatever order they send in)."""
 
     def before_tool(self, call: ToolCall) -> Sandboxed | None:
         """Refuse (raise), sandbox (a value) or allow (None) a tool call."""
@@ -77,7 +78,7 @@ class Passthrough:
     def before_llm(self, run_span: Span, model: str | None) -> None:
         return None
 
-    def on_request(self, provider: str, name: str, body: dict[str, Any]) -> Answer:
+    def on_request(self, provider: str, name: str, body: dict[str, Any], step: int | None) -> Answer:
         return self._SEND
 
     def before_tool(self, call: ToolCall) -> Sandboxed | None:

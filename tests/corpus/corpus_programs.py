@@ -58,13 +58,6 @@ PROGRAMS = [
         name="openai_async",
         script=_translator,
         expect="German: Guten Morgen, Freunde",
-        xfail=(
-            "concurrent calls (asyncio.gather) are answered in the order their requests reach the transport, "
-            "not in the order they began (their recorded steps): the async client's first requests each await "
-            "get_platform() in a worker thread, which finish in any order, so under load the German request "
-            "can take step 0 (request-differs at step 0, messages[0].content)"
-        ),
-        intermittent=True,
     ),
     Program(
         name="openai_chat_stream",

@@ -110,6 +110,7 @@ class LLMCall:
                 attributes[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = to_json(system_instructions)
         name = f"{operation} {model}" if model else operation
         self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=attributes, tracer=tracer)
+        self.step: int | None = attributes.get(semconv.STEP)  # its place in the run, as the call began
 
     def _claim_end(self) -> bool:
         with self._lock:

@@ -80,7 +80,7 @@ def _before_send(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
     if body is None:
         return request, None
     call.exchange.request = body
-    answer = intercept.current().on_request(call.provider, call.name, body)
+    answer = intercept.current().on_request(call.provider, call.name, body, call.step)
     call.charged = answer.live  # a recorded answer (or a refusal) spent nothing
     if answer.error is not None:
         call.refusal = answer.error

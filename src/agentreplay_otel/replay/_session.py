@@ -28,6 +28,12 @@ from agentreplay_otel.replay._fork import apply_fix
 from agentreplay_otel.replay._model import Divergence, Mode, OnDivergence, Outcome, Plan, Reason, Report
 
 
+def _step_of(span: Span) -> int | None:
+    step = getattr(span, "attributes", None) or {}
+    value = step.get(semconv.STEP)
+    return value if isinstance(value, int) else None
+
+
 def recorded_failure(step: RecordedStep) -> Exception:
     """The failure a recorded tool call ended in: enforcement decisions as their own type (so the
     agent meets the same ``ScopeViolation`` or ``RunHalted``), anything else as ReplayedToolError."""
@@ -48,7 +54,9 @@ class ReplaySession:
         self.recording = recording
         self.plan = plan
         self._lock = threading.Lock()
-        self.cursor = 0
+        self.cursor = 0  # one past the highest step taken
+        self.calls = 0
+        self._taken: set[int] = set()
         self.matched = 0
         self.live_calls = 0
         self.tools_sandboxed = 0
@@ -74,11 +82,20 @@ class ReplaySession:
             self.blocked += 1
 
     # --- LLM calls -------------------------------------------------------------------
-    def on_request(self, provider: str, name: str, body: dict[str, Any]) -> Answer:
+    def _take(self, step: int | None) -> int:
+        """The recorded step a call is matched to: its own step number (calls are numbered as they
+        begin, so concurrent calls match whatever order they reach the transport in), else the next."""
+        if step is None or step in self._taken:
+            step = self.cursor
+        self._taken.add(step)
+        self.cursor = max(self.cursor, step + 1)
+        self.calls += 1
+        return step
+
+    def on_request(self, provider: str, name: str, body: dict[str, Any], step: int | None = None) -> Answer:
         """How the request for an LLM call is answered: from the recording, live, or refused."""
         with self._lock:
-            step = self.cursor
-            self.cursor += 1
+            step = self._take(step)
             recorded = self.recording.steps[step] if step < len(self.recording.steps) else None
             if self._is_live():
                 return self._live(body, step, provider)
@@ -135,14 +152,14 @@ class ReplaySession:
     # --- tool calls -----------------------------------------------------------------
     def before_tool(self, call: ToolCall) -> Sandboxed:
         """The tool's sandboxed result and where it came from; the body never runs."""
-        value, source = self.on_tool_call(call.name, call.arguments, call.func)
+        value, source = self.on_tool_call(call.name, call.arguments, call.func, _step_of(call.span))
         call.span.set_attribute(semconv.REPLAY_SOURCE, source)
         return Sandboxed(value=value, source=source)
 
-    def on_tool_call(self, name: str, arguments: Mapping[str, Any], func: Any) -> tuple[Any, str]:
+    def on_tool_call(self, name: str, arguments: Mapping[str, Any], func: Any,
+                     step: int | None = None) -> tuple[Any, str]:
         with self._lock:
-            step = self.cursor
-            self.cursor += 1
+            step = self._take(step)
             self.tools_sandboxed += 1
             recorded = self.recording.steps[step] if step < len(self.recording.steps) else None
             if not self._is_live():
@@ -192,15 +209,16 @@ class ReplaySession:
     # --- the end -----------------------------------------------------------------------
     def finish(self, replay_run_id: str = "") -> Report:
         with self._lock:
-            if self.divergence is None and self.cursor < len(self.recording.steps) and self.plan.mode is not Mode.FORK:
-                nxt = self.recording.steps[self.cursor]
-                self.divergence = Divergence(step=self.cursor, reason=Reason.MISSING_CALLS, kind="", name="",
+            missing = [i for i in range(len(self.recording.steps)) if i not in self._taken]
+            if self.divergence is None and missing and self.plan.mode is not Mode.FORK:
+                nxt = self.recording.steps[missing[0]]
+                self.divergence = Divergence(step=missing[0], reason=Reason.MISSING_CALLS, kind="", name="",
                                              recorded_step=nxt.step, recorded_span_id=nxt.span_id,
                                              recorded_name=nxt.span_name)
             outcome = Outcome.FORKED if self.forked else (Outcome.DIVERGED if self.divergence else Outcome.MATCHED)
             return Report(
                 run_id=self.recording.run_id, mode=self.plan.mode, steps_recorded=len(self.recording.steps),
-                steps_replayed=self.cursor, steps_matched=self.matched, live_calls=self.live_calls,
+                steps_replayed=self.calls, steps_matched=self.matched, live_calls=self.live_calls,
                 tools_sandboxed=self.tools_sandboxed, blocked_connections=self.blocked,
                 divergence=self.divergence, outcome=outcome, replay_run_id=replay_run_id,
             )
