@@ -65,7 +65,9 @@ def write_config(
             **({"agentreplay_scope": scope} if scope is not None else {}),
         },
         "exporters": {"clickhouse": {"endpoint": store, "database": "agentreplay", "create_schema": True}},
-        "extensions": {"agentreplay_control": {"endpoint": control, "insecure": open_reads}} if control else {},
+        "extensions": {"agentreplay_control": {"endpoint": control, **({"insecure": True} if open_reads else {})}}
+        if control
+        else {},
         "service": {
             "extensions": ["agentreplay_control"] if control else [],
             "pipelines": {
@@ -227,6 +229,124 @@ def record_request(
                     pass
     provider.shutdown()
     return encode_spans(memory.get_finished_spans())
+
+
+class SpanForge:
+    """Spans as an agent's own SDK records them (chained, and sealed with ``signing_key``), with
+    what a hostile agent controls besides: its trace and span ids, its times, its attributes and
+    events. For attack tests that send raw OTLP with a valid token.
+
+        forge = SpanForge("agent-x", signing_key=key)
+        with forge.tracer.start_as_current_span("invoke_agent x"):
+            forge.span_id = 0xABC                       # every span from here reuses one id
+            ...
+        body = forge.request().SerializeToString()      # the finished spans, then forgotten
+    """
+
+    def __init__(self, agent_id: str, *, signing_key: Any = None, service_name: str = "agentreplay-test") -> None:
+        from opentelemetry.sdk.resources import Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+        from agentreplay_otel import ChainSpanProcessor
+        from agentreplay_otel.core import semconv
+
+        forge = self
+        self.trace_id: int | None = None  # the next run's trace id (None: random)
+        self.span_id: int | None = None  # every next span's id (None: random)
+
+        class _Ids(RandomIdGenerator):
+            def generate_trace_id(self) -> int:
+                return forge.trace_id if forge.trace_id is not None else super().generate_trace_id()
+
+            def generate_span_id(self) -> int:
+                return forge.span_id if forge.span_id is not None else super().generate_span_id()
+
+        self._memory = InMemorySpanExporter()
+        self.provider = TracerProvider(
+            resource=Resource.create({semconv.SERVICE_NAME: service_name, semconv.AGENT_ID: agent_id}),
+            id_generator=_Ids(),
+        )
+        self.provider.add_span_processor(ChainSpanProcessor(SimpleSpanProcessor(self._memory), signing_key=signing_key))
+        self.tracer = self.provider.get_tracer("forge")
+
+    def request(self) -> Any:
+        """The spans finished so far as one ExportTraceServiceRequest (and forget them)."""
+        from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+        spans = self._memory.get_finished_spans()
+        self._memory.clear()
+        return encode_spans(spans)
+
+
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+
+
+def export_grpc(endpoint: str, body: bytes, *, token: str | None = None, timeout_s: float = 30.0) -> Any:
+    """One raw OTLP/gRPC export; returns its grpc.StatusCode (OK when stored)."""
+    import grpc
+
+    metadata = [("authorization", f"Bearer {token}")] if token else None
+    with grpc.insecure_channel(endpoint, options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as channel:
+        try:
+            channel.unary_unary(EXPORT_METHOD)(body, metadata=metadata, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            return exc.code()
+    return grpc.StatusCode.OK
+
+
+def export_http(
+    url: str,
+    body: bytes,
+    *,
+    token: str | None = None,
+    content_type: str = "application/x-protobuf",
+    encoding: str | None = None,
+    timeout_s: float = 30.0,
+) -> tuple[int, bytes]:
+    """One raw ``POST /v1/traces`` to the OTLP/HTTP receiver at ``url``; returns (status, body)."""
+    import urllib.error
+    import urllib.request
+
+    headers = {"content-type": content_type}
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    if encoding:
+        headers["content-encoding"] = encoding
+    request = urllib.request.Request(f"{url}/v1/traces", data=body, headers=headers, method="POST")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout_s) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read()
+
+
+def call_control(
+    url: str, path: str, *, token: str | None = None, body: Any = None, timeout_s: float = 30.0
+) -> tuple[int, Any]:
+    """One raw request to the control endpoint at ``url`` (POST with a JSON ``body``, else GET);
+    returns (status, the JSON answer or None)."""
+    import urllib.error
+    import urllib.request
+
+    headers = {"content-type": "application/json"}
+    if token:
+        headers["authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{url}{path}", data=data, headers=headers, method="POST" if data else "GET")
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=timeout_s) as response:
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read()
+    try:
+        return status, json.loads(raw) if raw else None
+    except ValueError:
+        return status, None
 
 
 class InProcessCollector:
