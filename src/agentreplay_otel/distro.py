@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from importlib.metadata import EntryPoint
 from typing import Any, NoReturn
 
 from opentelemetry import metrics, trace
@@ -36,6 +37,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from agentreplay_otel import determinism, guard, redaction, replay, semconv, settings
 from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.errors import AgentReplayError, ConfigurationError
+from agentreplay_otel.instrumentation import _precedence
 from agentreplay_otel.runs import end_auto_run
 from agentreplay_otel.settings import Settings, env_flag
 from agentreplay_otel.version import __version__
@@ -289,6 +291,16 @@ def _configure_metrics() -> None:
 
 class AgentReplayDistro(BaseDistro):
     """Defaults for the launcher: traces over OTLP/gRPC, metrics and logs kept local."""
+
+    def load_instrumentor(self, entry_point: EntryPoint, **kwargs: Any) -> None:
+        """Every instrumentor but another one of a library ours record (see ``_precedence``)."""
+        instrumentor = entry_point.load()()
+        keep = os.environ.get(semconv.ENV_OTHER_INSTRUMENTORS, "").strip().lower() == "keep"
+        twice = _precedence.overlap(entry_point, instrumentor)
+        if twice and not keep:
+            _precedence.skipped(entry_point, twice)
+            return
+        instrumentor.instrument(**kwargs)
 
     def _configure(self, **kwargs: Any) -> None:
         os.environ.setdefault("OTEL_TRACES_EXPORTER", "otlp")

@@ -151,6 +151,7 @@ ENV_PRICES: Final = "AGENTREPLAY_PRICES"
 ENV_STORE: Final = "AGENTREPLAY_STORE"
 ENV_COLLECTOR: Final = "AGENTREPLAY_COLLECTOR"  # the collector's control endpoint (CLI, guard)
 ENV_DETERMINISM: Final = "AGENTREPLAY_DETERMINISM"  # "off": do not record the agent's clock/uuid/random
+ENV_OTHER_INSTRUMENTORS: Final = "AGENTREPLAY_OTHER_INSTRUMENTORS"  # "keep": load other GenAI instrumentors too
 ENV_GUARD: Final = "AGENTREPLAY_GUARD"  # "off": record but enforce nothing in this process
 # "closed" (default): an agent whose key, token or manifest does not verify does not start;
 # "open": it starts, recorded, without what did not verify, and says why (START_ERROR).
