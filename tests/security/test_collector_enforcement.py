@@ -20,7 +20,14 @@ import grpc
 import pytest
 from opentelemetry.trace import Status, StatusCode
 
-from agentreplay_collector.testing import CollectorProcess, SpanForge, call_control, export_grpc, write_config
+from agentreplay_collector.testing import (
+    CollectorProcess,
+    IssuedAgent,
+    SpanForge,
+    call_control,
+    export_grpc,
+    write_config,
+)
 from agentreplay_otel import identity, semconv
 
 pytestmark = pytest.mark.e2e
@@ -37,29 +44,14 @@ YEAR_2100_NS = int(dt.datetime(2100, 1, 1, tzinfo=dt.UTC).timestamp()) * 10**9
 
 
 @dataclass
-class Agent:
-    id: str
-    key: identity.Ed25519PrivateKey
-    token: str
-
-    def forge(self) -> SpanForge:
-        return SpanForge(self.id, signing_key=self.key)
-
-
-@dataclass
 class World:
     collector: CollectorProcess
     org: identity.Ed25519PrivateKey
 
-    def agent(self, agent_id: str, manifest: dict[str, Any] = MANIFEST) -> Agent:
-        key = identity.generate_key()
-        token = identity.issue_identity(
-            org_key=self.org, agent_id=agent_id, agent_public_key=key.public_key(),
-            manifest_sha256=identity.manifest_sha256(manifest),
-        )
-        return Agent(id=agent_id, key=key, token=token)
+    def agent(self, agent_id: str) -> IssuedAgent:
+        return IssuedAgent.issue(self.org, agent_id, MANIFEST)
 
-    def send(self, agent: Agent, forge: SpanForge) -> None:
+    def send(self, agent: IssuedAgent, forge: SpanForge) -> None:
         body = forge.request().SerializeToString()
         assert export_grpc(self.collector.grpc, body, token=agent.token) == grpc.StatusCode.OK
 
@@ -164,7 +156,7 @@ def test_three_calls_that_reuse_one_span_id_all_count(world: World) -> None:
     reason = eventually(lambda: world.halt_of(run_id))
     assert reason is not None and reason.startswith("tool.max_per_run"), reason
     assert world.rules(run_id).count("tool.max_per_run") == 2  # the second and the third booking
-    [judged] = world.judged(agent.id, 1)
+    [judged] = world.judged(agent.agent_id, 1)
     assert judged["chain"]["status"] == "broken" and judged["chain"]["problem"] == "forged", judged["chain"]
 
 
@@ -248,8 +240,8 @@ def test_empty_regression_runs_do_not_raise_trust(world: World, fake: str) -> No
                 pass
             run.set_status(Status(StatusCode.ERROR, "failed"))
     world.send(agent, forge)
-    world.judged(agent.id, 10)
-    before = world.admin(f"/v1/trust?agent={agent.id}")["agents"][0]
+    world.judged(agent.agent_id, 10)
+    before = world.admin(f"/v1/trust?agent={agent.agent_id}")["agents"][0]
     assert before["tier"] == "probation" and before["spend_multiplier"] == 0.5, before
 
     for _ in range(50):  # one export of 50 empty "passing regression replays"
@@ -263,8 +255,8 @@ def test_empty_regression_runs_do_not_raise_trust(world: World, fake: str) -> No
             }):
                 pass
     world.send(agent, forge)
-    world.judged(agent.id, 60)
-    after = world.admin(f"/v1/trust?agent={agent.id}")["agents"][0]
+    world.judged(agent.agent_id, 60)
+    after = world.admin(f"/v1/trust?agent={agent.agent_id}")["agents"][0]
     assert after["tier"] == "probation" and after["spend_multiplier"] == 0.5, after
 
     with forge.tracer.start_as_current_span("invoke_agent x") as run:  # 0.8 USD: over 1.0 x 0.5
@@ -286,6 +278,6 @@ def test_an_honest_run_is_neither_halted_nor_refused(world: World) -> None:
         with forge.tracer.start_as_current_span("chat m", attributes={semconv.COST_USD: 0.3}):
             pass
     world.send(agent, forge)
-    [judged] = world.judged(agent.id, 1)
+    [judged] = world.judged(agent.agent_id, 1)
     assert judged["chain"]["status"] == "intact" and judged["chain"]["seal"] == "valid"
     assert world.halt_of(run_id_of(run)) is None and world.rules(run_id_of(run)) == []

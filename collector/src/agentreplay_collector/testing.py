@@ -17,6 +17,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -279,6 +280,31 @@ class SpanForge:
         spans = self._memory.get_finished_spans()
         self._memory.clear()
         return encode_spans(spans)
+
+
+@dataclass(frozen=True)
+class IssuedAgent:
+    """An agent as the org issued it: its key and its identity token (bound to ``manifest``)."""
+
+    agent_id: str
+    key: Any
+    token: str
+
+    @classmethod
+    def issue(cls, org_key: Any, agent_id: str, manifest: dict[str, Any] | None = None) -> IssuedAgent:
+        from agentreplay_otel import identity
+
+        key = identity.generate_key()
+        token = identity.issue_identity(
+            org_key=org_key,
+            agent_id=agent_id,
+            agent_public_key=key.public_key(),
+            manifest_sha256=identity.manifest_sha256(manifest) if manifest is not None else "",
+        )
+        return cls(agent_id=agent_id, key=key, token=token)
+
+    def forge(self) -> SpanForge:
+        return SpanForge(self.agent_id, signing_key=self.key)
 
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
