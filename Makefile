@@ -5,20 +5,21 @@ BIN := $(VENV)/bin
 
 .PHONY: venv demo test bench clean
 
-$(BIN)/agentreplay: pyproject.toml collector/pyproject.toml replay/pyproject.toml
+$(BIN)/agentreplay: pyproject.toml collector/pyproject.toml replay/pyproject.toml dev/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]' -e ./collector -e ./replay
+	$(BIN)/pip install -q -e '.[test]' -e ./collector -e ./replay -e ./dev  # dev: test servers, the demo
 	touch $@
 
 venv: $(BIN)/agentreplay
 
 demo: venv
-	$(BIN)/python -m agentreplay_replay.demo
+	$(BIN)/python -m agentreplay_dev.demo
 
 test: venv
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
 # The official OpenAI instrumentor is installed beside, not into, the venv: its entry point

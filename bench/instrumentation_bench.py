@@ -38,10 +38,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from agentreplay_dev.providers import swap_global_tracer_provider
 from agentreplay_otel import identity, semconv
 from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
-from agentreplay_otel.testing.providers import swap_global_tracer_provider
 
 RESULTS = Path(__file__).parent / "results" / "instrumentation.json"
 REPLY = " ".join(["The Friday flight TP123 to Lisbon leaves at 09:40 and arrives at 11:15."] * 8)
@@ -112,7 +112,7 @@ def model_server() -> Iterator[str]:
     script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(json.dumps([{"text": REPLY}]))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentreplay_otel.testing.llm_server", "--script", str(script)],
+        [sys.executable, "-m", "agentreplay_dev.llm_server", "--script", str(script)],
         stdout=subprocess.PIPE, text=True,
     )
     try:

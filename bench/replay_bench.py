@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         config = write_config(tmp / "collector.yaml", store=f"chdb://{tmp / 'store'}")
-        model = subprocess.Popen([sys.executable, "-m", "agentreplay_otel.testing.llm_server"],
+        model = subprocess.Popen([sys.executable, "-m", "agentreplay_dev.llm_server"],
                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert model.stdout is not None
         base = model.stdout.readline().strip()

@@ -11,9 +11,9 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from agentreplay_dev.providers import swap_global_tracer_provider
 from agentreplay_otel import identity, semconv
 from agentreplay_otel.chain import ChainSpanProcessor
-from agentreplay_otel.testing.providers import swap_global_tracer_provider
 
 
 @dataclass

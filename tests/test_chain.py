@@ -189,8 +189,8 @@ def test_chaining_exporter_behind_a_batch_processor_seals_intact_runs():
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+    from agentreplay_dev.providers import global_tracer_provider
     from agentreplay_otel.chain import ChainingSpanExporter
-    from agentreplay_otel.testing.providers import global_tracer_provider
 
     key = identity.generate_key()
     exporter = InMemorySpanExporter()

@@ -15,9 +15,9 @@ import pytest
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from agentreplay_collector import otlp
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import identity, semconv
 from agentreplay_otel.chain import verify
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 
 AGENT = Path(__file__).parent / "agents" / "booking_agent.py"
 BIN = Path(sys.executable).parent

@@ -19,10 +19,10 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 try:
-    from agentreplay_otel.testing.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
+    from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 except ModuleNotFoundError:  # running from a checkout without the package installed
     sys.path.insert(0, str(SRC))
-    from agentreplay_otel.testing.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
+    from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 
 USER = [{"role": "user", "content": "hello there world"}]
 WEATHER = ToolCallSpec("get_weather", {"city": "Paris", "unit": "celsius"}, id="call_fixed")
@@ -405,7 +405,7 @@ def test_cli_serves_a_script_file_until_sigterm(tmp_path: Path) -> None:
         "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")])),
     }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agentreplay_otel.testing.llm_server", "--port", "0", "--script", str(script)],
+        [sys.executable, "-m", "agentreplay_dev.llm_server", "--port", "0", "--script", str(script)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent

@@ -13,13 +13,13 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import agentreplay_otel
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply
+from agentreplay_dev.providers import global_tracer_provider
 from agentreplay_otel import redaction, replay, semconv
 from agentreplay_otel.chain import ChainSpanProcessor, record_from_span, verify
 from agentreplay_otel.errors import ConfigurationError
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
 from agentreplay_otel.recording import recording_from_spans
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply
-from agentreplay_otel.testing.providers import global_tracer_provider
 
 PII = "Mail jane.doe@example.com or call +44 20 7946 0958; card 4111 1111 1111 1111."
 

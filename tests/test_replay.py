@@ -11,6 +11,7 @@ import openai
 import pytest
 
 import agentreplay_otel
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv
 from agentreplay_otel.chain import record_from_span
 from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
@@ -25,7 +26,6 @@ from agentreplay_otel.replay import (
     install,
     uninstall,
 )
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 
 BODY_RUNS = {"book": 0}
 

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 import agentreplay_otel
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import guard, semconv
 from agentreplay_otel.chain import record_from_span
 from agentreplay_otel.errors import ReplayDivergence, RunHalted
@@ -18,7 +19,6 @@ from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
 from agentreplay_otel.recording import recording_from_spans
 from agentreplay_otel.replay import Plan, ReplaySession, install, uninstall
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import agentreplay_otel
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
+from agentreplay_dev.providers import swap_global_tracer_provider
 from agentreplay_otel import guard, identity, runs, semconv
 from agentreplay_otel import manifest as mf
 from agentreplay_otel.canonical import SpanRecord
@@ -34,8 +37,6 @@ from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
 from agentreplay_otel.instrumentation.langchain import LangChainInstrumentor
 from agentreplay_otel.instrumentation.langgraph import LangGraphInstrumentor
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
-from agentreplay_otel.testing.providers import swap_global_tracer_provider
 
 POLICY = "You are a travel agent. Find the customer the best-value flight and book it."
 FLIGHTS = {"Friday": {"flight": "TP123", "price_eur": 129}, "Saturday": {"flight": "TP125", "price_eur": 99},
@@ -234,7 +235,9 @@ def langgraph_agent(server: LLMServer, request: str, *, provider: str = "openai"
     from langgraph.prebuilt import ToolNode
 
     tools = ToolNode([lc_search, lc_book], handle_tool_errors=True)  # a tool's error goes back to the model
-    agent = create_react_agent(model, tools=tools, prompt=POLICY)
+    with warnings.catch_warnings():  # LangGraph 1.x points to langchain.agents; the prebuilt agent is what we record
+        warnings.simplefilter("ignore", DeprecationWarning)
+        agent = create_react_agent(model, tools=tools, prompt=POLICY)
     result = agent.invoke({"messages": [{"role": "user", "content": request}]},
                           {"recursion_limit": recursion_limit})
     return str(result["messages"][-1].content)

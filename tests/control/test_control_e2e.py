@@ -12,8 +12,8 @@ import pytest
 from controlkit import ADMIN, BIN, REPO, agent_env, flight_manifest, run_agent
 
 from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_otel import identity
-from agentreplay_otel.testing.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 
 pytestmark = pytest.mark.e2e
 AGENT = REPO / "examples" / "flight_agent.py"

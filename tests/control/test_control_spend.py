@@ -10,8 +10,8 @@ import pytest
 from controlkit import REPO, agent_env, flight_manifest, run_agent
 from test_control_e2e import start_collector, wait_run
 
-from agentreplay_otel.testing.llm_server import LLMServer
-from agentreplay_replay.scenario import airline_model
+from agentreplay_dev.llm_server import LLMServer
+from agentreplay_dev.scenario import airline_model
 
 pytestmark = pytest.mark.e2e
 AGENT = REPO / "examples" / "flight_agent.py"

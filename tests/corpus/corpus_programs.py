@@ -10,7 +10,7 @@ import json
 
 from corpuskit import Program
 
-from agentreplay_otel.testing.llm_server import Request, ScriptedReply, ToolCallSpec
+from agentreplay_dev.llm_server import Request, ScriptedReply, ToolCallSpec
 
 
 def _json(value: object) -> str:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.llm_server import LLMServer, Script
+from agentreplay_dev.scenario import BIN
 from agentreplay_otel import identity, semconv
-from agentreplay_otel.testing.llm_server import LLMServer, Script
-from agentreplay_replay.scenario import BIN
 
 AGENTS = Path(__file__).resolve().parent / "agents"
 ENV_TOOL_LOG = "TOOL_LOG"

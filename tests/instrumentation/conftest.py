@@ -16,10 +16,10 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.util.types import Attributes
 
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply
 from agentreplay_otel import runs, semconv
 from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply
 
 _OUR_SCOPES = ("agentreplay_otel.instrumentation.openai", "agentreplay_otel.instrumentation.anthropic")
 

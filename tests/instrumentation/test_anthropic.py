@@ -16,10 +16,10 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, StatusCode
 
 import agentreplay_otel
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv
 from agentreplay_otel.chain import verify
 from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor, _extract
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 
 MODEL = "claude-sonnet-4-5"
 SYSTEM = "You book flights."

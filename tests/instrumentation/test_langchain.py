@@ -440,8 +440,8 @@ def test_graph_on_chat_openai_replays_with_zero_live_calls_and_no_tool_body(lc):
     """The usual LangGraph agent: ``ChatOpenAI.bind_tools`` + ``ToolNode``, against the local model server."""
     from langchain_openai import ChatOpenAI
 
+    from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
     from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
-    from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 
     script = [ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": "TP123", "day": "Friday"})]),
               ScriptedReply(text="Booked TP123 for Friday.")]

@@ -16,10 +16,10 @@ from opentelemetry import context as otel_context
 from opentelemetry.trace import SpanKind, StatusCode
 
 import agentreplay_otel
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv, settings
 from agentreplay_otel.chain import verify
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor, _extract
-from agentreplay_otel.testing.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 
 MODEL = "gpt-4o-mini"
 MESSAGES = [

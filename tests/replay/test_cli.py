@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_replay.scenario import BIN, flight_world
+from agentreplay_dev.scenario import BIN, flight_world
 
 
 def agentreplay(*args: str, store: Path, collector: str = "http://127.0.0.1:9") -> subprocess.CompletedProcess:

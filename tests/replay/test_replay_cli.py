@@ -12,11 +12,14 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from agentreplay_dev.scenario import AGENT, BIN, FIX, flight_world
 from agentreplay_otel import semconv
-from agentreplay_replay.scenario import AGENT, BIN, FIX, REPO, flight_world
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

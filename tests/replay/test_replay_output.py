@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_replay.scenario import BIN, REPO, flight_world
+from agentreplay_dev.scenario import BIN, flight_world
 
+REPO = Path(__file__).resolve().parents[2]
 AGENTS = Path(__file__).resolve().parent / "agents"
 
 

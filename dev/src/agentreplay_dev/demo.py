@@ -1,8 +1,8 @@
-"""The main job, end to end on the embedded store: ``make demo`` / ``python -m agentreplay_replay.demo``.
+"""The main job, end to end on the embedded store: ``make demo`` / ``python -m agentreplay_dev.demo``.
 
 1. makes an org key, the agent's key and its identity token (under ``.agentreplay/demo``);
 2. starts the collector (OTLP in, auth on, chain verification, chDB at ``.agentreplay/store``);
-3. records ``examples/flight_agent.py`` under ``opentelemetry-instrument`` against a local
+3. records the flight agent (``examples/flight_agent.py``, shipped as this package's data) under ``opentelemetry-instrument`` against a local
    scripted model (the model and airline are simulated; recording is real): asked for
    Friday, the agent books the cheaper Saturday flight;
 4. shows the run with the ``agentreplay`` CLI: the run list, its timeline, its verification;
@@ -11,6 +11,9 @@
 6. asks the agent for two flights: its signed manifest allows one booking per run, so the
    second is refused before it runs, the run is halted and an alert raised;
 7. stops everything it started, and says where to look next.
+
+Everything it writes goes under ``.agentreplay/`` in the current directory, so it runs from a
+checkout or from anywhere the package is installed.
 """
 
 from __future__ import annotations
@@ -18,14 +21,20 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 
-from agentreplay_replay.scenario import AGENT, FIX, REPO, FlightWorld, flight_world
+from agentreplay_dev.scenario import AGENT, FIX, FlightWorld, flight_world
 
 console = Console(width=None if sys.stdout.isatty() else 120)
-WORK = REPO / ".agentreplay" / "demo"
-STORE = REPO / ".agentreplay" / "store"
+WORK = Path(".agentreplay") / "demo"
+STORE = Path(".agentreplay") / "store"
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the current directory when it lies under it (as in a checkout)."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def step(text: str) -> None:
@@ -35,19 +44,17 @@ def step(text: str) -> None:
 def cli(world: FlightWorld, command: str, *rest: str) -> int:
     shown = " ".join(f"'{a}'" if " " in a else a for a in (command, *rest))
     console.print(f"[dim]$ agentreplay {shown}")
-    return subprocess.run(world.cli_args(command, *rest), env=world.env, timeout=120, cwd=REPO).returncode
+    return subprocess.run(world.cli_args(command, *rest), env=world.env, timeout=120).returncode
 
 
 def main() -> int:
-    if not AGENT.exists():
-        raise SystemExit(f"the example agent is missing: {AGENT} (run the demo from a checkout)")
     started = time.monotonic()
     step("1-2. identity (org key, signed manifest, agent key, token) and the collector (auth, scope, chDB)")
-    with flight_world(WORK, store=STORE) as world:
+    with flight_world(WORK.resolve(), store=STORE.resolve()) as world:
         console.print(f"collector up: OTLP gRPC {world.collector.grpc}, control {world.collector.control}, "
-                      f"store {STORE.relative_to(REPO)}")
+                      f"store {STORE}")
         step("3. record the flight agent, unmodified, under opentelemetry-instrument")
-        console.print(f"[dim]$ opentelemetry-instrument python {AGENT.relative_to(REPO)} "
+        console.print(f"[dim]$ opentelemetry-instrument python {_shown(AGENT)} "
                       "'Book me a flight to Lisbon on Friday.'")
         answer = world.record("Book me a flight to Lisbon on Friday.").stdout.strip()
         console.print(f"agent answered: [italic]{answer}")
@@ -80,11 +87,11 @@ def main() -> int:
         console.print(f"[bold red]{', '.join(failed)} did not succeed; see above")
     console.print(
         "Look next:\n"
-        f"  .venv/bin/agentreplay runs                  # every recorded run (reads {STORE.relative_to(REPO)})\n"
+        f"  .venv/bin/agentreplay runs                  # every recorded run (reads {STORE})\n"
         f"  .venv/bin/agentreplay show {run_id[:12]}      # this run's timeline\n"
         "  .venv/bin/agentreplay verify --all          # recompute every chain from the stored rows\n"
         f"  .venv/bin/agentreplay replay {run_id[:12]}    # replay it again (start a collector to record it)\n"
-        f"  {WORK.relative_to(REPO)}/collector.log       # what the collector did\n"
+        f"  {WORK}/collector.log       # what the collector did\n"
         "  .venv/bin/agentreplay decisions RUN         # every policy decision of a run\n"
         "  docs/recorder.md, docs/collector.md, docs/replay.md, docs/control.md"
     )

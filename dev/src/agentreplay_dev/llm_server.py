@@ -11,7 +11,7 @@ a stdlib `ThreadingHTTPServer` with HTTP/1.1 keep-alive, TCP_NODELAY, and each a
                     ScriptedReply(text="It is sunny.")]) as server:
         client = openai.OpenAI(base_url=server.base_url_openai, api_key="test")
 
-Run standalone with `python -m agentreplay_otel.testing.llm_server --port 8765 [--script FILE.json]`.
+Run standalone with `python -m agentreplay_dev.llm_server --port 8765 [--script FILE.json]`.
 """
 
 from __future__ import annotations

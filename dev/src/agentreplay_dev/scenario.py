@@ -2,7 +2,8 @@
 customer asked for Friday, unless its instructions say to keep the customer's day.
 
 Used by the demo and the replay tests. Only the model and the airline are simulated; the
-agent (``examples/flight_agent.py``), the client libraries, recording, replay and fork are real.
+agent (``data/flight_agent.py``, also ``examples/flight_agent.py`` in a checkout), the client
+libraries, recording, replay and fork are real. The agent and its manifest are this package's data.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 
 from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_otel import identity, semconv
-from agentreplay_otel.testing.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 
 FIX = "Book the day the customer asked for, even when another day is cheaper."
 """The one-line prompt fix that makes the model book Friday."""
@@ -114,7 +116,7 @@ class FlightWorld:
     def record(self, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         """Run the flight agent under ``opentelemetry-instrument``; with ``check``, fail loudly if it fails."""
         done = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT), *args],
-                              env=self.env, capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+                              env=self.env, capture_output=True, text=True, timeout=timeout_s, cwd=self.root)
         if check and done.returncode != 0:
             raise RuntimeError(f"the agent failed:\n{done.stderr[-4000:]}")
         return done
@@ -142,12 +144,14 @@ class FlightWorld:
         return len(self.ledger.read_text().splitlines()) if self.ledger.exists() else 0
 
 
+def _data(name: str) -> Path:
+    """A file of this package's data, as a path a subprocess can be given (packages install unzipped)."""
+    return Path(str(resources.files("agentreplay_dev") / "data" / name))
+
+
 BIN = Path(sys.executable).parent
-REPO = Path(__file__).resolve().parents[3]
-AGENT = REPO / "examples" / "flight_agent.py"
-
-
-MANIFEST = REPO / "policies" / "flight-agent.manifest.json"
+AGENT = _data("flight_agent.py")
+MANIFEST = _data("flight-agent.manifest.json")
 
 
 def issue_identity(root: Path, agent_id: str = "flight-booker") -> dict[str, str]:

@@ -1,1 +1,0 @@
-"""Test support: a local scripted model server that speaks the OpenAI and Anthropic HTTP APIs."""
