@@ -21,6 +21,7 @@ from agentreplay_collector.models import (
     Halt,
     RunArrival,
     RunSummary,
+    StoredClassification,
     StoredManifest,
     TrustScore,
 )
@@ -253,4 +254,28 @@ def span_from_row(r: Sequence[Any]) -> SpanRecord:
             for t, n, a in zip(ev_ts, ev_names, ev_attrs, strict=True)
         ),
         resource=dict(resource),
+    )
+
+
+CLASSIFICATION_COLUMNS = (
+    "RunId", "Classifier", "Model", "PromptSha256", "ChainHash", "Verified", "Verdict", "FailureModes",
+    "CulpritStep", "CulpritSpanId", "VerdictJson", "CreatedAt",
+)
+
+
+def classification_row(c: StoredClassification) -> list[Any]:
+    return [
+        c.run_id, c.classifier, c.model, c.prompt_sha256, c.chain_hash, int(c.verified), c.verdict,
+        list(c.failure_modes), -1 if c.culprit_step is None else int(c.culprit_step), c.culprit_span_id,
+        c.verdict_json, dt(c.time_ns),
+    ]
+
+
+def classification_from_row(r: Sequence[Any]) -> StoredClassification:
+    run_id, classifier, model, prompt, chain, verified, verdict, modes, step, span, doc, created = r
+    return StoredClassification(
+        run_id=run_id, classifier=classifier, model=model, prompt_sha256=prompt, chain_hash=chain,
+        verified=bool(verified), verdict=verdict, failure_modes=tuple(modes),
+        culprit_step=None if int(step) < 0 else int(step), culprit_span_id=span, verdict_json=doc,
+        time_ns=int(created),
     )

@@ -401,3 +401,58 @@ class SpendTotals:
     tool: str
     cost_usd: float
     calls: int  # spans not refused by a decision
+
+
+# --- failure analysis ---------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class StoredClassification:
+    """One classifier's verdict on one run, as the ``classifications`` table keeps it. The verdict
+    itself (modes, culprit, evidence, fix) travels as ``verdict_json``, which the collector stores
+    without reading; the columns beside it are what queries filter and group on."""
+
+    run_id: str
+    classifier: str  # "detectors" or "llm"
+    model: str  # the judge's model id ("" for the detectors)
+    prompt_sha256: str  # the judge's prompt ("" for the detectors)
+    chain_hash: str  # the run's last chain hash when it was judged
+    verified: bool  # False: judged although its chain did not verify (--allow-unverified)
+    verdict: str  # failed | ok | unsure | judge_error
+    failure_modes: tuple[str, ...]  # MAST ids, "FM-1.1"
+    culprit_step: int | None
+    culprit_span_id: str
+    verdict_json: str
+    time_ns: int = field(default_factory=time.time_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "classifier": self.classifier,
+            "model": self.model,
+            "prompt_sha256": self.prompt_sha256,
+            "chain_hash": self.chain_hash,
+            "verified": self.verified,
+            "verdict": self.verdict,
+            "failure_modes": list(self.failure_modes),
+            "culprit_step": self.culprit_step,
+            "culprit_span_id": self.culprit_span_id,
+            "verdict_json": self.verdict_json,
+            "time_ns": str(self.time_ns),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> StoredClassification:
+        step = doc.get("culprit_step")
+        return cls(
+            run_id=str(doc["run_id"]).lower(),
+            classifier=str(doc["classifier"]),
+            model=str(doc.get("model") or ""),
+            prompt_sha256=str(doc.get("prompt_sha256") or ""),
+            chain_hash=str(doc.get("chain_hash") or ""),
+            verified=bool(doc.get("verified", True)),
+            verdict=str(doc["verdict"]),
+            failure_modes=tuple(str(m) for m in doc.get("failure_modes") or ()),
+            culprit_step=None if step is None else int(step),
+            culprit_span_id=str(doc.get("culprit_span_id") or ""),
+            verdict_json=str(doc.get("verdict_json") or ""),
+            time_ns=int(doc.get("time_ns") or time.time_ns()),
+        )

@@ -8,6 +8,9 @@
     GET /v1/runs/{run_id}/chain         ChainStatus                404 if unknown
     GET /v1/keys/{kid}                  {"kid", "public_key"}      base64 raw Ed25519
     GET /v1/stats                       the pipeline's counters
+    GET /v1/runs/{run_id}/classifications  {"run_id", "classifications": [...]}  every verdict, newest first
+    GET /v1/classifications?run=ID&run=ID  {"classifications": [...]}  each judge's latest verdict per run
+    POST /v1/classifications            {"classifications": [...]} -> {"stored": n}  admin token only
 
 ``since``/``until`` take nanoseconds since the epoch or an ISO 8601 time. chDB lets one
 process open a store, so while the collector runs this is how every other reader (the
@@ -23,6 +26,7 @@ import asyncio
 import base64
 import concurrent.futures
 import datetime as dt
+import json
 import re
 from collections.abc import Callable
 from typing import Any
@@ -34,7 +38,7 @@ from starlette.routing import Route
 
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.errors import RequestError, StoreUnavailable
-from agentreplay_collector.models import span_to_json
+from agentreplay_collector.models import StoredClassification, span_to_json
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import public_key_bytes
@@ -173,6 +177,29 @@ def build_app(
         caller(request)
         return JSONResponse(stats())
 
+    # --- failure analysis: verdicts on runs, read as the runs are, stored by an operator ------------
+    async def run_classifications(request: Request) -> JSONResponse:
+        rid = await readable_run(request)
+        found = await call("classifications", rid)
+        return JSONResponse({"run_id": rid, "classifications": [c.to_json() for c in found]})
+
+    async def classifications(request: Request) -> JSONResponse:
+        who = caller(request)
+        if request.method == "POST":
+            if not who.operator:
+                return JSONResponse({"error": "storing a verdict takes the admin token"}, status_code=403)
+            records = _classifications_in(await request.body())
+            await call("insert_classifications", records)
+            return JSONResponse({"stored": len(records)})
+        ids = [i.lower() for i in request.query_params.getlist("run")]
+        if len(ids) > MAX_LIMIT or not all(_RUN_ID.fullmatch(i) for i in ids):
+            raise BadQuery(f"run: up to {MAX_LIMIT} run ids (32 hex digits each)")
+        if not who.operator:
+            owners = [await asyncio.get_running_loop().run_in_executor(pool, run_owners.lookup, i) for i in ids]
+            ids = [i for i, owner in zip(ids, owners, strict=True) if who.may_read(owner)]
+        found = await call("latest_classifications", ids)
+        return JSONResponse({"classifications": [c.to_json() for c in found]})
+
     routes = [
         Route("/v1/health", guarded(health)),
         Route("/v1/runs", guarded(runs)),
@@ -181,7 +208,21 @@ def build_app(
         Route("/v1/runs/{run_id}/chain", guarded(chain)),
         Route("/v1/keys/{kid}", guarded(key)),
         Route("/v1/stats", guarded(stats_endpoint)),
+        Route("/v1/runs/{run_id}/classifications", guarded(run_classifications)),
+        Route("/v1/classifications", guarded(classifications), methods=["GET", "POST"]),
     ]
     app = Starlette(routes=routes)
     app.state.pool = pool
     return app
+
+
+def _classifications_in(body: bytes) -> list[StoredClassification]:
+    """``{"classifications": [StoredClassification...]}``, each for a run id; else :class:`BadQuery`."""
+    try:
+        doc = json.loads(body)
+        records = [StoredClassification.from_json(c) for c in doc["classifications"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BadQuery(f'expected {{"classifications": [...]}}: {exc}') from exc
+    if not all(_RUN_ID.fullmatch(r.run_id) for r in records):
+        raise BadQuery("a classification's run_id is a trace id: 32 hex digits")
+    return records

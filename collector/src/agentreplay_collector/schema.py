@@ -198,22 +198,31 @@ _HALTS = _Table(
     tail="ORDER BY (Scope, TargetId)",
 )
 
+# Failure analysis: every verdict of every classifier (the detectors, each LLM judge) is kept, none
+# replaces another; readers take the latest per run, classifier and model. The verdict itself is
+# VerdictJson; the columns beside it are what queries filter and group on.
 _CLASSIFICATIONS = _Table(
     name=CLASSIFICATIONS,
     columns="""
     RunId String,
     Classifier LowCardinality(String),
-    FailureMode LowCardinality(String),
-    CulpritSpanId String,
-    Confidence Float32,
     Model LowCardinality(String),
-    Rationale String CODEC(ZSTD(1)),
-    UpdatedAt DateTime64(9)""",
-    engine="ReplacingMergeTree",
-    engine_args="UpdatedAt",
-    tail="ORDER BY (RunId, Classifier, FailureMode)",
+    PromptSha256 String,
+    ChainHash String,
+    Verified UInt8,
+    Verdict LowCardinality(String),
+    FailureModes Array(LowCardinality(String)),
+    CulpritStep Int32,
+    CulpritSpanId String,
+    VerdictJson String CODEC(ZSTD(1)),
+    CreatedAt DateTime64(9) CODEC(Delta, ZSTD(1))""",
+    engine="MergeTree",
+    tail="PARTITION BY toYYYYMM(CreatedAt)\nORDER BY (RunId, CreatedAt)",
+    ttl_column="CreatedAt",
     shard_key="cityHash64(RunId)",
 )
+CLASSIFICATIONS_BEFORE = "FailureMode"
+"""A column only the first layout of the table had (never written): a store that has it gets the table anew."""
 
 _TRUST_SCORES = _Table(
     name=TRUST_SCORES,

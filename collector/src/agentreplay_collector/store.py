@@ -46,6 +46,7 @@ from agentreplay_collector.models import (
     RunMarks,
     RunSummary,
     SpendTotals,
+    StoredClassification,
     StoredManifest,
     TrackRecord,
     TrustScore,
@@ -116,6 +117,12 @@ _SPAN_COLUMNS = (
     "toUnixTimestamp64Nano(Timestamp), TraceId, SpanId, ParentSpanId, SpanName, SpanKind, Duration, StatusCode,"
     " StatusMessage, SpanAttributes, ResourceAttributes,"
     " arrayMap(t -> toUnixTimestamp64Nano(t), Events.Timestamp), Events.Name, Events.Attributes"
+)
+
+
+_CLASSIFICATION_COLUMNS = (
+    "RunId, Classifier, Model, PromptSha256, ChainHash, Verified, Verdict, FailureModes, CulpritStep,"
+    " CulpritSpanId, VerdictJson, toUnixTimestamp64Nano(CreatedAt)"
 )
 
 
@@ -234,6 +241,7 @@ class Store:
     # --- schema and writes ---------------------------------------------------------------
     def ensure_schema(self, opts: schema.SchemaOptions | None = None) -> None:
         opts = opts or schema.SchemaOptions(database=self.database)
+        self._retire_first_classifications(opts)
         for statement in schema.ddl(opts):
             self._call("DDL", "command", statement)
 
@@ -543,6 +551,46 @@ class Store:
     def command(self, sql: str) -> Any:
         """Ad-hoc statement for tests and benchmarks; see :meth:`query`."""
         return self._call("command", "command", sql)
+
+    # --- failure analysis ----------------------------------------------------------------------
+    def insert_classifications(self, records: Sequence[StoredClassification]) -> None:
+        """Verdicts of the detectors and the LLM judges; each is kept (none replaces another)."""
+        rows = [_rows.classification_row(c) for c in records]
+        self._insert(schema.CLASSIFICATIONS, _rows.CLASSIFICATION_COLUMNS, rows)
+
+    def classifications(self, run_id: str) -> list[StoredClassification]:
+        """Every verdict on a run, newest first."""
+        sql = (
+            f"SELECT {_CLASSIFICATION_COLUMNS} FROM {self.database}.{schema.CLASSIFICATIONS}"
+            " WHERE RunId = {run:String} ORDER BY CreatedAt DESC"
+        )
+        rows = self._call("classification list", "query", sql, parameters={"run": run_id}).result_rows
+        return [_rows.classification_from_row(r) for r in rows]
+
+    def latest_classifications(self, run_ids: Sequence[str]) -> list[StoredClassification]:
+        """Each judge's (classifier and model) latest verdict on each of these runs."""
+        if not run_ids:
+            return []
+        sql = (
+            f"SELECT {_CLASSIFICATION_COLUMNS} FROM {self.database}.{schema.CLASSIFICATIONS}"
+            " WHERE RunId IN {ids:Array(String)} ORDER BY CreatedAt DESC LIMIT 1 BY RunId, Classifier, Model"
+        )
+        rows = self._call("classification list", "query", sql, parameters={"ids": list(run_ids)}).result_rows
+        return [_rows.classification_from_row(r) for r in rows]
+
+    def _retire_first_classifications(self, opts: schema.SchemaOptions) -> None:
+        """A store created with the classifications table's first layout (never written) gets the current
+        one; the old table is renamed aside rather than dropped. Single-node stores only."""
+        if opts.cluster_name:
+            return
+        sql = (
+            "SELECT count() FROM system.columns"
+            " WHERE database = {db:String} AND table = {table:String} AND name = {column:String}"
+        )
+        params = {"db": opts.database, "table": schema.CLASSIFICATIONS, "column": schema.CLASSIFICATIONS_BEFORE}
+        if int(self._call("schema check", "query", sql, parameters=params).result_rows[0][0]):
+            table = f"{opts.database}.{schema.CLASSIFICATIONS}"
+            self._call("DDL", "command", f"RENAME TABLE {table} TO {table}_first")
 
 
 def open_reader(

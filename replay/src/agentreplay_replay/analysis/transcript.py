@@ -216,8 +216,18 @@ def run_view(spans: Iterable[SpanRecord]) -> RunView:
         failed=root is not None and root.status_code == "Error",
         error_type=attrs.get(semconv.ERROR_TYPE, ""),
         error=root.status_message if root else "",
-        chain_hash=attrs.get(semconv.CHAIN_HASH, ""),
+        chain_hash=chain_head(spans),
     )
+
+
+def chain_head(spans: Sequence[SpanRecord]) -> str:
+    """The run's last chain hash (of its highest sequence number): what a verdict says it judged."""
+    best, head = -1, ""
+    for s in spans:
+        seq = s.attributes.get(semconv.CHAIN_SEQ, "")
+        if seq.isdigit() and int(seq) > best:
+            best, head = int(seq), s.attributes.get(semconv.CHAIN_HASH, "")
+    return head
 
 
 def _step(span: SpanRecord) -> Step | None:

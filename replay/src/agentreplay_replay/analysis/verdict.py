@@ -142,6 +142,7 @@ class Verdict:
     verified: bool = True  # False: judged with --allow-unverified, the chain did not verify
     partial: bool = False  # judged while the run was still in flight (--partial)
     prompt_sha256: str = ""  # the judge's prompt (LLM only)
+    prompt_tokens: int = 0  # the judge's prompt, as its endpoint counted it (else estimated)
     context_cut: str = ""  # how the transcript was cut to fit the judge's context ("" if whole)
     error: str = ""  # why the judge gave no verdict (judge_error)
     raw: str = ""  # the judge's raw answer, kept when it failed validation
@@ -160,8 +161,10 @@ class Verdict:
     def fork_command(self) -> str | None:
         return self.fix.command(self.run_id) if self.fix else None
 
-    def with_chain(self, *, chain_hash: str, chain_state: str, verified: bool, partial: bool) -> Verdict:
-        return replace(self, chain_hash=chain_hash, chain_state=chain_state, verified=verified, partial=partial)
+    def with_chain(self, *, chain_state: str, verified: bool, partial: bool, problem: str = "") -> Verdict:
+        """This verdict with what it knows of the run's chain (``problem``: why it did not verify)."""
+        notes = self.notes + ((f"judged although its chain does not verify: {problem}",) if problem else ())
+        return replace(self, chain_state=chain_state, verified=verified, partial=partial, notes=notes)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -170,7 +173,8 @@ class Verdict:
             "culprit": self.culprit.to_json() if self.culprit else None, "root_cause": self.root_cause,
             "fix": self.fix.to_json() if self.fix else None, "fork_command": self.fork_command(),
             "chain_hash": self.chain_hash, "chain_state": self.chain_state, "verified": self.verified,
-            "partial": self.partial, "prompt_sha256": self.prompt_sha256, "context_cut": self.context_cut,
+            "partial": self.partial, "prompt_sha256": self.prompt_sha256, "prompt_tokens": self.prompt_tokens,
+            "context_cut": self.context_cut,
             "error": self.error, "raw": self.raw, "elapsed_ms": self.elapsed_ms,
             "notes": list(self.notes),
         }
@@ -187,7 +191,8 @@ class Verdict:
             root_cause=str(doc.get("root_cause") or ""), fix=Fix.from_json(doc["fix"]) if doc.get("fix") else None,
             chain_hash=str(doc.get("chain_hash") or ""), chain_state=str(doc.get("chain_state") or ""),
             verified=bool(doc.get("verified", True)), partial=bool(doc.get("partial", False)),
-            prompt_sha256=str(doc.get("prompt_sha256") or ""), context_cut=str(doc.get("context_cut") or ""),
+            prompt_sha256=str(doc.get("prompt_sha256") or ""), prompt_tokens=int(doc.get("prompt_tokens") or 0),
+            context_cut=str(doc.get("context_cut") or ""),
             error=str(doc.get("error") or ""), raw=str(doc.get("raw") or ""),
             elapsed_ms=float(doc.get("elapsed_ms") or 0.0), notes=tuple(doc.get("notes") or ()),
         )

@@ -11,13 +11,14 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.errors import StoreError
+from agentreplay_collector.models import StoredClassification
 from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
 from agentreplay_replay.cli._common import CLIError
 
@@ -53,6 +54,22 @@ class Collector(CollectorClient):
 
     def trust(self, agent: str | None) -> dict[str, Any]:
         return self._send("GET", "/v1/trust", params={"agent": agent})
+
+    # --- failure analysis: the same methods as the store's ---------------------------------
+    def insert_classifications(self, records: Sequence[StoredClassification]) -> None:
+        self._send("POST", "/v1/classifications", body={"classifications": [r.to_json() for r in records]})
+
+    def classifications(self, run_id: str) -> list[StoredClassification]:
+        doc = self._send("GET", f"/v1/runs/{urllib.parse.quote(run_id)}/classifications")
+        return [StoredClassification.from_json(c) for c in doc["classifications"]]
+
+    def latest_classifications(self, run_ids: Sequence[str]) -> list[StoredClassification]:
+        found: list[StoredClassification] = []
+        for start in range(0, len(run_ids), 100):  # a bounded query string per request
+            query = urllib.parse.urlencode([("run", r) for r in run_ids[start:start + 100]])
+            doc = self._send("GET", f"/v1/classifications?{query}")
+            found += [StoredClassification.from_json(c) for c in doc["classifications"]]
+        return found
 
     def _send(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}

@@ -8,6 +8,7 @@ import typer
 
 from agentreplay_otel.core import ChainReport
 from agentreplay_otel.core import verify as verify_chain
+from agentreplay_replay.cli import _analyze as analysis
 from agentreplay_replay.cli import _render as render
 from agentreplay_replay.cli._client import reader, resolve_run
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, RunArg, StoreOpt, out, print_json
@@ -42,10 +43,12 @@ def runs(
     """
     with reader(store, collector) as source:
         found = source.list_runs(agent=agent, status=status, limit=limit)
+        verdicts = analysis.latest_verdicts(source, [r.run_id for r in found])
     if json_:
-        print_json([r.to_json() for r in found])
+        print_json([{**r.to_json(), "analysis": [analysis.brief(c) for c in verdicts.get(r.run_id, [])]}
+                    for r in found])
     else:
-        out.print(render.runs_table(found))
+        out.print(render.runs_table(found, {rid: analysis.label(v) for rid, v in verdicts.items()}))
 
 
 @app.command(rich_help_panel=PANEL)
@@ -69,13 +72,15 @@ def show(
         full = resolve_run(source, run_id)
         spans = source.get_run_spans(full)
         status = source.get_chain_status(full)
+        verdicts = analysis.run_verdicts(source, full)
     if not spans:
         raise CLIError(f"run {full} has no stored spans")
     nodes = build_timeline(spans)
     if json_:
-        print_json({"run_id": full, "chain": status.to_json() if status else None, "spans": as_json(nodes)})
+        print_json({"run_id": full, "chain": status.to_json() if status else None, "spans": as_json(nodes),
+                    "analysis": [analysis.brief(c) for c in verdicts]})
     else:
-        out.print(render.timeline(full, nodes, status))
+        out.print(render.timeline(full, nodes, status, analysis.blamed(verdicts)))
 
 
 @app.command(rich_help_panel=PANEL, epilog=CHAIN_STATES_HELP)

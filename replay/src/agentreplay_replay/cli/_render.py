@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rich.console import Group
@@ -67,7 +67,8 @@ def chain_text(chain: ChainStatus | None) -> Text:
     return Text(label, style=_CHAIN_STYLE.get(chain.status, ""))
 
 
-def runs_table(runs: Sequence[RunSummary]) -> Table | Text:
+def runs_table(runs: Sequence[RunSummary], analysis: Mapping[str, Text] | None = None) -> Table | Text:
+    """The run list; ``analysis``: each run's stored verdict (``agentreplay analyze``), in its own column."""
     if not runs:
         return Text("No runs recorded yet. Run an agent under `opentelemetry-instrument` to record one.")
     table = Table(title=f"{len(runs)} run(s), newest first", title_justify="left")
@@ -75,6 +76,8 @@ def runs_table(runs: Sequence[RunSummary]) -> Table | Text:
                     ("took", {"justify": "right"}), ("spans", {"justify": "right"}),
                     ("cost", {"justify": "right"}), ("outcome", {}), ("chain", {})):
         table.add_column(col, **kw)
+    if analysis is not None:
+        table.add_column("analysis")
     for r in runs:
         outcome = Text("error" if r.status_code == "Error" else "ok", style="red" if r.status_code == "Error" else "")
         if r.halted:
@@ -84,11 +87,14 @@ def runs_table(runs: Sequence[RunSummary]) -> Table | Text:
         table.add_row(
             r.run_id[:12], r.agent_id, _when(r.start_ns), f"{r.duration_ns / 1e9:.2f}s",
             str(r.span_count), usd(r.cost_usd), outcome, chain_text(r.chain),
+            *([analysis.get(r.run_id, Text("—", style="dim"))] if analysis is not None else []),
         )
     return table
 
 
-def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | None) -> Tree:
+def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | None,
+             blamed: tuple[str, str] | None = None) -> Tree:
+    """The run as a tree; ``blamed``: the span id and the words of an analysis's culprit step, marked."""
     culprit = first_failure(nodes)
     total = sum(n.cost_usd or 0.0 for root in nodes for n in root.walk())
     head = Text.assemble(("run ", "bold"), (run_id, "bold cyan"), "  chain: ", chain_text(chain),
@@ -110,6 +116,8 @@ def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | No
             line.append(f"  ✗ {node.span.status_message or 'error'}", style="red")
         if node is culprit:
             line.append("  ← failed here", style="bold red reverse")
+        if blamed is not None and node.span.span_id == blamed[0]:
+            line.append(f"  ← {blamed[1]}", style="bold red reverse")
         branch = parent.add(line)
         for child in node.children:
             add(branch, child)

@@ -1,0 +1,326 @@
+"""Failure analysis: ``analyze`` (which runs failed, how, which step is to blame, why, and the fork
+that should fix it), and the stored verdicts ``runs`` and ``show`` display.
+
+Verdicts are stored in the ``classifications`` table: through the collector when one runs (it owns
+the embedded store; storing takes its admin token), else in the store itself.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Annotated, Any, Protocol
+
+import typer
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+
+from agentreplay_collector.errors import StoreError
+from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
+from agentreplay_collector.store import RunReader, Store
+from agentreplay_otel.core import ChainProblem, ChainReport
+from agentreplay_otel.core import verify as verify_chain
+from agentreplay_replay.analysis import Outcome, Verdict, detect, run_view
+from agentreplay_replay.analysis.agreement import Agreement, agreement
+from agentreplay_replay.analysis.judge import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, JudgeConfig, judge
+from agentreplay_replay.analysis.verdict import DETECTORS
+from agentreplay_replay.cli._client import Collector, reader, resolve_run
+from agentreplay_replay.cli._common import (
+    CLIError,
+    CollectorOpt,
+    JsonOpt,
+    RunArg,
+    StoreOpt,
+    err,
+    out,
+    print_json,
+)
+from agentreplay_replay.cli._control import AdminOpt
+
+PANEL = "Analysis"
+app = typer.Typer()
+
+
+class Judges(enum.StrEnum):
+    DETECTORS = "detectors"
+    LLM = "llm"
+    ALL = "all"
+
+
+_STYLE = {Outcome.FAILED: "bold red", Outcome.OK: "bold green", Outcome.UNSURE: "yellow",
+          Outcome.JUDGE_ERROR: "bold magenta"}
+
+
+@app.command(rich_help_panel=PANEL)
+def analyze(
+    run_id: RunArg,
+    judges: Annotated[Judges, typer.Option("--judge", help="detectors: deterministic, offline (default). llm: an "
+                                           "LLM judge per --model. all: both, with their agreement.")] = Judges.DETECTORS,
+    models: Annotated[list[str] | None, typer.Option("--model", help=f"The judge's model; repeat for several judges "
+                                                     f"(default: ${ENV_MODEL}).", show_default=False)] = None,
+    base_url: Annotated[str | None, typer.Option("--base-url", envvar=ENV_BASE_URL, show_envvar=True,
+                                                 help="The judge's OpenAI-compatible endpoint, e.g. "
+                                                      "http://127.0.0.1:8000/v1 (vLLM).")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar=ENV_API_KEY, show_envvar=True,
+                                                help="The judge endpoint's key, if it needs one.")] = None,
+    context_tokens: Annotated[int, typer.Option("--context-tokens", min=1024,
+                                                help="The judge model's context window; longer runs are "
+                                                     "cut to fit, and the verdict says so.")] = 16_384,
+    timeout_s: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds to wait for each judge answer.")]
+    = 120.0,
+    partial: Annotated[bool, typer.Option("--partial", help="Analyse a run still in flight, as far as it got.")]
+    = False,
+    allow_unverified: Annotated[bool, typer.Option("--allow-unverified",
+                                                   help="Analyse a run whose chain does not verify (the stored "
+                                                        "verdict says so).")] = False,
+    json_: JsonOpt = False,
+    admin_token: AdminOpt = None,
+    store: StoreOpt = None,
+    collector: CollectorOpt = None,
+) -> None:
+    """Say whether a run failed, how (MAST failure modes), which step is to blame and why, and print
+    the fork command that should fix it. Every verdict is stored (classifications table).
+
+    Exit 0 when the run is judged ok (or unsure), 1 when it failed, 2 on an error (no such run, a run
+    still in flight, a chain that does not verify, a judge that gave no verdict).
+
+    \b
+    Examples:
+      agentreplay analyze 3f2a9c
+      agentreplay analyze 3f2a9c --json
+      agentreplay analyze 3f2a9c --judge llm --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
+      agentreplay analyze 3f2a9c --judge all --model qwen2.5-7b --model llama-3.1-8b
+    """
+    configs = _judge_configs(judges, models or [], base_url, api_key, context_tokens, timeout_s)
+    with reader(store, collector) as source:
+        full = resolve_run(source, run_id)
+        spans = source.get_run_spans(full)
+        if not spans:
+            raise CLIError(f"run {full} has no stored spans")
+        status = source.get_chain_status(full)
+        report = verify_chain(spans, keys=source.get_agent_key)
+        chain = _admit(full, status, report, partial=partial, allow_unverified=allow_unverified)
+        view = run_view(spans)
+        found = detect(view)
+        verdicts = [found] if judges is not Judges.LLM else []
+        for config in configs:
+            if not json_:
+                err.print(f"[dim]asking {config.model} at {config.base_url} ...")
+            verdicts.append(judge(view, config))
+        if judges is Judges.LLM and any(v.outcome is Outcome.JUDGE_ERROR for v in verdicts):
+            verdicts.append(found)  # a judge gave no verdict: the detectors' is printed and stored instead
+        verdicts = [v.with_chain(**chain) for v in verdicts]
+        stored, store_error = _store(source, admin_token, verdicts)
+    agreed = agreement(verdicts) if len(verdicts) > 1 else None
+    if json_:
+        print_json({"run_id": full, "verdicts": [v.to_json() for v in verdicts],
+                    "agreement": agreed.to_json() if agreed else None, "stored": stored, "store_error": store_error})
+    else:
+        out.print(_render(full, verdicts, agreed))
+        if store_error:
+            err.print(f"[yellow]not stored: {store_error}")
+    for failed in (v for v in verdicts if v.outcome is Outcome.JUDGE_ERROR):
+        err.print(f"[bold red]error:[/] {failed.error}")
+    main = next((v for v in verdicts if v.outcome is not Outcome.JUDGE_ERROR), None)
+    if main is not None and main.outcome is Outcome.FAILED:
+        raise typer.Exit(1)
+    if main is None or any(v.outcome is Outcome.JUDGE_ERROR for v in verdicts):
+        raise typer.Exit(2)
+
+
+def _judge_configs(judges: Judges, models: list[str], base_url: str | None, api_key: str | None,
+                   context_tokens: int, timeout_s: float) -> list[JudgeConfig]:
+    if judges is Judges.DETECTORS:
+        if models:
+            raise CLIError("--model names an LLM judge: add --judge llm (or --judge all)")
+        return []
+    names: list[str | None] = list(models) or [None]  # None: the model from $AGENTREPLAY_ANALYSIS_MODEL
+    configs = [JudgeConfig.from_env(base_url=base_url, model=m, api_key=api_key, timeout_s=timeout_s,
+                                    context_tokens=context_tokens) for m in names]
+    if any(c is None for c in configs):
+        raise CLIError(f"the LLM judge needs an endpoint and a model: --base-url (or ${ENV_BASE_URL}) and --model "
+                       f"(or ${ENV_MODEL})")
+    return [c for c in configs if c is not None]
+
+
+def _admit(run_id: str, status: ChainStatus | None, report: ChainReport, *, partial: bool,
+           allow_unverified: bool) -> dict[str, Any]:
+    """Whether the run may be judged as it is: finished (or ``--partial``), its chain verified (or
+    ``--allow-unverified``). What the verdict records of its chain."""
+    in_flight = (status is None or status.status is ChainState.PENDING) or report.problem is ChainProblem.TRUNCATED
+    if in_flight and not partial:
+        raise CLIError(f"run {run_id} is not finished (its run span has not arrived, or its chain is still being "
+                       "judged): analyse it when it ends, or now with --partial")
+    cut_only = in_flight and report.problem is ChainProblem.TRUNCATED
+    if not report.intact and not cut_only and not allow_unverified:
+        where = f" at seq {report.seq}" if report.seq is not None else ""
+        raise CLIError(f"run {run_id} does not verify: {report.problem}{where}: {report.detail}. Its spans may have "
+                       "been altered; --allow-unverified analyses it anyway (the stored verdict says so)")
+    state = ChainStatus.from_report(report).status.value if not in_flight else ChainState.PENDING.value
+    problem = "" if report.intact or cut_only else f"{report.problem} at seq {report.seq}: {report.detail}"
+    return {"chain_state": state, "verified": report.intact, "partial": in_flight, "problem": problem}
+
+
+class VerdictStore(Protocol):
+    """Where verdicts go and come from: the store itself, or the collector in front of it."""
+
+    def insert_classifications(self, records: Sequence[StoredClassification]) -> None: ...
+
+    def classifications(self, run_id: str) -> list[StoredClassification]: ...
+
+    def latest_classifications(self, run_ids: Sequence[str]) -> list[StoredClassification]: ...
+
+
+def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictStore | None:
+    if isinstance(source, Store):
+        return source
+    if isinstance(source, Collector):
+        return Collector(source.url, admin_token=admin_token) if admin_token else source
+    return None
+
+
+def record(verdict: Verdict) -> StoredClassification:
+    """A verdict as the classifications table keeps it."""
+    culprit = verdict.culprit
+    return StoredClassification(
+        run_id=verdict.run_id, classifier=verdict.classifier, model=verdict.model,
+        prompt_sha256=verdict.prompt_sha256, chain_hash=verdict.chain_hash, verified=verdict.verified,
+        verdict=str(verdict.outcome), failure_modes=verdict.mode_ids,
+        culprit_step=culprit.step if culprit else None, culprit_span_id=culprit.span_id if culprit else "",
+        verdict_json=verdict.dumps(),
+    )
+
+
+def _store(source: RunReader, admin_token: str | None, verdicts: list[Verdict]) -> tuple[bool, str]:
+    sink = verdict_store(source, admin_token)
+    if sink is None:
+        return False, "this reader cannot store verdicts"
+    try:
+        if isinstance(sink, Store):
+            sink.ensure_schema()  # a store opened directly may predate the classifications table's layout
+        sink.insert_classifications([record(v) for v in verdicts])
+    except (CLIError, StoreError) as exc:
+        return False, f"{exc} (storing through the collector takes its admin token: --admin-token)"
+    return True, ""
+
+
+def latest_verdicts(source: RunReader, run_ids: Sequence[str]) -> dict[str, list[StoredClassification]]:
+    """Each run's latest verdict of each judge, the detectors' first; {} when the store has none to give."""
+    sink = verdict_store(source)
+    if sink is None or not run_ids:
+        return {}
+    try:
+        found = sink.latest_classifications(list(run_ids))
+    except (CLIError, StoreError):
+        return {}  # a collector or store from before failure analysis
+    by_run: dict[str, list[StoredClassification]] = {}
+    for c in sorted(found, key=lambda c: (c.classifier != DETECTORS, -c.time_ns)):
+        by_run.setdefault(c.run_id, []).append(c)
+    return by_run
+
+
+def run_verdicts(source: RunReader, run_id: str) -> list[StoredClassification]:
+    """Every stored verdict on one run, newest first; [] when there are none (or no way to ask)."""
+    sink = verdict_store(source)
+    try:
+        return sink.classifications(run_id) if sink is not None else []
+    except (CLIError, StoreError):
+        return []
+
+
+def label(verdicts: Sequence[StoredClassification]) -> Text:
+    """One run's verdict in a few words, for ``runs``: the detectors' (else the latest judge's)."""
+    if not verdicts:
+        return Text("—", style="dim")
+    first = verdicts[0]
+    outcome = Outcome(first.verdict)
+    text = Text(first.verdict, style=_STYLE[outcome])
+    if first.failure_modes:
+        text.append(" " + ",".join(first.failure_modes), style="red")
+    if len(verdicts) > 1:
+        text.append(f" +{len(verdicts) - 1} judge(s)", style="dim")
+    return text
+
+
+def brief(c: StoredClassification) -> dict[str, Any]:
+    """A stored verdict for ``runs --json`` and ``show --json``: its columns, without the whole verdict."""
+    doc = c.to_json()
+    doc.pop("verdict_json")
+    return doc
+
+
+def blamed(verdicts: Sequence[StoredClassification]) -> tuple[str, str] | None:
+    """The culprit span ``show`` marks, and its words: the detectors' latest verdict first, else any judge's."""
+    ordered = sorted(verdicts, key=lambda c: (c.classifier != DETECTORS, -c.time_ns))
+    for c in ordered:
+        if c.culprit_span_id and c.verdict == Outcome.FAILED:
+            modes = ",".join(c.failure_modes) or "failed"
+            by = c.classifier if not c.model else f"{c.classifier}:{c.model}"
+            return c.culprit_span_id, f"culprit: {modes} ({by})"
+    return None
+
+
+# --- rendering ------------------------------------------------------------------------------------
+def _render(run_id: str, verdicts: Sequence[Verdict], agreed: Agreement | None) -> Group:
+    parts: list[Any] = []
+    for verdict in verdicts:
+        parts += _verdict_parts(run_id, verdict)
+    if agreed is not None:
+        parts.append(_agreement_table(agreed))
+    return Group(*parts)
+
+
+def _verdict_parts(run_id: str, v: Verdict) -> list[Any]:
+    head = Text.assemble(("run ", "bold"), (run_id, "bold cyan"), "  ", (v.outcome.upper(), _STYLE[v.outcome]),
+                         f"  by {v.judge}", style="")
+    head.append(f"  chain {v.chain_state or '?'}" + ("" if v.verified else " (UNVERIFIED)"),
+                style="" if v.verified else "bold red")
+    if v.partial:
+        head.append("  (run in flight: partial)", style="yellow")
+    parts: list[Any] = [head]
+    if v.outcome is Outcome.JUDGE_ERROR:
+        parts.append(Text(v.error, style="magenta"))
+        if v.raw:
+            parts.append(Text(f"raw answer: {v.raw[:600]}", style="dim"))
+        return parts
+    for hit in v.modes:
+        fm = hit.failure_mode
+        line = Text.assemble((f"{fm.id} {fm.name}", "bold red"), (f" ({fm.category})", "dim"))
+        if hit.culprit:
+            line.append(f"  step #{hit.culprit.step} {hit.culprit.name} ({hit.culprit.span_id})")
+        parts.append(line)
+        for e in hit.evidence:
+            at = f"#{e.step} " if e.step is not None else ""
+            parts.append(Text.assemble("    ", (f"{at}{e.path}", "cyan"), f"  {e.note} ", (repr(e.value), "yellow")))
+    if v.culprit and not v.modes:
+        parts.append(Text(f"step #{v.culprit.step} {v.culprit.name} ({v.culprit.span_id})"))
+    parts.append(Text.assemble(("root cause: ", "bold"), v.root_cause))
+    if v.context_cut:
+        parts.append(Text(f"context cut: {v.context_cut}", style="yellow"))
+    command = v.fork_command()
+    if command:
+        parts += [Text("fix, to try:", style="bold"), Text(command, style="green", no_wrap=True, overflow="ignore")]
+    for note in v.notes:
+        parts.append(Text(note, style="dim"))
+    parts.append(Text(""))
+    return parts
+
+
+def _agreement_table(a: Agreement) -> Group:
+    modes = Table(title="agreement: who found which mode", title_justify="left")
+    modes.add_column("mode")
+    for name in a.judges:
+        modes.add_column(name, justify="center")
+    modes.add_row("verdict", *a.verdicts)
+    for mode, found in a.modes.items():
+        modes.add_row(mode, *("✓" if f else "·" for f in found))
+    pairs = Table(title="pairwise Cohen's kappa over the 14 modes", title_justify="left")
+    for col in ("judge", "judge", "kappa", "same verdict"):
+        pairs.add_column(col)
+    for p in a.pairs:
+        pairs.add_row(p.left, p.right, "—" if p.kappa is None else f"{p.kappa:.2f}", "yes" if p.same_verdict else "no")
+    parts: list[Any] = [modes, pairs]
+    if a.left_out:
+        parts.append(Text(f"left out (no verdict): {', '.join(a.left_out)}", style="magenta"))
+    return Group(*parts)
