@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentreplay_dev.scenario import BIN, flight_world
+from agentreplay_otel import semconv
 
 
 def agentreplay(*args: str, store: Path, collector: str = "http://127.0.0.1:9") -> subprocess.CompletedProcess:
@@ -30,7 +31,8 @@ def recorded(tmp_path_factory):
         world.record()
         run_id = world.newest_verified_run()
         through_collector = agentreplay("runs", "--json", store=world.store, collector=world.collector.control)
-    return {"store": world.store, "run_id": run_id, "through_collector": through_collector}
+    return {"store": world.store, "run_id": run_id, "through_collector": through_collector,
+            "org_key": world.env[semconv.ENV_ORG_PUBLIC_KEY]}
 
 
 def test_runs_lists_the_run_through_the_collector(recorded):
@@ -65,7 +67,8 @@ def test_show_json_has_every_span_in_tree_order(recorded):
 
 
 def test_verify_passes_with_the_seal(recorded):
-    done = agentreplay("verify", recorded["run_id"], "--require-seal", store=recorded["store"])
+    done = agentreplay("verify", recorded["run_id"], "--require-seal", "--org-key", recorded["org_key"],
+                       store=recorded["store"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "intact" in done.stdout and "sealed (signature valid)" in done.stdout
 

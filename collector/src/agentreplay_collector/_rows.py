@@ -90,6 +90,13 @@ def agent_key_row(kid: str, agent_id: str, key: Ed25519PublicKey, seen_ns: int) 
     return [kid, agent_id, base64.b64encode(public_key_bytes(key)).decode("ascii"), dt(seen_ns)]
 
 
+AGENT_CERTIFICATE_COLUMNS = ("Kid", "AgentId", "Certificate", "FirstSeen")
+
+
+def agent_certificate_row(kid: str, agent_id: str, certificate: str, seen_ns: int) -> list[Any]:
+    return [kid, agent_id, certificate, dt(seen_ns)]
+
+
 RUN_ARRIVAL_COLUMNS = ("RunId", "AgentId", "ReceivedAt")
 
 

@@ -26,30 +26,41 @@ _log = logging.getLogger(__name__)
 
 
 class KeyRing:
-    """Agent public keys by key id, learnt from verified tokens; thread-safe."""
+    """Agent identities by key id, learnt from verified tokens; thread-safe.
+
+    Each keeps its token: the org's certificate of the agent key, stored beside the key so
+    that a reader of the store can check a seal against the org key rather than the store.
+    """
 
     def __init__(self) -> None:
-        self._keys: dict[str, tuple[str, Ed25519PublicKey]] = {}
-        self._new: list[tuple[str, str, Ed25519PublicKey]] = []
+        self._keys: dict[str, AgentIdentity] = {}
+        self._new: list[AgentIdentity] = []
         self._lock = threading.Lock()
 
     def remember(self, identity: AgentIdentity) -> None:
         with self._lock:
             if identity.kid not in self._keys:
-                self._keys[identity.kid] = (identity.agent_id, identity.public_key)
-                self._new.append((identity.kid, identity.agent_id, identity.public_key))
+                self._keys[identity.kid] = identity
+                self._new.append(identity)
 
     def add(self, kid: str, agent_id: str, key: Ed25519PublicKey) -> None:
-        """A key already persisted (loaded back from the store): not reported as new."""
+        """A key known without its certificate: not reported as new."""
         with self._lock:
-            self._keys.setdefault(kid, (agent_id, key))
+            self._keys.setdefault(
+                kid, AgentIdentity(agent_id=agent_id, public_key=key, kid=kid, manifest_sha256="", expires_at=0)
+            )
 
     def lookup(self, kid: str) -> Ed25519PublicKey | None:
         entry = self._keys.get(kid)
-        return entry[1] if entry else None
+        return entry.public_key if entry else None
 
-    def drain_new(self) -> list[tuple[str, str, Ed25519PublicKey]]:
-        """Keys learnt since the last call (kid, agent id, key), for persisting."""
+    def certificate(self, kid: str) -> str | None:
+        """The identity token that certified this key (None if it was learnt without one)."""
+        entry = self._keys.get(kid)
+        return entry.token if entry and entry.token else None
+
+    def drain_new(self) -> list[AgentIdentity]:
+        """Identities learnt since the last call, for persisting."""
         with self._lock:
             new, self._new = self._new, []
         return new
@@ -79,6 +90,11 @@ class AuthProcessor:
                 "!!  Any process that reaches the receivers can write spans as any agent, and run\n"
                 "!!  seals cannot be checked. Use this for local development only.\n" + "!" * 78
             )
+
+    @property
+    def org_key(self) -> Ed25519PublicKey | None:
+        """The org public key tokens are checked against (None when insecure)."""
+        return self._org_key
 
     def check(
         self, authorization: str | None, resource_agent_ids: Sequence[str | None]

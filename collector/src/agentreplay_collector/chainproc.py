@@ -12,6 +12,11 @@ finds and finishes every run whose spans are stored.
 
 Only that ``pending`` row is on the acknowledgement path; verification runs on the
 processor's own thread.
+
+With an org key (auth on), a seal is checked against the agent key the org certified: the
+identity token an export came with, kept with the key in the store (``agent_certificates``)
+and checked again against the org key when read back, so a key row planted in the store
+seals nothing. Without one (insecure), keys are taken as learnt.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -37,6 +43,7 @@ from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, semconv
 _log = logging.getLogger(__name__)
 _TICK_S = 0.1
 _KEY_MISS_TTL_S = 30.0
+_T = TypeVar("_T")
 
 
 @dataclass(slots=True)
@@ -53,11 +60,18 @@ class ChainProcessor:
     """Tracks runs in flight and writes each one's chain status when it goes quiet."""
 
     def __init__(
-        self, config: ChainConfig, store: Store, keys: KeyRing, clock: Callable[[], float] = time.monotonic
+        self,
+        config: ChainConfig,
+        store: Store,
+        keys: KeyRing,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        org_key: Ed25519PublicKey | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.keys = keys
+        self.org_key = org_key
         self._clock = clock
         self._runs: dict[str, _Run] = {}
         self._buffered = 0
@@ -176,7 +190,8 @@ class ChainProcessor:
                 del self._runs[run.run_id]
                 self._buffered -= len(run.records or ())
         try:
-            self._persist_keys()
+            if due or final:  # keys are stored with the first verdicts that need them, not on the
+                self._persist_keys()  # first token check (an agent's first Authorize waits on the store)
             judged = [s for s in (self._judge(run, now, final) for run in due) if s is not None]
             self.store.upsert_runs(self._carry_over(judged), time.time_ns())
         except StoreError:
@@ -206,10 +221,10 @@ class ChainProcessor:
         records = run.records
         report = None
         if records:
-            report = verify(records, keys=self._key)
+            report = self._verify(records)
         if report is None or not report.intact:
             records = self.store.get_run_spans(run.run_id)  # authoritative: every acked span
-            report = verify(records, keys=self._key) if records else None
+            report = self._verify(records) if records else None
         if report is None:
             return None
         report = _reused_span_ids(records or [], report)
@@ -229,17 +244,28 @@ class ChainProcessor:
         self.verified_spans += report.span_count
         return self._summary(run.run_id, records or [], report)
 
+    def _verify(self, records: list[SpanRecord]) -> ChainReport:
+        if self.org_key is not None:
+            return verify(records, org_key=self.org_key, certificates=self._certificate)
+        return verify(records, keys=self._key)
+
     def _key(self, kid: str) -> Ed25519PublicKey | None:
-        key = self.keys.lookup(kid)
-        if key is not None or not kid:
-            return key
+        return self.keys.lookup(kid) or self._from_store(kid, self.store.get_agent_key)
+
+    def _certificate(self, kid: str) -> str | None:
+        return self.keys.certificate(kid) or self._from_store(kid, self.store.get_agent_certificate)
+
+    def _from_store(self, kid: str, read: Callable[[str], _T | None]) -> _T | None:
+        """A key or certificate not learnt in this process, from the store (misses remembered a while)."""
+        if not kid:
+            return None
         missed = self._key_misses.get(kid)
         if missed is not None and self._clock() - missed < _KEY_MISS_TTL_S:
             return None
-        key = self.store.get_agent_key(kid)
-        if key is None:
+        found = read(kid)
+        if found is None:
             self._key_misses[kid] = self._clock()
-        return key
+        return found
 
     def _persist_keys(self) -> None:
         new = self.keys.drain_new()

@@ -109,9 +109,13 @@ class CollectorClient:
 
     def get_agent_key(self, kid: str) -> Ed25519PublicKey | None:
         doc = self._get(f"/v1/keys/{urllib.parse.quote(kid)}", missing_ok=True)
-        if doc is None:
+        if doc is None or not doc.get("public_key"):
             return None
         return Ed25519PublicKey.from_public_bytes(base64.b64decode(doc["public_key"]))
+
+    def get_agent_certificate(self, kid: str) -> str | None:
+        doc = self._get(f"/v1/keys/{urllib.parse.quote(kid)}", missing_ok=True)
+        return str(doc["certificate"]) if doc is not None and doc.get("certificate") else None
 
     def stats(self) -> dict[str, Any]:
         return self._get("/v1/stats")

@@ -167,11 +167,11 @@ def build_app(
         caller(request)
         kid = request.path_params["kid"]
         public = await call("get_agent_key", kid)
-        if public is None:
+        certificate = await call("get_agent_certificate", kid)  # the org's, for a verifier to check
+        if public is None and certificate is None:
             return JSONResponse({"error": "no such key"}, status_code=404)
-        return JSONResponse(
-            {"kid": kid, "public_key": base64.b64encode(public_key_bytes(public)).decode("ascii")}
-        )
+        encoded = base64.b64encode(public_key_bytes(public)).decode("ascii") if public is not None else None
+        return JSONResponse({"kid": kid, "public_key": encoded, "certificate": certificate})
 
     async def stats_endpoint(request: Request) -> JSONResponse:
         caller(request)

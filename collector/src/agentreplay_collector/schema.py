@@ -10,7 +10,7 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
   the merge happens). Two *different* spans claiming one span id are both kept, so the
   verifier sees a forgery instead of the store hiding it.
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
-  trust_scores, agent_keys, manifests) sit beside them.
+  trust_scores, agent_keys, agent_certificates, manifests) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
 ``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
@@ -33,6 +33,7 @@ HALTS = "halts"
 CLASSIFICATIONS = "classifications"
 TRUST_SCORES = "trust_scores"
 AGENT_KEYS = "agent_keys"
+AGENT_CERTIFICATES = "agent_certificates"  # the org's certificate (identity token) of each agent key
 MANIFESTS = "manifests"
 RUN_ARRIVALS = "run_arrivals"  # who opened each run, and when the collector first received it
 
@@ -251,6 +252,19 @@ _AGENT_KEYS = _Table(
     tail="ORDER BY (Kid)",
 )
 
+# Beside agent_keys, not in it: a table of its own is created on a store that predates it.
+# A reader trusts a stored key only through its certificate, checked against the org key.
+_AGENT_CERTIFICATES = _Table(
+    name=AGENT_CERTIFICATES,
+    columns="""
+    Kid String,
+    AgentId LowCardinality(String),
+    Certificate String CODEC(ZSTD(1)),
+    FirstSeen DateTime64(9)""",
+    engine="ReplacingMergeTree",
+    tail="ORDER BY (Kid)",
+)
+
 _MANIFESTS = _Table(
     name=MANIFESTS,
     columns="""
@@ -286,6 +300,7 @@ TABLES: tuple[_Table, ...] = (
     _CLASSIFICATIONS,
     _TRUST_SCORES,
     _AGENT_KEYS,
+    _AGENT_CERTIFICATES,
     _MANIFESTS,
     _RUN_ARRIVALS,
 )

@@ -57,7 +57,11 @@ class Collector:
         self.auth = AuthProcessor(config.auth, self.keys) if config.auth else None
         if self.auth is None:
             _log.warning("no agentreplay_auth processor in the pipeline: exports are NOT authenticated")
-        self.chain = ChainProcessor(config.chain, store, self.keys) if config.chain and store else None
+        self.chain = (
+            ChainProcessor(config.chain, store, self.keys, org_key=self.auth.org_key if self.auth else None)
+            if config.chain and store
+            else None
+        )
         self.batcher = (
             Batcher(config.batch, store, self.chain.observe if self.chain else None) if store else None
         )

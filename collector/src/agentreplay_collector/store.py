@@ -51,7 +51,7 @@ from agentreplay_collector.models import (
     TrackRecord,
     TrustScore,
 )
-from agentreplay_otel.core import DENY, SpanRecord, semconv
+from agentreplay_otel.core import DENY, AgentIdentity, SpanRecord, semconv
 
 _log = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ class RunReader(Protocol):
     def get_chain_status(self, run_id: str) -> ChainStatus | None: ...
 
     def get_agent_key(self, kid: str) -> Ed25519PublicKey | None: ...
+
+    def get_agent_certificate(self, kid: str) -> str | None: ...
 
     def close(self) -> None: ...
 
@@ -265,9 +267,13 @@ class Store:
     def upsert_runs(self, runs: Sequence[RunSummary], updated_ns: int) -> None:
         self._insert(schema.RUNS, _rows.RUN_COLUMNS, [_rows.run_row(run, updated_ns) for run in runs])
 
-    def insert_agent_keys(self, keys: Iterable[tuple[str, str, Ed25519PublicKey]], seen_ns: int) -> None:
-        rows = [_rows.agent_key_row(kid, agent, key, seen_ns) for kid, agent, key in keys]
-        self._insert(schema.AGENT_KEYS, _rows.AGENT_KEY_COLUMNS, rows)
+    def insert_agent_keys(self, identities: Iterable[AgentIdentity], seen_ns: int) -> None:
+        """Agent keys, and beside them the org's certificate of each (its identity token)."""
+        found = list(identities)
+        keys = [_rows.agent_key_row(i.kid, i.agent_id, i.public_key, seen_ns) for i in found]
+        self._insert(schema.AGENT_KEYS, _rows.AGENT_KEY_COLUMNS, keys)
+        certificates = [_rows.agent_certificate_row(i.kid, i.agent_id, i.token, seen_ns) for i in found if i.token]
+        self._insert(schema.AGENT_CERTIFICATES, _rows.AGENT_CERTIFICATE_COLUMNS, certificates)
 
     def insert_decisions(self, decisions: Sequence[DecisionRecord]) -> None:
         self._insert(schema.DECISIONS, _rows.DECISION_COLUMNS, [_rows.decision_row(d) for d in decisions])
@@ -351,6 +357,15 @@ class Store:
         if not rows:
             return None
         return Ed25519PublicKey.from_public_bytes(base64.b64decode(rows[0][0]))
+
+    def get_agent_certificate(self, kid: str) -> str | None:
+        """The stored certificate of an agent key: evidence to check against the org key, not trust."""
+        sql = (
+            f"SELECT Certificate FROM {self.database}.{schema.AGENT_CERTIFICATES} FINAL"
+            " WHERE Kid = {kid:String} LIMIT 1"
+        )
+        rows = self._call("certificate lookup", "query", sql, parameters={"kid": kid}).result_rows
+        return str(rows[0][0]) if rows else None
 
     def pending_runs(self) -> list[str]:
         sql = f"SELECT RunId FROM {self.database}.{schema.RUNS} FINAL WHERE ChainStatus = {{pending:String}}"

@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import functools
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_otel.core import ChainReport
+from agentreplay_otel.core import ChainReport, IdentityError, load_public_key, semconv
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli import _analyze as analysis
 from agentreplay_replay.cli import _render as render
 from agentreplay_replay.cli._client import reader, resolve_run
-from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, RunArg, StoreOpt, out, print_json
+from agentreplay_replay.cli._common import (
+    CLIError,
+    CollectorOpt,
+    JsonOpt,
+    RunArg,
+    StoreOpt,
+    err,
+    out,
+    print_json,
+)
 from agentreplay_replay.timeline import as_json, build_timeline
 
 PANEL = "Recorded runs"
@@ -87,32 +99,59 @@ def show(
 def verify(
     run_id: Annotated[str | None, typer.Argument(help="Run id or unique prefix; omit with --all.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Verify every stored run.")] = False,
-    require_seal: Annotated[bool, typer.Option("--require-seal",
-                                               help="Fail a run that is not sealed by a known agent key.")] = False,
+    org_key: Annotated[Path | None, typer.Option(
+        "--org-key", envvar=semconv.ENV_ORG_PUBLIC_KEY, show_envvar=True,
+        help="The org public key (PEM). A seal counts only if the org certified its key; never read from the store.",
+    )] = None,
+    require_seal: Annotated[bool | None, typer.Option(
+        "--require-seal/--no-require-seal",
+        help="Fail a run not sealed by an org-certified agent key (default: on when the org key is given).",
+    )] = None,
     json_: JsonOpt = False,
     store: StoreOpt = None,
     collector: CollectorOpt = None,
 ) -> None:
     """Recompute runs' hash chains from the stored rows and check their seals.
 
-    Exit 0 when every chain is intact or unsealed (every link checks), 1 when one is broken
-    or incomplete, naming the first bad span.
+    Whoever can write the store can recompute every hash, so a seal is what proves a run: it
+    is checked against the agent key the org certified (the identity token stored beside the
+    key), and the org public key comes from you, not from the store. Given the org key, runs
+    are sealed where it is used, so an unsealed run fails unless --no-require-seal; without
+    it, seals are not checked and --require-seal is an error.
+
+    Exit 0 when every chain is intact (or unsealed, if seals are not required), 1 when one is
+    broken, incomplete or not sealed as required, naming the first bad span.
 
     \b
     Examples:
-      agentreplay verify 3f2a9c --require-seal
-      agentreplay verify --all --json
+      agentreplay verify 3f2a9c --org-key .agentreplay/keys/org.pub
+      AGENTREPLAY_ORG_PUBLIC_KEY=org.pub agentreplay verify --all --json
+      agentreplay verify 3f2a9c --org-key org.pub --no-require-seal
     """
     if bool(run_id) == all_:
         raise CLIError("give a run id, or --all")
+    org = _org_key(org_key)
+    required = (org is not None) if require_seal is None else require_seal
+    if required and org is None:
+        raise CLIError(f"--require-seal needs the org public key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): "
+                       "a seal checked against a key read from the store proves nothing")
+    if org is None:
+        err.print(f"no org key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): chains checked, seals not checked",
+                  soft_wrap=True)
     reports: list[ChainReport] = []
     with reader(store, collector) as source:
+        certificates = functools.lru_cache(maxsize=None)(source.get_agent_certificate)
         ids = [r.run_id for r in source.list_runs(limit=1_000_000)] if all_ else [resolve_run(source, run_id or "")]
         for rid in ids:
             spans = source.get_run_spans(rid)
             if not spans and not all_:
                 raise CLIError(f"run {rid} has no stored spans")
-            reports.append(verify_chain(spans, keys=source.get_agent_key, require_seal=require_seal))
+            if org is None:
+                reports.append(verify_chain(spans))
+            else:
+                reports.append(
+                    verify_chain(spans, org_key=org, certificates=certificates, require_seal=required)
+                )
     if json_:
         print_json([render.report_json(r) for r in reports])
     else:
@@ -120,3 +159,12 @@ def verify(
             out.print(render.report_line(report))
     if any(not r.intact for r in reports):
         raise typer.Exit(1)
+
+
+def _org_key(path: Path | None) -> Ed25519PublicKey | None:
+    if path is None:
+        return None
+    try:
+        return load_public_key(path)
+    except IdentityError as exc:
+        raise CLIError(f"--org-key: {exc}") from exc
