@@ -3,7 +3,8 @@
 What the three distributions must agree on byte for byte or rule for rule lives once, here:
 the stored form of a span and its canonical encoding, the chain verifier, identity (keys,
 tokens, signed manifests), the manifest evaluator, the recording model replay works from,
-the attribute names (:mod:`semconv`) and the error tree. None of it needs the
+the attribute names (:mod:`semconv`), the transparency log's proofs and checkpoints
+(:mod:`merkle`, :mod:`transparency`) and the error tree. None of it needs the
 OpenTelemetry SDK, so a reader verifies a chain or evaluates a manifest without a tracer.
 
 Everything else in ``agentreplay_otel`` is the recorder's business. ``tests/test_core.py``
@@ -12,7 +13,7 @@ pins ``__all__``: growing the core is a deliberate act, made in that test as wel
 
 from __future__ import annotations
 
-from agentreplay_otel import semconv
+from agentreplay_otel import merkle, semconv
 from agentreplay_otel.canonical import (
     GENESIS_HASH,
     EventRecord,
@@ -72,6 +73,18 @@ from agentreplay_otel.recording import (
     recording_from_spans,
     request_fingerprint,
 )
+from agentreplay_otel.transparency import (
+    ChainHead,
+    Checkpoint,
+    CheckpointError,
+    LogLeaf,
+    SignedCheckpoint,
+    certify_log_key,
+    chain_head,
+    decode_leaf,
+    sign_checkpoint,
+    verify_log_certificate,
+)
 
 __all__ = [
     # names of spans, attributes, events and environment variables
@@ -129,6 +142,18 @@ __all__ = [
     "load_recording",
     "recording_from_spans",
     "request_fingerprint",
+    # the transparency log: RFC 9162 Merkle proofs (the module), leaves, signed checkpoints
+    "merkle",
+    "ChainHead",
+    "Checkpoint",
+    "CheckpointError",
+    "LogLeaf",
+    "SignedCheckpoint",
+    "certify_log_key",
+    "chain_head",
+    "decode_leaf",
+    "sign_checkpoint",
+    "verify_log_certificate",
     # errors
     "AgentReplayError",
     "ConfigurationError",
