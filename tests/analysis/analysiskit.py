@@ -243,12 +243,47 @@ def langgraph_agent(server: LLMServer, request: str, *, provider: str = "openai"
     return str(result["messages"][-1].content)
 
 
+def long_agent(server: LLMServer, request: str, *, turns: int = 500, window: int = 40, **_: Any) -> str:
+    """A long run: ``turns`` model calls of one tool call each (every one different), the conversation
+    kept to its last ``window`` messages, as long-running agents keep theirs; then a final answer."""
+    client = openai.OpenAI(base_url=server.base_url_openai, api_key="t", max_retries=0)
+    head: list[dict[str, Any]] = [{"role": "system", "content": POLICY}, {"role": "user", "content": request}]
+    recent: list[dict[str, Any]] = []
+    for _ in range(turns + 1):
+        message = client.chat.completions.create(model="gpt-4o-mini", messages=head + recent,
+                                                 tools=CHAT_TOOLS).choices[0].message
+        if not message.tool_calls:
+            return message.content or ""
+        recent.append(message.model_dump(exclude_unset=True, exclude_none=True))
+        for call in message.tool_calls:
+            result = _run_tool(call.function.name, json.loads(call.function.arguments))
+            recent.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps(result)})
+        recent = recent[-window:]
+        while recent and recent[0]["role"] == "tool":  # a window never starts with a tool result
+            recent = recent[1:]
+    return "stopped"
+
+
+def long_script(turns: int) -> Callable[[Any], ScriptedReply]:
+    """The long run's model: the k-th answer searches the k-th city, the last one answers."""
+    def answer(request: Any) -> ScriptedReply:
+        asked = sum(1 for m in request.body.get("messages", []) if m.get("role") == "tool")
+        answer.calls += 1  # type: ignore[attr-defined]
+        if answer.calls > turns:  # type: ignore[attr-defined]
+            return ScriptedReply(text="Prices checked for every city on the list.")
+        return ScriptedReply(tool_calls=[call("search_flights", destination=f"City {answer.calls}",
+                                              day=("Friday", "Saturday", "Sunday")[asked % 3])])
+
+    answer.calls = 0  # type: ignore[attr-defined]
+    return answer
+
+
 AGENTS: dict[str, Callable[..., Any]] = {
     "openai": openai_agent, "openai_async": lambda server, request, **kw: asyncio.run(
         openai_async_agent(server, request, **kw)),
     "openai_stream": openai_stream_agent, "responses": responses_agent, "anthropic": anthropic_agent,
     "anthropic_stream": lambda server, request, **kw: anthropic_agent(server, request, stream=True, **kw),
-    "ask_until": ask_until_agent, "langgraph_openai": langgraph_agent,
+    "ask_until": ask_until_agent, "langgraph_openai": langgraph_agent, "long": long_agent,
     "langgraph_anthropic": lambda server, request, **kw: langgraph_agent(server, request, provider="anthropic", **kw),
 }
 
@@ -259,7 +294,7 @@ class Case:
     name: str
     agent: str  # a key of AGENTS
     request: str
-    script: Sequence[ScriptedReply]
+    script: Sequence[ScriptedReply] | Callable[[Any], ScriptedReply]
     modes: frozenset[str] = frozenset()  # the label: MAST modes in the run ({} = the run is fine)
     culprit: int | None = None  # the label: the step to blame
     options: dict[str, Any] = field(default_factory=dict)
@@ -418,7 +453,8 @@ class Recorder:
     def record(self, case: Case) -> list[SpanRecord]:
         """One run of the case's agent against its scripted model; its spans as the store keeps them."""
         self.exporter.clear()
-        with LLMServer(list(case.script)) as server, _guarded(case.manifest):
+        script = case.script if callable(case.script) else list(case.script)
+        with LLMServer(script) as server, _guarded(case.manifest):
             try:
                 with agentreplay_otel.run(case.name, input=case.request) as handle:
                     handle.set_output(AGENTS[case.agent](server, case.request, **case.options))

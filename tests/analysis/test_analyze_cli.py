@@ -136,9 +136,10 @@ def test_a_chain_that_does_not_verify_is_refused_unless_allowed(tmp_path):
         world.record()
         run_id = world.newest_verified_run()
         env = world.env
-    tamper = ("from agentreplay_collector.store import Store; s = Store(%r); s.command(\"ALTER TABLE agentreplay"
-              ".otel_traces UPDATE StatusMessage = 'edited' WHERE TraceId = '%s' AND SpanName = 'execute_tool "
-              "search_flights' SETTINGS mutations_sync = 2\"); s.close()" % (f"chdb://{world.store}", run_id))
+    edit = (f"ALTER TABLE agentreplay.otel_traces UPDATE StatusMessage = 'edited' WHERE TraceId = '{run_id}'"
+            " AND SpanName = 'execute_tool search_flights' SETTINGS mutations_sync = 2")
+    tamper = f"from agentreplay_collector.store import Store; s = Store({f'chdb://{world.store}'!r}); " \
+             f"s.command({edit!r}); s.close()"
     subprocess.run([sys.executable, "-c", tamper], check=True, timeout=120)
     offline = [str(BIN / "agentreplay"), "analyze", run_id, "--store", str(world.store), "--collector",
                "http://127.0.0.1:9"]

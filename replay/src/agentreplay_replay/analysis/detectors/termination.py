@@ -62,10 +62,15 @@ def _missing_action(view: RunView) -> list[ModeHit]:
     request = view.request
     if request is None:
         return []
+    actions = requested_actions(request.text)
+    if not actions:
+        return []
     final = view.final_answer
-    known = {n for s in view.llm_steps for n in s.tools_offered} | {t.name for t in view.tool_steps}
+    offered = {n for s in {view.llm_steps[0].step: view.llm_steps[0], view.llm_steps[-1].step: view.llm_steps[-1]}
+               .values() for n in s.tools_offered}  # an agent's tools seldom change: its first and last call
     ran = {t.name for t in view.tool_steps}
-    for verb in requested_actions(request.text):
+    known = offered | ran
+    for verb in actions:
         verbs = (verb, *_SAME_ACTION.get(verb, ()))
         tools = sorted(n for n in known if set(verbs).intersection(key_words(n)))
         if tools:
