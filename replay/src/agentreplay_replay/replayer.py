@@ -28,8 +28,19 @@ from pathlib import Path
 from typing import IO, TextIO
 from urllib.parse import urlsplit
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from agentreplay_collector.store import RunReader
-from agentreplay_otel.core import ChainReport, Recording, SpanRecord, recording_from_spans, semconv, verify
+from agentreplay_otel.core import (
+    ChainReport,
+    IdentityError,
+    Recording,
+    SpanRecord,
+    load_public_key,
+    recording_from_spans,
+    semconv,
+    verify,
+)
 from agentreplay_otel.replay import (
     ENV_REPLAY,
     ENV_REPLAY_REPORT,
@@ -80,7 +91,10 @@ def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Rec
     spans = source.get_run_spans(run_id)
     if not spans:
         raise ReplayError(f"run {run_id} has no stored spans")
-    report = verify(spans, keys=source.get_agent_key)
+    org_key = _org_key_from_env()
+    # Seals count only against the org's certificate of the agent key, never a key the store hands over.
+    report = (verify(spans, org_key=org_key, certificates=source.get_agent_certificate) if org_key is not None
+              else verify(spans))
     if not report.intact and not allow_unverified:
         where = f" at seq {report.seq} ({report.span_name})" if report.seq is not None else ""
         raise ReplayError(
@@ -89,6 +103,16 @@ def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Rec
         )
     recording = recording_from_spans(spans)
     return recording, report, recorded_end(spans, recording)
+
+
+def _org_key_from_env() -> Ed25519PublicKey | None:
+    path = os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
+    if not path:
+        return None
+    try:
+        return load_public_key(path)
+    except IdentityError as exc:
+        raise ReplayError(f"${semconv.ENV_ORG_PUBLIC_KEY}: {exc}") from exc
 
 
 def recorded_end(spans: Sequence[SpanRecord], recording: Recording) -> RunEnd:
