@@ -273,13 +273,17 @@ class SpanForge:
         self.provider.add_span_processor(ChainSpanProcessor(SimpleSpanProcessor(self._memory), signing_key=signing_key))
         self.tracer = self.provider.get_tracer("forge")
 
+    def spans(self) -> list[Any]:
+        """The spans finished so far, as the SDK's exporters get them (and forget them)."""
+        spans = list(self._memory.get_finished_spans())
+        self._memory.clear()
+        return spans
+
     def request(self) -> Any:
         """The spans finished so far as one ExportTraceServiceRequest (and forget them)."""
         from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
-        spans = self._memory.get_finished_spans()
-        self._memory.clear()
-        return encode_spans(spans)
+        return encode_spans(self.spans())
 
 
 @dataclass(frozen=True)
