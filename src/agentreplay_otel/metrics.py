@@ -1,11 +1,11 @@
-"""The GenAI client metrics: operation duration and token usage histograms.
+"""The GenAI client metrics: operation duration, token usage, and a stream's chunk timings.
 
 Names, units and bucket boundaries follow the GenAI semantic conventions.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import metrics
@@ -13,7 +13,7 @@ from opentelemetry import metrics
 from agentreplay_otel import semconv
 from agentreplay_otel.version import __version__
 
-# Advisory boundaries from the GenAI semantic conventions.
+# Advisory boundaries from the GenAI semantic conventions (the chunk timings share the duration's).
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864)
 
@@ -26,14 +26,28 @@ class GenAIMetrics:
         self.duration = meter.create_histogram(
             semconv.METRIC_OPERATION_DURATION,
             unit="s",
-            description="GenAI operation duration",
+            description="GenAI operation duration.",
             explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
         self.tokens = meter.create_histogram(
             semconv.METRIC_TOKEN_USAGE,
             unit="{token}",
-            description="Measures number of input and output tokens used",
+            description="Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=list(TOKEN_BUCKETS),
+        )
+        self.first_chunk = meter.create_histogram(
+            semconv.METRIC_OPERATION_TIME_TO_FIRST_CHUNK,
+            unit="s",
+            description="Time to receive the first chunk, measured from when the client issues the generation "
+                        "request to when the first chunk is received in the response stream.",
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+        )
+        self.per_chunk = meter.create_histogram(
+            semconv.METRIC_OPERATION_TIME_PER_OUTPUT_CHUNK,
+            unit="s",
+            description="Time per output chunk, recorded for each chunk received after the first one, measured "
+                        "as the time elapsed from the end of the previous chunk to the end of the current chunk.",
+            explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
         )
 
     def record(
@@ -46,6 +60,19 @@ class GenAIMetrics:
     ) -> None:
         self.duration.record(duration_s, attributes)
         if input_tokens is not None:
-            self.tokens.record(input_tokens, {**attributes, semconv.GEN_AI_TOKEN_TYPE: "input"})
+            self.tokens.record(input_tokens, {**attributes, semconv.GEN_AI_TOKEN_TYPE: semconv.TOKEN_TYPE_INPUT})
         if output_tokens is not None:
-            self.tokens.record(output_tokens, {**attributes, semconv.GEN_AI_TOKEN_TYPE: "output"})
+            self.tokens.record(output_tokens, {**attributes, semconv.GEN_AI_TOKEN_TYPE: semconv.TOKEN_TYPE_OUTPUT})
+
+    def record_chunks(self, *, started: float, chunk_times: Sequence[float], attributes: Mapping[str, Any]) -> None:
+        """A stream's timings from the ``perf_counter`` stamps of its chunks (``started``: the request).
+
+        Recorded once the stream has ended, so reading a chunk costs the stream no more than a stamp.
+        """
+        if not chunk_times:
+            return
+        self.first_chunk.record(chunk_times[0] - started, attributes)
+        record, previous = self.per_chunk.record, chunk_times[0]
+        for stamp in chunk_times[1:]:
+            record(stamp - previous, attributes)
+            previous = stamp

@@ -27,7 +27,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentreplay_otel import semconv
+from agentreplay_otel import semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.version import __version__
 
@@ -43,6 +43,8 @@ class RunState:
     span: Span
     context: otel_context.Context
     auto: bool = False
+    foreign: bool = False  # the span is the agent's own (a run we joined): we do not write to it
+    provider: str | None = None  # gen_ai.provider.name of the run span, once known
     _steps: itertools.count = field(default_factory=itertools.count)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -53,6 +55,19 @@ class RunState:
     def next_step(self) -> int:
         with self._lock:
             return next(self._steps)
+
+    def use_provider(self, provider: str) -> None:
+        """The run span's ``gen_ai.provider.name``: the provider of the run's first LLM call.
+
+        Not known when the run starts; a run that calls no model has none.
+        """
+        if self.provider is not None or self.foreign:
+            return
+        with self._lock:
+            if self.provider is not None:
+                return
+            self.provider = provider
+        self.span.set_attribute(semconv.GEN_AI_PROVIDER_NAME, provider)
 
 
 _current: ContextVar[RunState | None] = ContextVar("agentreplay_run", default=None)
@@ -80,29 +95,51 @@ def last_run_id() -> str | None:
     return _last_run_id
 
 
-def run_attributes(name: str, *, input: Any, kind: str, replay_of: str | None) -> dict[str, Any]:
-    from agentreplay_otel import replay, settings  # late: both are configured after import
+def run_attributes(
+    name: str,
+    *,
+    input: Any,
+    kind: str,
+    replay_of: str | None,
+    tracer_provider: trace.TracerProvider | None = None,
+) -> dict[str, Any]:
+    from agentreplay_otel import replay  # late: configured after import, and it asks this module for runs
 
     session = replay.active()
     if session is not None:  # a replay is a run of its own, hash-linked to the run it replays
         kind = session.run_kind
         replay_of = session.recording.run_id
+    current = settings.current()
     attrs: dict[str, Any] = {
         semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
         semconv.GEN_AI_AGENT_NAME: name,
+        **_agent_identity(tracer_provider),
         semconv.RUN_KIND: kind,
         semconv.RUN_ENTRYPOINT: to_json(list(sys.argv)),
     }
-    if input is not None:
+    if input is not None and current.capture_content:
         attrs[semconv.RUN_INPUT] = to_json(input)
+    if not current.capture_content:
+        said = f" ({current.content_setting})" if current.content_setting else ""
+        attrs[semconv.RUN_NOT_REPLAYABLE] = f"recorded without content{said}: no responses to answer its calls with"
     if replay_of:
         attrs[semconv.REPLAY_OF] = replay_of
     if session is not None and session.recording.last_hash:
         attrs[semconv.REPLAY_OF_HASH] = session.recording.last_hash
-    manifest = settings.current().manifest_sha256
+    manifest = current.manifest_sha256
     if manifest:
         attrs[semconv.MANIFEST_SHA256] = manifest
     return attrs
+
+
+_AGENT_IDENTITY = ((semconv.AGENT_ID, semconv.GEN_AI_AGENT_ID), (semconv.AGENT_VERSION, semconv.GEN_AI_AGENT_VERSION))
+
+
+def _agent_identity(provider: trace.TracerProvider | None) -> dict[str, str]:
+    """``gen_ai.agent.id``/``version`` from the resource's ``agentreplay.agent.id``/``version``."""
+    resource = getattr(provider or trace.get_tracer_provider(), "resource", None)
+    found = getattr(resource, "attributes", None) or {}
+    return {ours: str(found[theirs]) for theirs, ours in _AGENT_IDENTITY if found.get(theirs)}
 
 
 class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
@@ -135,7 +172,8 @@ class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
         span = _tracer(self._provider).start_span(
             f"{semconv.OP_INVOKE_AGENT} {self.name}",
             kind=SpanKind.INTERNAL,
-            attributes=run_attributes(self.name, input=self.input, kind=self.kind, replay_of=self.replay_of),
+            attributes=run_attributes(self.name, input=self.input, kind=self.kind, replay_of=self.replay_of,
+                                      tracer_provider=self._provider),
         )
         ctx = trace.set_span_in_context(span)
         self._state = RunState(span=span, context=ctx)
@@ -200,7 +238,8 @@ class RunHandle:
         return self.state.run_id
 
     def set_output(self, value: Any) -> None:
-        self.state.span.set_attribute(semconv.RUN_OUTPUT, to_json(value))
+        if settings.current().capture_content:
+            self.state.span.set_attribute(semconv.RUN_OUTPUT, to_json(value))
 
 
 def _bound_arguments(fn: Callable[..., Any], args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -224,9 +263,15 @@ def start_step_span(
     kind: SpanKind,
     attributes: dict[str, Any],
     tracer: trace.Tracer | None = None,
+    provider: str | None = None,
 ) -> Span:
-    """Start (not activate) the span of one LLM or tool call, numbered within its run."""
+    """Start (not activate) the span of one LLM or tool call, numbered within its run.
+
+    ``provider``: an LLM call's ``gen_ai.provider.name``, which the run span takes from its first.
+    """
     state = _run_for_call(tracer)
+    if provider is not None:
+        state.use_provider(provider)
     attributes[semconv.STEP] = state.next_step()
     return _start_in_run(state, name, kind=kind, attributes=attributes, tracer=tracer)
 
@@ -268,7 +313,8 @@ def _run_for_call(tracer: trace.Tracer | None) -> RunState:
         with _auto_lock:
             state = _foreign_runs.get(span_ctx.trace_id)
             if state is None:
-                state = _foreign_runs[span_ctx.trace_id] = RunState(span=current, context=otel_context.get_current())
+                state = _foreign_runs[span_ctx.trace_id] = RunState(span=current, context=otel_context.get_current(),
+                                                                    foreign=True)
                 while len(_foreign_runs) > _FOREIGN_MEMORY:
                     _foreign_runs.popitem(last=False)
             return state

@@ -3,6 +3,13 @@
 Names follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``); what the
 conventions lack lives under ``agentreplay.*``. Nothing else in the project spells
 these strings: import them from here.
+
+The GenAI, OpenAI, server, error and service names are the ``opentelemetry-semantic-conventions``
+package's, under the package's own constant names (``METRIC_X`` is its ``GEN_AI_CLIENT_X``). They
+are spelled out rather than imported because this module belongs to the core, which imports
+nothing from ``opentelemetry`` (a reader verifies a chain without the tracing SDK);
+``tests/test_semconv.py`` holds each one to the package's constant, and none may be a name the
+package marks as replaced or removed.
 """
 
 from typing import Final
@@ -11,11 +18,14 @@ from typing import Final
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_AGENT_ID: Final = "gen_ai.agent.id"
+GEN_AI_AGENT_VERSION: Final = "gen_ai.agent.version"
+GEN_AI_WORKFLOW_NAME: Final = "gen_ai.workflow.name"
 GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_REQUEST_MAX_TOKENS: Final = "gen_ai.request.max_tokens"
 GEN_AI_REQUEST_TEMPERATURE: Final = "gen_ai.request.temperature"
 GEN_AI_REQUEST_TOP_P: Final = "gen_ai.request.top_p"
-GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"
+GEN_AI_REQUEST_STREAM: Final = "gen_ai.request.stream"  # set only on streaming calls (true)
 GEN_AI_REQUEST_STOP_SEQUENCES: Final = "gen_ai.request.stop_sequences"
 GEN_AI_REQUEST_SEED: Final = "gen_ai.request.seed"
 GEN_AI_REQUEST_FREQUENCY_PENALTY: Final = "gen_ai.request.frequency_penalty"
@@ -25,19 +35,27 @@ GEN_AI_REQUEST_CHOICE_COUNT: Final = "gen_ai.request.choice.count"
 GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
 GEN_AI_RESPONSE_MODEL: Final = "gen_ai.response.model"
 GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK: Final = "gen_ai.response.time_to_first_chunk"  # seconds, streams only
 GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
 GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS: Final = "gen_ai.usage.cache_creation.input_tokens"
+GEN_AI_USAGE_REASONING_OUTPUT_TOKENS: Final = "gen_ai.usage.reasoning.output_tokens"
 GEN_AI_INPUT_MESSAGES: Final = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 GEN_AI_SYSTEM_INSTRUCTIONS: Final = "gen_ai.system_instructions"
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_TYPE: Final = "gen_ai.tool.type"
+GEN_AI_TOOL_DESCRIPTION: Final = "gen_ai.tool.description"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS: Final = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT: Final = "gen_ai.tool.call.result"
 GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
 GEN_AI_CONVERSATION_ID: Final = "gen_ai.conversation.id"
+OPENAI_API_TYPE: Final = "openai.api.type"
+OPENAI_REQUEST_SERVICE_TIER: Final = "openai.request.service_tier"
+OPENAI_RESPONSE_SERVICE_TIER: Final = "openai.response.service_tier"
+OPENAI_RESPONSE_SYSTEM_FINGERPRINT: Final = "openai.response.system_fingerprint"
 ERROR_TYPE: Final = "error.type"
 SERVER_ADDRESS: Final = "server.address"
 SERVER_PORT: Final = "server.port"
@@ -54,9 +72,22 @@ OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
 PROVIDER_OPENAI: Final = "openai"
 PROVIDER_ANTHROPIC: Final = "anthropic"
 
+# gen_ai.token.type values
+TOKEN_TYPE_INPUT: Final = "input"
+TOKEN_TYPE_OUTPUT: Final = "output"
+
+# gen_ai.tool.type values
+TOOL_TYPE_FUNCTION: Final = "function"
+
+# openai.api.type values
+OPENAI_API_CHAT_COMPLETIONS: Final = "chat_completions"
+OPENAI_API_RESPONSES: Final = "responses"
+
 # GenAI client metrics
 METRIC_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
 METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
+METRIC_OPERATION_TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"
+METRIC_OPERATION_TIME_PER_OUTPUT_CHUNK: Final = "gen_ai.client.operation.time_per_output_chunk"
 
 # --- AgentReplay -----------------------------------------------------------------
 RUN_KIND: Final = "agentreplay.run.kind"
@@ -64,6 +95,8 @@ RUN_INPUT: Final = "agentreplay.run.input"
 RUN_OUTPUT: Final = "agentreplay.run.output"
 RUN_ENTRYPOINT: Final = "agentreplay.run.entrypoint"
 RUN_AUTO: Final = "agentreplay.run.auto"
+# Why the run cannot be replayed (one line), set when it starts: recorded without content, say.
+RUN_NOT_REPLAYABLE: Final = "agentreplay.run.not_replayable"
 REPLAY_OF: Final = "agentreplay.replay.of"
 REPLAY_OF_HASH: Final = "agentreplay.replay.of_hash"  # the replayed run's last chain hash
 REPLAY_SOURCE: Final = "agentreplay.replay.source"  # where a replayed answer came from
@@ -79,6 +112,7 @@ COST_USD: Final = "agentreplay.cost.usd"
 TOOL_SIDE_EFFECT: Final = "agentreplay.tool.side_effect"
 TOOL_FUNCTION: Final = "agentreplay.tool.function"
 GRAPH_NODE: Final = "agentreplay.graph.node"
+# The graph's name, as runs recorded before gen_ai.workflow.name carry it (workflow and node spans).
 GRAPH_NAME: Final = "agentreplay.graph.name"
 GRAPH_STEP: Final = "agentreplay.graph.step"  # LangGraph's superstep, not an agentreplay.step
 GRAPH_TASK_ID: Final = "agentreplay.graph.task.id"
@@ -145,7 +179,9 @@ ENV_IDENTITY: Final = "AGENTREPLAY_IDENTITY"
 ENV_MANIFEST: Final = "AGENTREPLAY_MANIFEST"
 ENV_ORG_PUBLIC_KEY: Final = "AGENTREPLAY_ORG_PUBLIC_KEY"
 ENV_REDACTOR: Final = "AGENTREPLAY_REDACTOR"
-ENV_CAPTURE_CONTENT: Final = "AGENTREPLAY_CAPTURE_CONTENT"
+ENV_CAPTURE_CONTENT: Final = "AGENTREPLAY_CAPTURE_CONTENT"  # true/false; wins over the standard variable
+# The standard one: true/false, or NO_CONTENT / SPAN_ONLY / EVENT_ONLY / SPAN_AND_EVENT.
+ENV_GENAI_CAPTURE_MESSAGE_CONTENT: Final = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
 ENV_QUEUE_SIZE: Final = "AGENTREPLAY_QUEUE_SIZE"
 ENV_PRICES: Final = "AGENTREPLAY_PRICES"
 ENV_STORE: Final = "AGENTREPLAY_STORE"

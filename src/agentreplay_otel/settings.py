@@ -20,9 +20,15 @@ START_FAIL_CLOSED = "closed"
 START_FAIL_OPEN = "open"
 
 
+# OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT's modes that put content on spans (we write it
+# nowhere else); NO_CONTENT and EVENT_ONLY keep it off them.
+_CONTENT_ON_SPANS = {"span_only": True, "span_and_event": True, "no_content": False, "event_only": False}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     capture_content: bool = True
+    content_setting: str = ""  # the variable that set capture_content (NAME=value); empty: the default
     credentials: Credentials = field(default_factory=Credentials)
     start_error: str = ""  # why this process runs without its enforcement configuration (fail-open start)
 
@@ -34,10 +40,27 @@ class Settings:
 def from_env(environ: Mapping[str, str] | None = None) -> Settings:
     """The settings the environment asks for; raises if the key, token or manifest does not verify."""
     env = os.environ if environ is None else environ
-    return Settings(
-        capture_content=env_flag(env, semconv.ENV_CAPTURE_CONTENT, default=True),
-        credentials=load_credentials(env),
-    )
+    capture, setting = capture_content(env)
+    return Settings(capture_content=capture, content_setting=setting, credentials=load_credentials(env))
+
+
+def capture_content(env: Mapping[str, str]) -> tuple[bool, str]:
+    """Whether content goes on spans, and the variable that said so (``NAME=value``; empty: the default).
+
+    ``AGENTREPLAY_CAPTURE_CONTENT`` (true/false) wins; else the standard
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` (true/false, or the modes ``NO_CONTENT``,
+    ``SPAN_ONLY``, ``EVENT_ONLY``, ``SPAN_AND_EVENT``); else on, because replay needs the content.
+    A value neither understands leaves the default.
+    """
+    ours = env.get(semconv.ENV_CAPTURE_CONTENT, "").strip()
+    if ours.lower() in _TRUE or ours.lower() in _FALSE:
+        return ours.lower() in _TRUE, f"{semconv.ENV_CAPTURE_CONTENT}={ours}"
+    standard = env.get(semconv.ENV_GENAI_CAPTURE_MESSAGE_CONTENT, "").strip()
+    key = standard.lower()
+    on = True if key in _TRUE else False if key in _FALSE else _CONTENT_ON_SPANS.get(key)
+    if on is None:
+        return True, ""
+    return on, f"{semconv.ENV_GENAI_CAPTURE_MESSAGE_CONTENT}={standard}"
 
 
 def fail_open_start(environ: Mapping[str, str] | None = None) -> bool:
@@ -55,8 +78,10 @@ def fail_open_start(environ: Mapping[str, str] | None = None) -> bool:
 def degraded(environ: Mapping[str, str] | None, *, reason: str) -> Settings:
     """The settings of a fail-open start: credentials unverified and without a manifest, and why."""
     env = os.environ if environ is None else environ
+    capture, setting = capture_content(env)
     return Settings(
-        capture_content=env_flag(env, semconv.ENV_CAPTURE_CONTENT, default=True),
+        capture_content=capture,
+        content_setting=setting,
         credentials=unverified_credentials(env),
         start_error=reason,
     )

@@ -54,6 +54,7 @@ class ToolSpec:
     side_effect: bool = False
     cost: Cost = None
     function: str = ""
+    description: str = ""  # gen_ai.tool.description: the docstring's first line, or the framework's
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,9 +184,12 @@ def _start(call: ToolInvocation, tracer: trace.Tracer | None) -> Span:
     attributes: dict[str, Any] = {
         semconv.GEN_AI_OPERATION_NAME: semconv.OP_EXECUTE_TOOL,
         semconv.GEN_AI_TOOL_NAME: spec.name,
+        semconv.GEN_AI_TOOL_TYPE: semconv.TOOL_TYPE_FUNCTION,  # run by the agent's own code
         semconv.TOOL_SIDE_EFFECT: spec.side_effect,
         semconv.TOOL_FUNCTION: spec.function,
     }
+    if spec.description:
+        attributes[semconv.GEN_AI_TOOL_DESCRIPTION] = spec.description
     if call.call_id:
         attributes[semconv.GEN_AI_TOOL_CALL_ID] = call.call_id
     if settings.current().capture_content:
@@ -250,6 +254,7 @@ def tool(
             side_effect=side_effect,
             cost=cost,
             function=f"{func.__module__}.{func.__qualname__}",
+            description=_first_line(inspect.getdoc(func)),
         )
         return _wrap(func, spec)
 
@@ -282,6 +287,11 @@ def _wrap(func: F, spec: ToolSpec) -> F:
 
     wrapper.__agentreplay_tool__ = spec  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def _first_line(text: str | None) -> str:
+    """A description's first line (a docstring's summary), or empty."""
+    return text.strip().split("\n", 1)[0].strip() if text else ""
 
 
 def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:

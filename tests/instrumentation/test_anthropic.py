@@ -63,16 +63,19 @@ def test_messages_create_records_a_chat_span(telemetry, server):
     assert span.name == f"chat {MODEL}" and span.kind is SpanKind.CLIENT
     assert a[semconv.GEN_AI_OPERATION_NAME] == "chat" and a[semconv.GEN_AI_PROVIDER_NAME] == "anthropic"
     assert a[semconv.GEN_AI_REQUEST_MODEL] == MODEL and a[semconv.GEN_AI_REQUEST_MAX_TOKENS] == 100
-    assert a[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] == ("END",) and a[semconv.GEN_AI_REQUEST_STREAM] is False
+    assert a[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] == ("END",)
+    assert semconv.GEN_AI_REQUEST_STREAM not in a  # set only on a streamed call
+    assert semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK not in a
+    assert not any(name.startswith("openai.") for name in a)  # the provider's own attributes only
     assert a[semconv.SERVER_ADDRESS] == "127.0.0.1" and a[semconv.SERVER_PORT] == server.port
     assert_message_recorded(span, message)
     assert a[semconv.COST_USD] > 0 and a[semconv.STEP] == 0
     assert json.loads(a[semconv.GEN_AI_SYSTEM_INSTRUCTIONS]) == [{"type": "text", "content": SYSTEM}]
     assert json.loads(a[semconv.GEN_AI_INPUT_MESSAGES]) == [
         {"role": "user", "parts": [{"type": "text", "content": MESSAGES[0]["content"]}]}]
-    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{
-        "role": "assistant", "finish_reason": "stop",
-        "parts": [{"type": "text", "content": message.content[0].text}]}]
+    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{  # the stop reason is an attribute of its own
+        "role": "assistant", "parts": [{"type": "text", "content": message.content[0].text}]}]
+    assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
     assert json.loads(a[semconv.REQUEST]) == {"model": MODEL, "max_tokens": 100, "system": SYSTEM,
                                               "messages": MESSAGES, "stop_sequences": ["END"]}
     assert json.loads(a[semconv.RESPONSE]) == message.model_dump(mode="json", exclude_unset=True)
@@ -94,7 +97,7 @@ def test_messages_create_records_tool_use_and_tool_results(telemetry, serve):
     a = attrs(telemetry.llm_span())
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
     assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{
-        "role": "assistant", "finish_reason": "tool_call", "parts": [
+        "role": "assistant", "parts": [
         {"type": "text", "content": "Checking."},
         {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}]}]
     assert json.loads(a[semconv.GEN_AI_INPUT_MESSAGES])[1:] == [
@@ -134,13 +137,14 @@ def test_messages_create_stream(telemetry, serve):
     assert [e for e in recorded if e["type"] != "ping"] == [e.model_dump(mode="json", exclude_unset=True)
                                                             for e in events]
     assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{
-        "role": "assistant", "finish_reason": "tool_call", "parts": [
+        "role": "assistant", "parts": [
         {"type": "text", "content": "Lisbon on Friday"},
         {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}]}]
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
     assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == events[0].message.usage.input_tokens
     assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == events[-2].usage.output_tokens
     assert a[semconv.GEN_AI_RESPONSE_ID] == events[0].message.id and a[semconv.STEP] == 0
+    assert 0 < a[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] < (span.end_time - span.start_time) / 1e9
 
 
 async def test_async_messages_create(telemetry, server):
@@ -174,6 +178,7 @@ def test_messages_stream_keeps_the_helper_api(telemetry, serve):
     span = telemetry.llm_span()
     a = attrs(span)
     assert span.name == f"chat {MODEL}" and a[semconv.GEN_AI_REQUEST_STREAM] is True
+    assert a[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] > 0
     assert_message_recorded(span, final)
     assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES])[0]["parts"] == [{"type": "text", "content": text}]
     assert json.loads(a[semconv.GEN_AI_SYSTEM_INSTRUCTIONS]) == [{"type": "text", "content": SYSTEM}]
@@ -357,6 +362,19 @@ def test_messages_stream_records_token_metrics(telemetry, server):
         final = stream.get_final_message()
     tokens = {a[semconv.GEN_AI_TOKEN_TYPE]: p.sum for a, p in telemetry.points(semconv.METRIC_TOKEN_USAGE)}
     assert tokens == {"input": final.usage.input_tokens, "output": final.usage.output_tokens}
+
+
+def test_messages_stream_records_chunk_timing_metrics(telemetry, serve):
+    server = serve([ScriptedReply(text="one two three", chunk_delay_s=0.02)])
+    with client(server).messages.stream(**ASK) as stream:
+        events = list(stream)  # the helper's events: one or more for each raw event
+
+    (first_attrs, first), = telemetry.points(semconv.METRIC_OPERATION_TIME_TO_FIRST_CHUNK)
+    assert first_attrs[semconv.GEN_AI_PROVIDER_NAME] == "anthropic" and first.count == 1
+    assert first.sum == pytest.approx(attrs(telemetry.llm_span())[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK])
+    (_, per), = telemetry.points(semconv.METRIC_OPERATION_TIME_PER_OUTPUT_CHUNK)
+    raw = [e for e in stream_events(telemetry.llm_span()) if e["type"] != "ping"]
+    assert per.count == len(raw) - 1 and len(events) >= len(raw)  # per raw event after the first
 
 
 # --- instrumentor lifecycle, steps, robustness --------------------------------------------------

@@ -158,9 +158,10 @@ def assert_booking_tree(tree: Tree, *, branch: str, tool: str = "lookup") -> Non
     assert tree.parent(tree.one("plain work")) is a
     assert len({s.context.trace_id for s in tree.spans}) == 1
     assert graph.attributes[semconv.GEN_AI_OPERATION_NAME] == semconv.OP_INVOKE_WORKFLOW
-    assert graph.attributes[semconv.GEN_AI_AGENT_NAME] == "booking"
+    assert graph.attributes[semconv.GEN_AI_WORKFLOW_NAME] == "booking"  # the conventions' name, no other
+    assert semconv.GEN_AI_AGENT_NAME not in graph.attributes and semconv.GRAPH_NAME not in graph.attributes
     assert a.attributes[semconv.GRAPH_NODE] == "a"
-    assert a.attributes[semconv.GRAPH_NAME] == "booking"
+    assert a.attributes[semconv.GEN_AI_WORKFLOW_NAME] == "booking" and semconv.GRAPH_NAME not in a.attributes
     assert a.attributes[semconv.GRAPH_STEP] == 1 and other.attributes[semconv.GRAPH_STEP] == 2
     assert semconv.GEN_AI_OPERATION_NAME not in a.attributes  # a node is not a GenAI operation
     assert graph.status.status_code is StatusCode.UNSET
@@ -418,7 +419,7 @@ def test_subgraph_gets_a_workflow_span_nested_under_its_node(instrumented: Any) 
     assert tree.parent(delegate) is outer_span
     assert tree.parent(inner_span) is delegate
     assert tree.parent(tree.one("graph_node a")) is inner_span
-    assert tree.one("graph_node a").attributes[semconv.GRAPH_NAME] == "inner"
+    assert tree.one("graph_node a").attributes[semconv.GEN_AI_WORKFLOW_NAME] == "inner"
     assert tree.parent(tree.one("execute_tool lookup")) is tree.one("graph_node a")
     assert_chain_intact(instrumented, spans)
 

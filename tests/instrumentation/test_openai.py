@@ -19,7 +19,7 @@ import agentreplay_otel
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv, settings
 from agentreplay_otel.chain import verify
-from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor, _extract
+from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor, _extract, _responses
 
 MODEL = "gpt-4o-mini"
 MESSAGES = [
@@ -58,13 +58,20 @@ def test_chat_completions_create_records_a_chat_span(telemetry, server):
     assert a[semconv.GEN_AI_OPERATION_NAME] == "chat" and a[semconv.GEN_AI_PROVIDER_NAME] == "openai"
     assert a[semconv.GEN_AI_REQUEST_MODEL] == MODEL
     assert a[semconv.GEN_AI_REQUEST_TEMPERATURE] == 0.2 and a[semconv.GEN_AI_REQUEST_TOP_P] == 0.9
-    assert a[semconv.GEN_AI_REQUEST_MAX_TOKENS] == 50 and a[semconv.GEN_AI_REQUEST_STREAM] is False
+    assert a[semconv.GEN_AI_REQUEST_MAX_TOKENS] == 50
+    assert semconv.GEN_AI_REQUEST_STREAM not in a  # set only on a streamed call
     assert a[semconv.SERVER_ADDRESS] == "127.0.0.1" and a[semconv.SERVER_PORT] == server.port
     assert a[semconv.GEN_AI_RESPONSE_ID] == completion.id
     assert a[semconv.GEN_AI_RESPONSE_MODEL] == completion.model
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
     assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == completion.usage.prompt_tokens
     assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == completion.usage.completion_tokens
+    assert a[semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 0  # as the API counts them
+    assert a[semconv.OPENAI_API_TYPE] == "chat_completions"
+    assert a[semconv.OPENAI_RESPONSE_SERVICE_TIER] == completion.service_tier == "default"
+    assert a[semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] == completion.system_fingerprint
+    assert semconv.OPENAI_REQUEST_SERVICE_TIER not in a  # not asked for
+    assert semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK not in a  # not a stream
     assert a[semconv.COST_USD] > 0
     assert a[semconv.STEP] == 0
     # the full request, and the response exactly as the API sent it
@@ -77,10 +84,9 @@ def test_chat_completions_create_records_a_chat_span(telemetry, server):
         {"role": "system", "parts": [{"type": "text", "content": "You book flights."}]},
         {"role": "user", "parts": [{"type": "text", "content": "Find me a flight to Lisbon on Friday"}]},
     ]
-    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{
+    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{  # the finish reason is an attribute of its own
         "role": "assistant",
         "parts": [{"type": "text", "content": completion.choices[0].message.content}],
-        "finish_reason": "stop",
     }]
     assert span.parent.span_id == telemetry.run_span("booker").context.span_id
 
@@ -93,7 +99,7 @@ def test_chat_completions_create_records_tool_calls(telemetry, serve):
     a = attrs(telemetry.llm_span())
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_calls",)
     output = json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES])
-    assert output == [{"role": "assistant", "finish_reason": "tool_call", "parts": [{
+    assert output == [{"role": "assistant", "parts": [{
         "type": "tool_call", "id": "call_weather", "name": "get_weather",
         "arguments": completion.choices[0].message.tool_calls[0].function.arguments}]}]
     assert json.loads(a[semconv.REQUEST])["tools"] == [
@@ -159,7 +165,11 @@ def test_chat_completions_create_stream_records_chunks_and_usage(telemetry, serv
     assert output[0]["parts"][0] == {"type": "text", "content": text}
     assert output[0]["parts"][1]["name"] == "get_weather"
     assert json.loads(output[0]["parts"][1]["arguments"]) == {"city": "Paris"}
-    assert output[0]["finish_reason"] == "tool_call"
+    assert "finish_reason" not in output[0]
+    assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_calls",)
+    assert a[semconv.OPENAI_RESPONSE_SERVICE_TIER] == chunks[0].service_tier
+    assert a[semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] == chunks[0].system_fingerprint
+    assert 0 < a[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] < span.end_time / 1e9 - span.start_time / 1e9
     usage = chunks[-1].usage
     assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == usage.prompt_tokens
     assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == usage.completion_tokens
@@ -231,11 +241,16 @@ def test_responses_create(telemetry, serve):
     assert json.loads(a[semconv.GEN_AI_INPUT_MESSAGES]) == [
         {"role": "user", "parts": [{"type": "text", "content": "Book it"}]}]
     output = json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES])
-    assert output == [{"role": "assistant", "finish_reason": "tool_call", "parts": [
+    assert output == [{"role": "assistant", "parts": [
         {"type": "text", "content": "Booked."},
         {"type": "tool_call", "id": "call_weather", "name": "get_weather",
          "arguments": response.output[1].arguments}]}]
+    assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_call",)
     assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == response.usage.input_tokens
+    assert a[semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == response.usage.output_tokens_details.reasoning_tokens
+    assert a[semconv.OPENAI_API_TYPE] == "responses"
+    assert a[semconv.OPENAI_RESPONSE_SERVICE_TIER] == response.service_tier
+    assert semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT not in a  # the Responses API has none
     assert a[semconv.GEN_AI_RESPONSE_ID] == response.id
     assert json.loads(a[semconv.RESPONSE]) == response.model_dump(mode="json", exclude_unset=True)
 
@@ -378,10 +393,64 @@ def test_chat_completions_create_records_duration_and_token_metrics(telemetry, s
         semconv.GEN_AI_RESPONSE_MODEL: completion.model,
         semconv.SERVER_ADDRESS: "127.0.0.1",
         semconv.SERVER_PORT: server.port,
+        semconv.OPENAI_RESPONSE_SERVICE_TIER: completion.service_tier,  # the OpenAI refinement's
+        semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT: completion.system_fingerprint,
     }
     assert duration.count == 1 and duration.sum > 0
     tokens = {a[semconv.GEN_AI_TOKEN_TYPE]: p.sum for a, p in telemetry.points(semconv.METRIC_TOKEN_USAGE)}
     assert tokens == {"input": completion.usage.prompt_tokens, "output": completion.usage.completion_tokens}
+    assert telemetry.points(semconv.METRIC_OPERATION_TIME_TO_FIRST_CHUNK) == []  # streams only
+    assert telemetry.points(semconv.METRIC_OPERATION_TIME_PER_OUTPUT_CHUNK) == []
+
+
+def test_chat_completions_create_stream_records_chunk_timing_metrics(telemetry, serve):
+    server = serve([ScriptedReply(text="one two three four five", chunk_delay_s=0.02)])
+    chunks = list(client(server).chat.completions.create(model=MODEL, messages=MESSAGES, stream=True))
+
+    a = attrs(telemetry.llm_span())
+    (first_attrs, first), = telemetry.points(semconv.METRIC_OPERATION_TIME_TO_FIRST_CHUNK)
+    assert first_attrs == {
+        semconv.GEN_AI_OPERATION_NAME: "chat",
+        semconv.GEN_AI_PROVIDER_NAME: "openai",
+        semconv.GEN_AI_REQUEST_MODEL: MODEL,
+        semconv.GEN_AI_RESPONSE_MODEL: chunks[0].model,
+        semconv.SERVER_ADDRESS: "127.0.0.1",
+        semconv.SERVER_PORT: server.port,
+    }
+    assert first.count == 1 and first.sum == pytest.approx(a[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK])
+    (per_attrs, per), = telemetry.points(semconv.METRIC_OPERATION_TIME_PER_OUTPUT_CHUNK)
+    assert per_attrs == first_attrs
+    assert per.count == len(chunks) - 1  # one for each chunk after the first
+    assert per.sum >= 0.02 * (len(chunks) - 1) * 0.9  # the server's pauses between them
+    assert list(per.explicit_bounds) == list(first.explicit_bounds) == [
+        0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92]
+
+
+def test_chat_completions_create_records_the_requested_service_tier(telemetry, server):
+    c = client(server)
+    c.chat.completions.create(model=MODEL, messages=MESSAGES, service_tier="flex")
+    c.chat.completions.create(model=MODEL, messages=MESSAGES, service_tier="auto")
+
+    chosen, auto = (attrs(s) for s in telemetry.llm_spans())
+    assert chosen[semconv.OPENAI_REQUEST_SERVICE_TIER] == "flex"
+    assert semconv.OPENAI_REQUEST_SERVICE_TIER not in auto  # the conventions leave "auto" out
+
+
+def test_chat_and_responses_reasoning_tokens_from_the_usage_details():
+    """The counts the API reports under its output details (a reasoning model's), read from its own types."""
+    usage = {"prompt_tokens": 10, "completion_tokens": 50, "total_tokens": 60,
+             "completion_tokens_details": {"reasoning_tokens": 32}}
+    completion = openai.types.chat.ChatCompletion.model_validate({
+        "id": "c1", "object": "chat.completion", "created": 0, "model": "o4-mini", "usage": usage,
+        "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": "4"}}]})
+    assert _extract.chat_result(completion).attributes[semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 32
+    response = openai.types.responses.Response.model_validate({
+        "id": "r1", "object": "response", "created_at": 0, "model": "o4-mini", "status": "completed",
+        "output": [], "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+        "usage": {"input_tokens": 10, "output_tokens": 50, "total_tokens": 60,
+                  "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                  "output_tokens_details": {"reasoning_tokens": 40}}})
+    assert _responses.responses_result(response).attributes[semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == 40
 
 
 # --- instrumentor lifecycle -----------------------------------------------------------------

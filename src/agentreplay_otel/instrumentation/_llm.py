@@ -28,6 +28,8 @@ _log = logging.getLogger(__name__)
 
 _NOT_GIVEN_TYPES = ("NotGiven", "Omit")
 _METRIC_SERVER_ATTRIBUTES = (semconv.SERVER_ADDRESS, semconv.SERVER_PORT)
+# Response attributes the duration and token metrics carry too (the OpenAI refinements of both).
+_METRIC_RESPONSE_ATTRIBUTES = (semconv.OPENAI_RESPONSE_SERVICE_TIER, semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT)
 
 
 def clean_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -50,6 +52,7 @@ class LLMResult:
     output_messages: Any = None  # gen_ai.output.messages, JSON-able
     response_json: str | None = None  # agentreplay.response: the full response body
     stream_chunks: list[str] | None = None  # agentreplay.response.stream: each chunk's JSON
+    chunk_times: list[float] | None = None  # a stream: time.perf_counter() as each chunk arrived
 
 
 @dataclass(slots=True)
@@ -109,7 +112,8 @@ class LLMCall:
             if system_instructions is not None:
                 attributes[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = to_json(system_instructions)
         name = f"{operation} {model}" if model else operation
-        self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=attributes, tracer=tracer)
+        self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=attributes, tracer=tracer,
+                                          provider=provider)
         self.step: int | None = attributes.get(semconv.STEP)  # its place in the run, as the call began
 
     def _claim_end(self) -> bool:
@@ -137,6 +141,8 @@ class LLMCall:
             attrs[semconv.GEN_AI_USAGE_INPUT_TOKENS] = result.input_tokens
         if result.output_tokens is not None:
             attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = result.output_tokens
+        if result.chunk_times:
+            attrs[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = result.chunk_times[0] - self._started
         cost = cost_usd(result.response_model or self.model, result.input_tokens, result.output_tokens)
         if cost is not None and self.charged:
             attrs[semconv.COST_USD] = cost
@@ -147,7 +153,7 @@ class LLMCall:
                 attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(result.output_messages)
             attrs.update(self._response_attributes(result))
         self.span.set_attributes(attrs)
-        self._record_metrics(result.response_model, result.input_tokens, result.output_tokens, error=error)
+        self._record_metrics(result, error=error)
 
     def _response_attributes(self, result: LLMResult) -> dict[str, Any]:
         """The response as replay needs it: what the transport saw, else what the library parsed."""
@@ -180,24 +186,28 @@ class LLMCall:
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self.span.set_attribute(semconv.ERROR_TYPE, error)
             if partial is None:
-                self._record_metrics(None, None, None, error=error)
+                self._record_metrics(LLMResult(), error=error)
         except Exception:
             _log.exception("agentreplay: could not record an LLM failure")
         finally:
             self.span.end()
 
-    def _record_metrics(self, response_model: str | None, input_tokens: int | None,
-                        output_tokens: int | None, *, error: str | None) -> None:
+    def _record_metrics(self, result: LLMResult, *, error: str | None) -> None:
         if self._metrics is None:
             return
         attrs = dict(self.metric_attributes)
-        if response_model:
-            attrs[semconv.GEN_AI_RESPONSE_MODEL] = response_model
+        if result.response_model:
+            attrs[semconv.GEN_AI_RESPONSE_MODEL] = result.response_model
+        if result.chunk_times:  # a stream's timings: the conventions' metric attributes, no error
+            self._metrics.record_chunks(started=self._started, chunk_times=result.chunk_times, attributes=attrs)
+        for key in _METRIC_RESPONSE_ATTRIBUTES:
+            if key in result.attributes:
+                attrs[key] = result.attributes[key]
         if error:
             attrs[semconv.ERROR_TYPE] = error
         self._metrics.record(
             duration_s=time.perf_counter() - self._started,
             attributes=attrs,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
+            input_tokens=result.input_tokens,
+            output_tokens=result.output_tokens,
         )

@@ -11,6 +11,10 @@ A caller that breaks out of ``for chunk in stream`` drops the sync proxy's gener
 which closes it and ends the span at once; the async proxy is its own iterator, so there
 is no async generator left for the event loop to close later.
 
+Each chunk's arrival is stamped (``time.perf_counter``, nothing else per chunk); once the
+stream ends the call turns the stamps into ``gen_ai.response.time_to_first_chunk`` and the
+time-to-first-chunk and time-per-output-chunk metrics.
+
 :func:`tap_sse` keeps each server-sent event's raw JSON as the client library decodes
 it, which is what replay needs to rebuild the stream byte for byte and costs no
 serialisation at all.
@@ -19,6 +23,7 @@ serialisation at all.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, Protocol
 
@@ -41,14 +46,16 @@ class StreamAccumulator(Protocol):
 class _StreamEnd:
     """The shared end-of-stream logic, for the sync and async proxies alike."""
 
-    __slots__ = ("call", "accumulator", "ended")
+    __slots__ = ("call", "accumulator", "ended", "times")
 
     def __init__(self, call: LLMCall, accumulator: StreamAccumulator) -> None:
         self.call = call
         self.accumulator = accumulator
         self.ended = False  # a fast path only: LLMCall itself ends the span exactly once
+        self.times: list[float] = []  # when each chunk arrived (perf_counter): the chunk timings
 
     def add(self, chunk: Any) -> None:
+        self.times.append(time.perf_counter())
         try:
             self.accumulator.add(chunk)
         except Exception:  # a chunk we cannot read must not break the caller's stream
@@ -66,10 +73,12 @@ class _StreamEnd:
 
     def _result(self) -> LLMResult:
         try:
-            return self.accumulator.result()
+            result = self.accumulator.result()
         except Exception:
             _log.exception("agentreplay: could not assemble a streamed response")
-            return LLMResult()
+            result = LLMResult()
+        result.chunk_times = self.times
+        return result
 
 
 class SyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
@@ -81,9 +90,10 @@ class SyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
         # A generator: resuming one costs less per chunk than a Python __next__ call. A caller
         # that breaks out of its loop drops it, which closes it (GeneratorExit) and ends the span.
         end = self._self_end
-        add = end.accumulator.add
+        add, stamp, clock = end.accumulator.add, end.times.append, time.perf_counter
         try:
             for chunk in self.__wrapped__:
+                stamp(clock())
                 try:
                     add(chunk)
                 except Exception:  # a chunk we cannot read must not break the caller's stream

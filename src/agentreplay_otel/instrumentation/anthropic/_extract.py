@@ -16,17 +16,6 @@ from agentreplay_otel import semconv
 from agentreplay_otel.instrumentation._llm import LLMResult
 from agentreplay_otel.instrumentation._wrap import CallRequest, server_attributes
 
-# Anthropic's stop reasons, as the GenAI conventions name them in output messages.
-_FINISH = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_call",
-    "refusal": "content_filter",
-}
-
 _REQUEST = (
     ("max_tokens", semconv.GEN_AI_REQUEST_MAX_TOKENS),
     ("temperature", semconv.GEN_AI_REQUEST_TEMPERATURE),
@@ -50,7 +39,8 @@ def messages_request(resource: Any, kwargs: Mapping[str, Any], *, stream: bool |
     stop = kwargs.get("stop_sequences")
     if stop is not None:
         attrs[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] = list(stop)
-    attrs[semconv.GEN_AI_REQUEST_STREAM] = bool(kwargs.get("stream")) if stream is None else stream
+    if stream or (stream is None and kwargs.get("stream")):  # set only when true: unset means not streamed
+        attrs[semconv.GEN_AI_REQUEST_STREAM] = True
     model = kwargs.get("model")
     messages = kwargs.get("messages")
     system = kwargs.get("system")
@@ -136,9 +126,7 @@ def message_result(message: Any) -> LLMResult:
     result = LLMResult(
         attributes=attrs,
         response_model=message.model,
-        output_messages=[
-            _output_message(message.role or "assistant", _output_parts(message.content), stop_reason)
-        ],
+        output_messages=[_output_message(message.role or "assistant", _output_parts(message.content))],
         response_json=response_json(message),
     )
     _usage(result, message.usage)
@@ -160,9 +148,9 @@ def _output_parts(content: Iterable[Any]) -> list[Any]:
     return parts
 
 
-def _output_message(role: str, parts: list[Any], stop_reason: str | None) -> dict[str, Any]:
-    reason = stop_reason or ""
-    return {"role": role, "parts": parts, "finish_reason": _FINISH.get(reason, reason)}
+def _output_message(role: str, parts: list[Any]) -> dict[str, Any]:
+    """The message (its stop reason is in ``gen_ai.response.finish_reasons``)."""
+    return {"role": role, "parts": parts}
 
 
 def _usage(result: LLMResult, usage: Any) -> None:
@@ -260,7 +248,7 @@ def messages_stream_result(stream: MessagesStreamAccumulator) -> LLMResult:
     result = LLMResult(
         attributes=attrs,
         response_model=stream.model,
-        output_messages=[_output_message(stream.role, parts, stream.stop_reason)] if stream.seen else None,
+        output_messages=[_output_message(stream.role, parts)] if stream.seen else None,
         stream_chunks=stream.raw if stream.raw is not None else stream.dumped,
     )
     if stream.message_id is not None:

@@ -10,6 +10,7 @@ tool), or the tool's return value when it was invoked without a call id.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -28,7 +29,11 @@ _STRING_INPUT = "input"  # the argument name of a string input when the tool dec
 def invocation(tool: BaseTool, args: tuple, kwargs: dict, *, is_async: bool) -> ToolInvocation:
     """The call ``run``/``arun`` was asked to make; never raises (a tool must not fail on our account)."""
     func = body_function(tool, is_async=is_async)
-    spec = spec_of(func) or ToolSpec(name=str(tool.name), function=_qualified_name(func or type(tool)))
+    description = tool.description if isinstance(tool.description, str) else ""
+    spec = spec_of(func) or ToolSpec(name=str(tool.name), function=_qualified_name(func or type(tool)),
+                                     description=description)
+    if not spec.description and description:  # an @agentreplay_otel.tool without a docstring
+        spec = dataclasses.replace(spec, description=description)
     tool_input = args[0] if args else kwargs.get("tool_input")
     call_id = kwargs.get("tool_call_id")
     return ToolInvocation(

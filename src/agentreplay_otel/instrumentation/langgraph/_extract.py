@@ -44,8 +44,7 @@ def call_config(args: tuple, kwargs: Mapping[str, Any]) -> Mapping[str, Any]:
 def graph_attributes(name: str, config: Mapping[str, Any]) -> dict[str, Any]:
     attributes: dict[str, Any] = {
         semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_WORKFLOW,
-        semconv.GEN_AI_AGENT_NAME: name,
-        semconv.GRAPH_NAME: name,
+        semconv.GEN_AI_WORKFLOW_NAME: name,
     }
     configurable = config.get("configurable")
     thread_id = configurable.get("thread_id") if isinstance(configurable, Mapping) else None
@@ -74,8 +73,8 @@ def node_attributes(task: Any, graph: str | None) -> dict[str, Any]:
         semconv.GRAPH_NODE: str(task.name),
         semconv.GRAPH_TASK_ID: str(task.id),
     }
-    if graph:
-        attributes[semconv.GRAPH_NAME] = graph
+    if graph:  # the workflow the node runs in
+        attributes[semconv.GEN_AI_WORKFLOW_NAME] = graph
     step = task_step(task)
     if step is not None:
         attributes[semconv.GRAPH_STEP] = step

@@ -17,9 +17,6 @@ from agentreplay_otel.content import to_json
 from agentreplay_otel.instrumentation._llm import LLMResult
 from agentreplay_otel.instrumentation._wrap import CallRequest, server_attributes
 
-# OpenAI's finish reasons, as the GenAI conventions name them in output messages.
-_FINISH = {"tool_calls": "tool_call", "function_call": "tool_call"}
-
 _CHAT_REQUEST = (
     ("temperature", semconv.GEN_AI_REQUEST_TEMPERATURE),
     ("top_p", semconv.GEN_AI_REQUEST_TOP_P),
@@ -30,16 +27,36 @@ _CHAT_REQUEST = (
 
 
 def base_attributes(
-    resource: Any, kwargs: Mapping[str, Any], pairs: Iterable[tuple[str, str]]
+    resource: Any, kwargs: Mapping[str, Any], pairs: Iterable[tuple[str, str]], api_type: str
 ) -> dict[str, Any]:
     client = getattr(resource, "_client", None)
     attrs = server_attributes(client.base_url) if client is not None else {}
+    attrs[semconv.OPENAI_API_TYPE] = api_type
     for key, name in pairs:
         value = kwargs.get(key)
         if value is not None:
             attrs[name] = value
-    attrs[semconv.GEN_AI_REQUEST_STREAM] = bool(kwargs.get("stream"))
+    tier = kwargs.get("service_tier")
+    if tier is not None and tier != "auto":  # the conventions record a tier the caller chose
+        attrs[semconv.OPENAI_REQUEST_SERVICE_TIER] = tier
+    if kwargs.get("stream"):  # set only when true: unset means not streamed
+        attrs[semconv.GEN_AI_REQUEST_STREAM] = True
     return attrs
+
+
+def response_service(attrs: dict[str, Any], service_tier: str | None, fingerprint: str | None) -> None:
+    """``openai.response.service_tier`` and ``.system_fingerprint``, when the response has them."""
+    if service_tier:
+        attrs[semconv.OPENAI_RESPONSE_SERVICE_TIER] = service_tier
+    if fingerprint:
+        attrs[semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] = fingerprint
+
+
+def reasoning_tokens(attrs: dict[str, Any], details: Any) -> None:
+    """``gen_ai.usage.reasoning.output_tokens`` from usage's output details, when the API counts them."""
+    reasoning = getattr(details, "reasoning_tokens", None)
+    if reasoning is not None:
+        attrs[semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] = reasoning
 
 
 def model_of(kwargs: Mapping[str, Any]) -> str | None:
@@ -70,7 +87,7 @@ def _without_parsed(value: Any) -> Any:
 
 # --- chat.completions ------------------------------------------------------------------
 def chat_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
-    attrs = base_attributes(resource, kwargs, _CHAT_REQUEST)
+    attrs = base_attributes(resource, kwargs, _CHAT_REQUEST, semconv.OPENAI_API_CHAT_COMPLETIONS)
     max_tokens = kwargs.get("max_completion_tokens", kwargs.get("max_tokens"))
     if max_tokens is not None:
         attrs[semconv.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
@@ -180,17 +197,19 @@ def chat_result(completion: Any, *, dump: Callable[[Any], str] = response_json) 
     reasons = [c.finish_reason for c in choices if c.finish_reason]
     if reasons:
         attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
+    response_service(attrs, completion.service_tier, completion.system_fingerprint)
     result = LLMResult(
         attributes=attrs,
         response_model=completion.model,
-        output_messages=[_chat_output_message(c.message, c.finish_reason) for c in choices],
+        output_messages=[_chat_output_message(c.message) for c in choices],
         response_json=dump(completion),
     )
     _chat_usage(result, completion.usage)
     return result
 
 
-def _chat_output_message(message: Any, finish_reason: str | None) -> dict[str, Any]:
+def _chat_output_message(message: Any) -> dict[str, Any]:
+    """One choice's message (its finish reason is in ``gen_ai.response.finish_reasons``)."""
     parts: list[Any] = []
     if message.content:
         parts.append({"type": "text", "content": message.content})
@@ -200,8 +219,7 @@ def _chat_output_message(message: Any, finish_reason: str | None) -> dict[str, A
         fn = getattr(call, "function", None) or getattr(call, "custom", None)
         parts.append({"type": "tool_call", "id": call.id, "name": getattr(fn, "name", None),
                       "arguments": getattr(fn, "arguments", getattr(fn, "input", None))})
-    return {"role": message.role or "assistant", "parts": parts,
-            "finish_reason": _FINISH.get(finish_reason or "", finish_reason or "")}
+    return {"role": message.role or "assistant", "parts": parts}
 
 
 def _chat_usage(result: LLMResult, usage: Any) -> None:
@@ -213,6 +231,7 @@ def _chat_usage(result: LLMResult, usage: Any) -> None:
     cached = getattr(details, "cached_tokens", None)
     if cached:
         result.attributes[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
+    reasoning_tokens(result.attributes, getattr(usage, "completion_tokens_details", None))
 
 
 class _StreamedChoice:
@@ -233,21 +252,24 @@ class ChatStreamAccumulator:
     reading them (allocator and garbage-collector pressure), so nothing else is kept.
     """
 
-    __slots__ = ("raw", "dumped", "response_id", "model", "usage", "choices")
+    __slots__ = ("raw", "dumped", "response_id", "model", "service_tier", "fingerprint", "usage", "choices")
 
     def __init__(self, raw: list[str] | None) -> None:
         self.raw = raw
         self.dumped: list[str] | None = None if raw is not None else []  # no raw events: dump each chunk
         self.response_id: str | None = None
         self.model: str | None = None
+        self.service_tier: str | None = None
+        self.fingerprint: str | None = None
         self.usage: Any = None
         self.choices: dict[int, _StreamedChoice] = {}
 
     def add(self, chunk: Any) -> None:  # per chunk: kept lean, it runs for every token
         if self.dumped is not None:
             self.dumped.append(response_json(chunk))
-        if self.response_id is None:
+        if self.response_id is None:  # every chunk repeats these: read them from the first
             self.response_id, self.model = chunk.id, chunk.model
+            self.service_tier, self.fingerprint = chunk.service_tier, chunk.system_fingerprint
         if chunk.usage is not None:
             self.usage = chunk.usage
         choices = self.choices
@@ -295,6 +317,7 @@ def chat_stream_result(stream: ChatStreamAccumulator) -> LLMResult:
     reasons = [c.finish_reason for c in ordered if c.finish_reason]
     if reasons:
         attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = reasons
+    response_service(attrs, stream.service_tier, stream.fingerprint)
     result = LLMResult(
         attributes=attrs,
         response_model=stream.model,
@@ -314,5 +337,4 @@ def _streamed_message(choice: _StreamedChoice) -> dict[str, Any]:
     for index in sorted(choice.tools):
         call_id, name, fragments = choice.tools[index]
         parts.append({"type": "tool_call", "id": call_id, "name": name, "arguments": "".join(fragments)})
-    reason = choice.finish_reason or ""
-    return {"role": choice.role, "parts": parts, "finish_reason": _FINISH.get(reason, reason)}
+    return {"role": choice.role, "parts": parts}

@@ -14,7 +14,9 @@ from agentreplay_otel.instrumentation.openai._extract import (
     content_parts,
     model_of,
     parsed_response_json,
+    reasoning_tokens,
     response_json,
+    response_service,
 )
 
 _RESPONSES_REQUEST = (
@@ -25,7 +27,7 @@ _RESPONSES_REQUEST = (
 
 
 def responses_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
-    attrs = base_attributes(resource, kwargs, _RESPONSES_REQUEST)
+    attrs = base_attributes(resource, kwargs, _RESPONSES_REQUEST, semconv.OPENAI_API_RESPONSES)
     instructions = kwargs.get("instructions")
     items = kwargs.get("input")
     return CallRequest(
@@ -71,11 +73,12 @@ def responses_result(response: Any, *, raw: list[str] | None = None,
         attrs[semconv.GEN_AI_RESPONSE_ID] = response.id
     reason = _responses_finish(response)
     attrs[semconv.GEN_AI_RESPONSE_FINISH_REASONS] = [reason]
+    response_service(attrs, response.service_tier, None)  # the Responses API has no system fingerprint
     parts = _responses_output_parts(response.output or ())
     result = LLMResult(
         attributes=attrs,
         response_model=response.model,
-        output_messages=[{"role": "assistant", "parts": parts, "finish_reason": reason}],
+        output_messages=[{"role": "assistant", "parts": parts}],
         response_json=None if raw is not None else dump(response),
         stream_chunks=raw,
     )
@@ -86,6 +89,7 @@ def responses_result(response: Any, *, raw: list[str] | None = None,
         cached = getattr(getattr(usage, "input_tokens_details", None), "cached_tokens", None)
         if cached:
             attrs[semconv.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = cached
+        reasoning_tokens(attrs, getattr(usage, "output_tokens_details", None))
     return result
 
 
@@ -172,6 +176,6 @@ def responses_stream_result(stream: ResponsesStreamAccumulator) -> LLMResult:
     return LLMResult(
         attributes=attrs,
         response_model=getattr(response, "model", None),
-        output_messages=[{"role": "assistant", "parts": parts, "finish_reason": ""}] if parts else None,
+        output_messages=[{"role": "assistant", "parts": parts}] if parts else None,
         stream_chunks=chunks,
     )
