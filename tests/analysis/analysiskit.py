@@ -431,6 +431,17 @@ CASES: tuple[Case, ...] = (
                  reply(text="Booked TP125 on Saturday.")]),
     Case(name="ok_answered_first_time", agent="ask_until", request="Which city is Portugal's capital?",
          script=[reply(text="Lisbon.")]),
+    Case(name="ok_retried_after_error", agent="openai_stream", request=FRIDAY, script=[
+        reply(call("book_flight", flight="SO123", day="Friday")), BOOK_FRIDAY,
+        reply(text="SO123 was sold out, so I booked TP123 on Friday instead.")]),
+    Case(name="ok_from_to", agent="responses", request="Book me a flight from Porto to Lisbon on Friday.", script=[
+        reply(call("book_flight", flight="TP123", day="Friday", destination="Lisbon")),
+        reply(text="Booked TP123 from Porto to Lisbon on Friday.")]),
+    Case(name="ok_plans_then_acts", agent="anthropic_stream", request=FRIDAY, script=[
+        reply(call("search_flights", destination="Lisbon", day="Friday"),
+              call("search_flights", destination="Lisbon", day="Saturday"),
+              text="I'll search Friday and Saturday to compare."),
+        BOOK_FRIDAY, reply(text="Booked TP123 on Friday as you asked.")]),
 )
 
 
