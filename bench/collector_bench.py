@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.otlp import convert, parse_protobuf
 from agentreplay_collector.store import Store
-from agentreplay_collector.testing import CollectorProcess
+from agentreplay_dev.collector import CollectorProcess
 from agentreplay_otel import semconv
 from agentreplay_otel.canonical import GENESIS_HASH, SpanRecord, stored_string
 from agentreplay_otel.chain import link_hash, verify

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_otel.chain import verify
 from agentreplay_otel.recording import recording_from_spans
 from agentreplay_otel.replay import ENV_REPLAY, ENV_REPLAY_REPORT, Plan, bundle

@@ -12,7 +12,7 @@
 * ``chdb_store``         an in-process :class:`Store` on this session's one chDB directory
                          (chDB allows one directory per process), in a database of its own.
 
-Recording: ``agentreplay_collector.testing.recording_provider(c.grpc, agent_id=...)``.
+Recording: ``agentreplay_dev.collector.recording_provider(c.grpc, agent_id=...)``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from agentreplay_collector.store import Store
-from agentreplay_collector.testing import CollectorProcess, record_request, write_config
+from agentreplay_dev.collector import CollectorProcess, record_request, write_config
 from agentreplay_otel.identity import generate_key, issue_identity, write_public_key
 
 

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from agentreplay_collector.models import ChainState
-from agentreplay_collector.testing import CollectorProcess, record_request, recording_provider, write_config
+from agentreplay_dev.collector import CollectorProcess, record_request, recording_provider, write_config
 from agentreplay_otel.identity import generate_key, issue_identity, key_id
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"

@@ -18,7 +18,7 @@ from agentreplay_collector.config import load_config
 from agentreplay_collector.errors import StoreUnavailable
 from agentreplay_collector.models import ChainState
 from agentreplay_collector.store import Store
-from agentreplay_collector.testing import (
+from agentreplay_dev.collector import (
     CollectorProcess,
     InProcessCollector,
     record_request,
@@ -31,7 +31,7 @@ EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 GENERATOR = textwrap.dedent(
     """
     import sys
-    from agentreplay_collector.testing import recording_provider
+    from agentreplay_dev.collector import recording_provider
     from agentreplay_otel.identity import generate_key
     endpoint, runs, children = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     provider = recording_provider(endpoint, agent_id="stream-agent", signing_key=generate_key(),

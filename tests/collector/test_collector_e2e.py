@@ -8,7 +8,7 @@ from pathlib import Path
 from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.models import ChainState
 from agentreplay_collector.store import Store, open_reader
-from agentreplay_collector.testing import recording_provider
+from agentreplay_dev.collector import recording_provider
 from agentreplay_otel import semconv
 from agentreplay_otel.chain import ChainProblem, verify
 from agentreplay_otel.identity import generate_key, key_id

@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from google.rpc import status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from agentreplay_collector.testing import CollectorProcess, record_request, write_config
+from agentreplay_dev.collector import CollectorProcess, record_request, write_config
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 MALFORMED = b"\x0a\xff\xff\xff\xff\x0f"  # a length-delimited field that claims more bytes than there are

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from controlkit import ADMIN, BIN, REPO, agent_env, flight_manifest, run_agent
 
-from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_otel import identity
 

@@ -93,7 +93,7 @@ def test_authorize_refuses_a_token_asking_for_another_agent(tmp_path, org):
 def test_require_manifests_refuses_an_agent_without_one(tmp_path, org):
     from controlkit import ADMIN
 
-    from agentreplay_collector.testing import CollectorProcess, write_config
+    from agentreplay_dev.collector import CollectorProcess, write_config
 
     config = write_config(
         tmp_path / "strict.yaml",

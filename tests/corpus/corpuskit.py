@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_dev.llm_server import LLMServer, Script
 from agentreplay_dev.scenario import BIN
 from agentreplay_otel import identity, semconv

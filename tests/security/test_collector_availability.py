@@ -25,7 +25,7 @@ import grpc
 import pytest
 from opentelemetry import trace
 
-from agentreplay_collector.testing import (
+from agentreplay_dev.collector import (
     CollectorProcess,
     IssuedAgent,
     SpanForge,

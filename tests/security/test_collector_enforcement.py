@@ -20,7 +20,7 @@ import grpc
 import pytest
 from opentelemetry.trace import Status, StatusCode
 
-from agentreplay_collector.testing import (
+from agentreplay_dev.collector import (
     CollectorProcess,
     IssuedAgent,
     SpanForge,

@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 import pytest
 
-from agentreplay_collector.testing import (
+from agentreplay_dev.collector import (
     CollectorProcess,
     IssuedAgent,
     SpanForge,

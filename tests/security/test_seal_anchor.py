@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 from securitykit import BIN, HERE, LEDGER_AGENT, Org, launch
 
-from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_otel import semconv
 
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from securitykit import DEAD, LEDGER_AGENT, MANIFEST, Org, launch
 
-from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_otel import identity, semconv
 
 REFUSAL = "agentreplay: the agent does not start: "

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from agentreplay_collector.testing import CollectorProcess, write_config
+from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_otel import identity, semconv
 
