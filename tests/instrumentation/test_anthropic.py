@@ -81,6 +81,7 @@ def test_messages_create_records_a_chat_span(telemetry, server):
     assert json.loads(a[semconv.RESPONSE]) == message.model_dump(mode="json", exclude_unset=True)
     assert anthropic.types.Message.model_validate_json(a[semconv.RESPONSE]) == message
     assert span.parent.span_id == telemetry.run_span("booker").context.span_id
+    assert attrs(telemetry.run_span("booker"))[semconv.GEN_AI_PROVIDER_NAME] == "anthropic"
 
 
 def test_messages_create_records_tool_use_and_tool_results(telemetry, serve):

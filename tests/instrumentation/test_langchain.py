@@ -219,6 +219,21 @@ def test_agentreplay_tool_under_a_langchain_tool_is_one_span_with_the_decorators
     assert span.attributes[semconv.GEN_AI_TOOL_CALL_ID] == "c7"
     assert span.attributes[semconv.TOOL_SIDE_EFFECT] is True
     assert span.attributes[semconv.COST_USD] == 129.0
+    assert span.attributes[semconv.GEN_AI_TOOL_TYPE] == "function"
+    assert span.attributes[semconv.GEN_AI_TOOL_DESCRIPTION] == (  # the first line of the inner docstring
+        "Book a flight (the decorator's options: a side effect with a cost).")
+
+
+def test_tool_spans_carry_the_langchain_tools_type_and_description(lc):
+    calls = [tool_call("search_flights", {"destination": "Lisbon", "day": "Friday"}, "c1"),
+             tool_call("weather", {"city": "Oslo"}, "c2"), tool_call("wire_money", {"amount": 10}, "c3")]
+    with agentreplay_otel.run("agent"):
+        tools_graph(search_flights, WeatherTool(), wire_money).invoke({"messages": [AIMessage("", tool_calls=calls)]})
+    spans = {s.attributes[semconv.GEN_AI_TOOL_NAME]: s.attributes for s in tool_spans(lc)}
+    assert {name: a[semconv.GEN_AI_TOOL_TYPE] for name, a in spans.items()} == dict.fromkeys(spans, "function")
+    assert {name: a[semconv.GEN_AI_TOOL_DESCRIPTION] for name, a in spans.items()} == {  # BaseTool.description
+        "search_flights": search_flights.description, "weather": "The weather in a city.",
+        "wire_money": "A plain function, as ToolNode takes them."}
 
 
 def test_content_and_artifact_tool_records_both(lc):

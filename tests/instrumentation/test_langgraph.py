@@ -51,11 +51,16 @@ class State(TypedDict):
 
 @agentreplay_otel.tool
 def lookup(x: int) -> int:
+    """Look x up.
+
+    Its description is the first line of this docstring.
+    """
     return x * 10
 
 
 @agentreplay_otel.tool
 async def alookup(x: int) -> int:
+    """Look x up."""
     await asyncio.sleep(0)
     return x * 10
 
@@ -154,7 +159,10 @@ def assert_booking_tree(tree: Tree, *, branch: str, tool: str = "lookup") -> Non
     a, other = tree.one("graph_node a"), tree.one(f"graph_node {branch}")
     assert tree.parent(graph) is run
     assert tree.parent(a) is graph and tree.parent(other) is graph
-    assert tree.parent(tree.one(f"execute_tool {tool}")) is a
+    tool_span = tree.one(f"execute_tool {tool}")
+    assert tree.parent(tool_span) is a
+    assert tool_span.attributes[semconv.GEN_AI_TOOL_TYPE] == "function"
+    assert tool_span.attributes[semconv.GEN_AI_TOOL_DESCRIPTION] == "Look x up."
     assert tree.parent(tree.one("plain work")) is a
     assert len({s.context.trace_id for s in tree.spans}) == 1
     assert graph.attributes[semconv.GEN_AI_OPERATION_NAME] == semconv.OP_INVOKE_WORKFLOW

@@ -13,6 +13,10 @@ import pydantic
 import pytest
 import wrapt
 from opentelemetry import context as otel_context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
 import agentreplay_otel
@@ -585,6 +589,45 @@ async def test_async_chat_completions_create_concurrent_runs_keep_steps_and_chai
         assert all(s.parent.span_id == run.context.span_id for s in mine if s is not run)
         report = verify(mine, keys=telemetry.recorder.keys, require_seal=True)
         assert report.intact and report.sealed, report
+
+
+def test_chat_completions_create_gives_its_run_the_provider_and_the_agent(telemetry, server):
+    """invoke_agent's gen_ai.provider.name is its first LLM call's; the agent is the resource's."""
+    with agentreplay_otel.run("idle"):
+        pass
+    with agentreplay_otel.run("booker"):
+        client(server).chat.completions.create(model=MODEL, messages=MESSAGES)
+        client(server).chat.completions.create(model=MODEL, messages=MESSAGES)
+
+    booker = telemetry.run_span("booker")
+    run = attrs(booker)
+    assert run[semconv.GEN_AI_PROVIDER_NAME] == "openai"
+    assert run[semconv.GEN_AI_AGENT_ID] == "agent-test"  # the test resource's agentreplay.agent.id
+    assert semconv.GEN_AI_AGENT_VERSION not in run  # it has no version
+    assert semconv.GEN_AI_PROVIDER_NAME not in attrs(telemetry.run_span("idle"))  # it called no model
+    mine = [s for s in telemetry.spans() if s.context.trace_id == booker.context.trace_id]
+    assert verify(mine, keys=telemetry.recorder.keys, require_seal=True).intact  # set before it was hashed
+
+
+def test_chat_completions_create_in_a_run_on_another_provider_names_the_agent_and_its_version(telemetry, server):
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({semconv.AGENT_ID: "booker-7", semconv.AGENT_VERSION: "2.1"}))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    with agentreplay_otel.run("booker", tracer_provider=provider):
+        client(server).chat.completions.create(model=MODEL, messages=MESSAGES)
+
+    (run,) = exporter.get_finished_spans()
+    assert {k: v for k, v in attrs(run).items() if k.startswith("gen_ai.")} == {
+        semconv.GEN_AI_OPERATION_NAME: "invoke_agent", semconv.GEN_AI_AGENT_NAME: "booker",
+        semconv.GEN_AI_AGENT_ID: "booker-7", semconv.GEN_AI_AGENT_VERSION: "2.1", semconv.GEN_AI_PROVIDER_NAME: "openai"}
+
+
+def test_chat_completions_create_in_the_agents_own_span_leaves_that_span_alone(telemetry, server):
+    with telemetry.provider.get_tracer("agent").start_as_current_span("handle request"):
+        client(server).chat.completions.create(model=MODEL, messages=MESSAGES)
+
+    own = next(s for s in telemetry.spans() if s.name == "handle request")
+    assert semconv.GEN_AI_PROVIDER_NAME not in attrs(own)  # not a run span of ours
 
 
 def test_chat_completions_create_outside_a_run_opens_the_auto_run(telemetry, server):

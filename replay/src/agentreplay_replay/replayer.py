@@ -101,6 +101,10 @@ def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Rec
             f"run {run_id} does not verify: {report.problem}{where}: {report.detail}. "
             "Refusing to replay a tampered recording; --allow-unverified replays it anyway."
         )
+    root = next((s for s in spans if s.is_root), None)
+    unreplayable = root.attributes.get(semconv.RUN_NOT_REPLAYABLE) if root is not None else None
+    if unreplayable:  # the recorder said so when the run began (content capture was off)
+        raise ReplayError(f"run {run_id} cannot be replayed: {unreplayable}")
     recording = recording_from_spans(spans)
     return recording, report, recorded_end(spans, recording)
 
