@@ -88,10 +88,13 @@ class CollectorClient:
         since_ns: int | None = None,
         until_ns: int | None = None,
         limit: int = 100,
+        after: tuple[int, str] | None = None,
     ) -> list[RunSummary]:
+        cursor = f"{after[0]}:{after[1]}" if after is not None else None
         doc = self._get(
             "/v1/runs",
-            {"agent": agent, "status": status, "since": since_ns, "until": until_ns, "limit": limit},
+            {"agent": agent, "status": status, "since": since_ns, "until": until_ns, "limit": limit,
+             "after": cursor},
         )
         return [RunSummary.from_json(r) for r in doc["runs"]]
 

@@ -1,8 +1,9 @@
 """The read API on the control endpoint (default 127.0.0.1:4320), JSON over HTTP.
 
     GET /v1/health                      {"status": "ok"}
-    GET /v1/runs?agent=&status=&since=&until=&limit=
-                                        {"runs": [RunSummary...]}  newest first
+    GET /v1/runs?agent=&status=&since=&until=&limit=&after=
+                                        {"runs": [RunSummary...], "next"}  newest first; a full
+                                        page's "next" is the ``after`` of the page that follows
     GET /v1/runs/{run_id}               RunSummary                 404 if unknown
     GET /v1/runs/{run_id}/spans         {"run_id", "spans": [SpanRecord...]}
     GET /v1/runs/{run_id}/chain         ChainStatus                404 if unknown
@@ -38,7 +39,7 @@ from starlette.routing import Route
 
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.errors import RequestError, StoreUnavailable
-from agentreplay_collector.models import StoredClassification, span_to_json
+from agentreplay_collector.models import RunSummary, StoredClassification, span_to_json
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import public_key_bytes
@@ -67,6 +68,20 @@ def parse_time_ns(value: str | None, name: str) -> int | None:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=dt.UTC)
     return int(parsed.timestamp()) * 1_000_000_000 + parsed.microsecond * 1000
+
+
+def run_cursor(run: RunSummary) -> str:
+    """Where a page of runs ends, as ``after`` takes it: ``START_NS:RUN_ID``."""
+    return f"{run.start_ns}:{run.run_id}"
+
+
+def parse_cursor(value: str | None) -> tuple[int, str] | None:
+    if not value:
+        return None
+    start, _, rid = value.partition(":")
+    if not start.isdigit() or not _RUN_ID.fullmatch(rid.lower()):
+        raise BadQuery("after must be START_NS:RUN_ID, as a page's next gives it")
+    return int(start), rid.lower()
 
 
 def build_app(
@@ -143,8 +158,11 @@ def build_app(
             since_ns=parse_time_ns(q.get("since"), "since"),
             until_ns=parse_time_ns(q.get("until"), "until"),
             limit=int(limit_raw),
+            after=parse_cursor(q.get("after")),
         )
-        return JSONResponse({"runs": [r.to_json() for r in found]})
+        page_full = bool(found) and len(found) == int(limit_raw)
+        next_page = run_cursor(found[-1]) if page_full else None
+        return JSONResponse({"runs": [r.to_json() for r in found], "next": next_page})
 
     async def run(request: Request) -> JSONResponse:
         found = await call("get_run", await readable_run(request))

@@ -71,6 +71,7 @@ class RunReader(Protocol):
         since_ns: int | None = None,
         until_ns: int | None = None,
         limit: int = 100,
+        after: tuple[int, str] | None = None,
     ) -> list[RunSummary]: ...
 
     def get_run(self, run_id: str) -> RunSummary | None: ...
@@ -304,8 +305,13 @@ class Store:
         since_ns: int | None = None,
         until_ns: int | None = None,
         limit: int = 100,
+        after: tuple[int, str] | None = None,
     ) -> list[RunSummary]:
-        """Newest first. ``status`` is a chain status (intact, broken, ...) or a span status (Ok, Error)."""
+        """Newest first. ``status`` is a chain status (intact, broken, ...) or a span status (Ok, Error).
+
+        ``after`` pages: the ``(start_ns, run_id)`` of the previous page's last run; the runs that
+        sort after it (older, or as old with a greater id) follow. A run arriving meanwhile is newer
+        and does not shift the pages."""
         where: list[str] = ["1"]
         params: dict[str, Any] = {"limit": max(0, int(limit))}
         if agent:
@@ -321,6 +327,12 @@ class Store:
         if until_ns is not None:
             where.append("Start < fromUnixTimestamp64Nano({until:Int64})")
             params["until"] = int(until_ns)
+        if after is not None:
+            where.append(
+                "(Start < fromUnixTimestamp64Nano({after_start:Int64})"
+                " OR (Start = fromUnixTimestamp64Nano({after_start:Int64}) AND RunId > {after_run:String}))"
+            )
+            params["after_start"], params["after_run"] = int(after[0]), after[1]
         sql = (
             f"SELECT {_run_columns(self.database)} FROM {self.database}.{schema.RUNS} FINAL WHERE {' AND '.join(where)}"
             " ORDER BY Start DESC, RunId LIMIT {limit:UInt32}"

@@ -18,7 +18,7 @@ from typing import Any
 
 from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import StoredClassification
+from agentreplay_collector.models import RunSummary, StoredClassification
 from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
 from agentreplay_replay.cli._common import CLIError
 
@@ -119,12 +119,33 @@ def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
         opened.close()
 
 
+PAGE_SIZE = 1000
+"""Runs asked for at a time: the read API answers at most 10,000 a request."""
+
+
+def every_run(source: RunReader, *, page_size: int = PAGE_SIZE) -> Iterator[RunSummary]:
+    """Every stored run, newest first, each once, a page at a time: each page starts after the
+    previous page's last run, so runs recorded meanwhile (newer) move no page; a run whose row
+    changed between two pages is not given twice."""
+    seen: set[str] = set()
+    after: tuple[int, str] | None = None
+    while True:
+        page = source.list_runs(limit=page_size, after=after)
+        for run in page:
+            if run.run_id not in seen:
+                seen.add(run.run_id)
+                yield run
+        if len(page) < page_size:
+            return
+        after = (page[-1].start_ns, page[-1].run_id)
+
+
 def resolve_run(source: RunReader, run_id: str) -> str:
     """A full run id, from a full id or a unique prefix of one (like git's short hashes)."""
     run_id = run_id.strip().lower()
     if len(run_id) == 32:
         return run_id
-    matches = [r.run_id for r in source.list_runs(limit=10_000) if r.run_id.startswith(run_id)]
+    matches = [r.run_id for r in every_run(source) if r.run_id.startswith(run_id)]
     if len(matches) == 1:
         return matches[0]
     if not matches:

@@ -13,7 +13,7 @@ from agentreplay_otel.core import ChainReport, IdentityError, load_public_key, s
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli import _analyze as analysis
 from agentreplay_replay.cli import _render as render
-from agentreplay_replay.cli._client import reader, resolve_run
+from agentreplay_replay.cli._client import PAGE_SIZE, every_run, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -110,6 +110,8 @@ def verify(
     json_: JsonOpt = False,
     store: StoreOpt = None,
     collector: CollectorOpt = None,
+    page_size: Annotated[int, typer.Option(min=1, max=10_000, hidden=True,
+                                           help="Runs listed per request with --all.")] = PAGE_SIZE,
 ) -> None:
     """Recompute runs' hash chains from the stored rows and check their seals.
 
@@ -141,7 +143,8 @@ def verify(
     reports: list[ChainReport] = []
     with reader(store, collector) as source:
         certificates = functools.lru_cache(maxsize=None)(source.get_agent_certificate)
-        ids = [r.run_id for r in source.list_runs(limit=1_000_000)] if all_ else [resolve_run(source, run_id or "")]
+        ids = ([r.run_id for r in every_run(source, page_size=page_size)] if all_
+               else [resolve_run(source, run_id or "")])
         for rid in ids:
             spans = source.get_run_spans(rid)
             if not spans and not all_:
