@@ -12,6 +12,14 @@ proves nothing to a reader of the store: the seal does, if its key is one the or
 for. Given the org public key (from the verifier's side, never from the store), a seal
 counts only against the key of the org's certificate for its key id: the agent's identity
 token, which the org key signed and which names the agent and its public key.
+
+A trace may hold spans of services that are not AgentReplay agents (a downstream HTTP
+service, through ordinary context propagation). :func:`partition_chain` decides which spans
+are the chain's: a span is *of the chain* when anything about it says it is a recorder's
+(an ``agentreplay.chain.*`` or ``agentreplay.identity.kid`` attribute, or an
+``agentreplay.agent.id`` on its resource), and it must then link into the chain or the run is
+forged; every other span is *attached*: kept and shown, outside the chain, the seal and the
+replay, and proving nothing.
 """
 
 from __future__ import annotations
@@ -65,6 +73,7 @@ class ChainReport:
     span_name: str | None = None
     detail: str = ""
     unsealed_spans: int = 0  # spans that ended after the run span, outside the seal
+    attached_spans: int = 0  # spans of other services in the trace: outside the chain, not verified
 
     @property
     def intact(self) -> bool:
@@ -83,6 +92,28 @@ CertificateLookup = Mapping[str, str] | Callable[[str], str | None]
 token): a mapping, or a function. Where it comes from does not matter; the org key decides."""
 
 
+def claims_chain(attributes: Mapping[str, str], resource: Mapping[str, str]) -> bool:
+    """Whether a span says it is an AgentReplay recorder's, and so must link into its run's chain.
+
+    It does if it carries any chain attribute (``agentreplay.chain.*``, ``agentreplay.identity.kid``)
+    or its resource names an agent (``agentreplay.agent.id``, on every span a recorder exports).
+    Whatever says neither is another service's span: attached to the trace, outside the chain.
+    """
+    if semconv.AGENT_ID in resource:
+        return True
+    return any(k.startswith(semconv.CHAIN_PREFIX) or k in semconv.CHAIN_ATTRIBUTES for k in attributes)
+
+
+def partition_chain(records: Iterable[SpanRecord]) -> tuple[list[SpanRecord], list[SpanRecord]]:
+    """A trace's spans split into the chain's (:func:`claims_chain`) and the attached ones, each in
+    the order given."""
+    chain: list[SpanRecord] = []
+    attached: list[SpanRecord] = []
+    for r in records:
+        (chain if claims_chain(r.attributes, r.resource) else attached).append(r)
+    return chain, attached
+
+
 def verify(
     records: Iterable[SpanRecord],
     *,
@@ -98,16 +129,19 @@ def verify(
     is the one the org certified for that kid, for the run's agent; a certificate that does
     not verify against ``org_key``, or names another key or agent, is a bad seal. With
     ``require_seal``, an unsealed or unverifiable run fails.
+
+    Spans of other services (attached, see :func:`partition_chain`) are counted in
+    ``attached_spans`` and otherwise left out: they neither break nor prove anything.
     """
     if org_key is not None and keys is not None:
         raise ValueError("verify() takes keys the caller vouches for, or org_key with certificates; not both")
     spans = list(records)
     if len({r.trace_id for r in spans}) > 1:
         raise ValueError("verify() takes the spans of one run (one trace id)")
-    spans = _dedupe(spans)
     run_id = spans[0].trace_id if spans else ""
+    chain, attached = partition_chain(_dedupe(spans))
     anchor = _Anchor(keys=keys, org_key=org_key, certificates=certificates)
-    return _Verifier(run_id, spans, anchor, require_seal).run()
+    return _Verifier(run_id, chain, attached, anchor, require_seal).run()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -171,9 +205,11 @@ def _dedupe(records: list[SpanRecord]) -> list[SpanRecord]:
 
 
 class _Verifier:
-    def __init__(self, run_id: str, records: list[SpanRecord], anchor: _Anchor, require_seal: bool):
+    def __init__(self, run_id: str, records: list[SpanRecord], attached: list[SpanRecord], anchor: _Anchor,
+                 require_seal: bool):
         self.run_id = run_id
         self.records = records
+        self.attached = attached
         self.anchor = anchor
         self.require_seal = require_seal
 
@@ -188,10 +224,17 @@ class _Verifier:
             span_id=record.span_id if record else None,
             span_name=record.name if record else None,
             detail=detail,
+            attached_spans=len(self.attached),
         )
 
     def run(self) -> ChainReport:
         if not self.records:
+            if self.attached:
+                return self.fail(
+                    ChainProblem.TRUNCATED, None,
+                    f"no span carries a chain link ({len(self.attached)} span(s) of other services):"
+                    " not a run, or its chain is gone", seq=0,
+                )
             return self.fail(ChainProblem.TRUNCATED, None, "no spans: the run is empty", seq=0)
         by_seq: dict[int, SpanRecord] = {}
         for r in self.records:
@@ -203,6 +246,14 @@ class _Verifier:
             if seq in by_seq:
                 return self.fail(ChainProblem.FORGED, r, f"two spans claim seq {seq}")
             by_seq[seq] = r
+        chain_ids = {r.span_id: _seq(r) for r in self.records}
+        for r in self.attached:
+            if r.span_id in chain_ids:
+                return self.fail(
+                    ChainProblem.FORGED, r,
+                    f"a span outside the chain ({r.name!r}) reuses the id of the chain's seq {chain_ids[r.span_id]}",
+                    seq=chain_ids[r.span_id],
+                )
         hash_owner = {r.attributes[semconv.CHAIN_HASH]: _seq(r) for r in self.records}
         ordered = [by_seq[s] for s in sorted(by_seq)]
         expected_prev = GENESIS_HASH
@@ -273,7 +324,8 @@ class _Verifier:
                 why = f"{unsealed} span(s) ended after the seal"
             return self.fail(ChainProblem.MISSING_SEAL, root, why, seal=status)
         return ChainReport(
-            run_id=self.run_id, span_count=len(ordered), seal=status, unsealed_spans=unsealed
+            run_id=self.run_id, span_count=len(ordered), seal=status, unsealed_spans=unsealed,
+            attached_spans=len(self.attached),
         )
 
 

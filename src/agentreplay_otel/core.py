@@ -24,7 +24,16 @@ from agentreplay_otel.canonical import (
     status_name,
     stored_string,
 )
-from agentreplay_otel.chainverify import ChainProblem, ChainReport, KeyLookup, SealStatus, link_hash, verify
+from agentreplay_otel.chainverify import (
+    ChainProblem,
+    ChainReport,
+    KeyLookup,
+    SealStatus,
+    claims_chain,
+    link_hash,
+    partition_chain,
+    verify,
+)
 from agentreplay_otel.errors import (
     AgentReplayError,
     ConfigurationError,
@@ -103,7 +112,9 @@ __all__ = [
     "ChainReport",
     "KeyLookup",
     "SealStatus",
+    "claims_chain",
     "link_hash",
+    "partition_chain",
     "verify",
     # identity: keys, identity tokens, signed manifests
     "AgentIdentity",

@@ -3,6 +3,9 @@
 Built from a run's stored spans (:func:`recording_from_spans`), written to a JSON bundle
 by the CLI, and read back by the SDK in the agent's process (:func:`load_recording`).
 Each LLM step is matched by position and by a fingerprint of its canonical request.
+Only the chain's spans make steps: spans of other services in the trace (attached, see
+:func:`~agentreplay_otel.chainverify.partition_chain`) are not the agent's calls, whatever
+attributes they carry.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 
 from agentreplay_otel import codec, semconv
 from agentreplay_otel.canonical import SpanRecord
+from agentreplay_otel.chainverify import partition_chain
 
 KIND_LLM = "llm"
 KIND_TOOL = "tool"
@@ -110,7 +114,7 @@ def step_from_span(span: SpanRecord) -> RecordedStep | None:
 
 
 def recording_from_spans(spans: Iterable[SpanRecord]) -> Recording:
-    spans = list(spans)
+    spans, _attached = partition_chain(spans)
     roots = [s for s in spans if s.is_root]
     root = roots[0] if roots else None
     steps = sorted((s for s in map(step_from_span, spans) if s is not None), key=lambda s: s.step)
