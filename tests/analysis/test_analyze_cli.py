@@ -6,6 +6,7 @@ a chain that does not verify."""
 from __future__ import annotations
 
 import json
+import shlex
 import socket
 import subprocess
 import sys
@@ -15,6 +16,7 @@ import pytest
 
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply
 from agentreplay_dev.scenario import BIN, flight_world
+from agentreplay_otel import semconv
 
 AGENTS = Path(__file__).parent / "agents"
 
@@ -59,6 +61,23 @@ def test_the_misbooking_is_fm_1_1_with_the_booking_step_to_blame(world):
     assert text.returncode == 1
     assert "FAILED" in text.stdout and "FM-1.1 disobey task specification" in text.stdout
     assert f"agentreplay fork {world.run_id} --at 3 --system" in text.stdout  # on one line, to copy
+
+
+def test_the_proposed_fork_command_run_as_printed_books_friday(world):
+    verdict = json.loads(cli(world, "analyze", world.run_id, "--json").stdout)["verdicts"][0]
+    argv = shlex.split(verdict["fork_command"])
+    assert argv[:5] == ["agentreplay", "fork", world.run_id, "--at", "3"]
+    bookings = world.bookings()
+    done = subprocess.run([str(BIN / "agentreplay"), *argv[1:]], env=world.env, capture_output=True, text=True,
+                          timeout=180, cwd=world.root)  # the collector from $AGENTREPLAY_COLLECTOR, as a user's shell
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert world.bookings() == bookings  # sandboxed
+    with world.collector.client() as client:
+        [fork] = [r for r in client.list_runs(limit=50) if r.run_kind == "fork" and r.replay_of == world.run_id][:1]
+        spans = client.get_run_spans(fork.run_id)
+    booking = next(s for s in spans if s.name == "execute_tool book_flight")
+    assert json.loads(booking.attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"flight": "TP123", "day": "Friday"}
+    assert json.loads(cli(world, "analyze", fork.run_id, "--json").stdout)["verdicts"][0]["verdict"] == "ok"
 
 
 def test_runs_and_show_display_the_stored_verdict(world):

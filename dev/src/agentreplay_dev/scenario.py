@@ -61,9 +61,17 @@ def airline_model(request: Request) -> ScriptedReply:
             ToolCallSpec("search_flights", {"destination": "Lisbon", "day": "Friday"}),
             ToolCallSpec("search_flights", {"destination": "Lisbon", "day": "Saturday"}),
         ])
-    if FIX in request.prompt_text:
+    if _told_to_keep_the_day(request):
         return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": "TP123", "day": "Friday"})])
     return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": "TP125", "day": "Saturday"})])
+
+
+def _told_to_keep_the_day(request: Request) -> bool:
+    """Whether the instructions say to keep to what the customer asked for: :data:`FIX`, or the fix
+    ``agentreplay analyze`` proposes ("Keep to what the user asked for (Friday): ...")."""
+    system = " ".join(str(m.get("content") or "") for m in request.body.get("messages", []) or []
+                      if isinstance(m, dict) and m.get("role") == "system")
+    return FIX in request.prompt_text or "asked for" in system
 
 
 def _bookings(request: Request) -> list[dict]:

@@ -117,7 +117,11 @@ def analyze(
         print_json({"run_id": full, "verdicts": [v.to_json() for v in verdicts],
                     "agreement": agreed.to_json() if agreed else None, "stored": stored, "store_error": store_error})
     else:
-        out.print(_render(full, verdicts, agreed))
+        for part in _render(full, verdicts, agreed):
+            if isinstance(part, ForkCommand):  # whole, on one line, to copy: never wrapped or cut
+                out.print(str(part), style="green", soft_wrap=True, markup=False, highlight=False)
+            else:
+                out.print(part)
         if store_error:
             err.print(f"[yellow]not stored: {store_error}")
     for failed in (v for v in verdicts if v.outcome is Outcome.JUDGE_ERROR):
@@ -262,13 +266,17 @@ def blamed(verdicts: Sequence[StoredClassification]) -> tuple[str, str] | None:
 
 
 # --- rendering ------------------------------------------------------------------------------------
-def _render(run_id: str, verdicts: Sequence[Verdict], agreed: Agreement | None) -> Group:
+class ForkCommand(str):
+    """A fork command among the rendered parts: printed whole, whatever the terminal's width."""
+
+
+def _render(run_id: str, verdicts: Sequence[Verdict], agreed: Agreement | None) -> list[Any]:
     parts: list[Any] = []
     for verdict in verdicts:
         parts += _verdict_parts(run_id, verdict)
     if agreed is not None:
         parts.append(_agreement_table(agreed))
-    return Group(*parts)
+    return parts
 
 
 def _verdict_parts(run_id: str, v: Verdict) -> list[Any]:
@@ -300,7 +308,7 @@ def _verdict_parts(run_id: str, v: Verdict) -> list[Any]:
         parts.append(Text(f"context cut: {v.context_cut}", style="yellow"))
     command = v.fork_command()
     if command:
-        parts += [Text("fix, to try:", style="bold"), Text(command, style="green", no_wrap=True, overflow="ignore")]
+        parts += [Text("fix, to try:", style="bold"), ForkCommand(command)]
     for note in v.notes:
         parts.append(Text(note, style="dim"))
     parts.append(Text(""))
