@@ -10,6 +10,12 @@ from the store, which holds every acknowledged span. Verdicts go to the ``runs``
 a new run gets a ``pending`` row before its first spans are acknowledged, so a restart
 finds and finishes every run whose spans are stored.
 
+Spans of other services in a run's trace (a downstream service's, through context
+propagation) are not the chain's (:func:`~agentreplay_otel.core.partition_chain`): the receiver
+hands over only spans that claim a chain, and a run verified from the store leaves the others
+out, so both ways reach the verdict ``agentreplay verify`` does. A trace in which no span claims
+a chain is not a run: it gets no row here.
+
 Only that ``pending`` row is on the acknowledgement path; verification runs on the
 processor's own thread.
 
@@ -38,7 +44,7 @@ from agentreplay_collector.config import ChainConfig
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.store import Store
-from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, semconv, verify
+from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, partition_chain, semconv, verify
 
 _log = logging.getLogger(__name__)
 _TICK_S = 0.1
@@ -286,6 +292,9 @@ class ChainProcessor:
 
     @staticmethod
     def _summary(run_id: str, records: list[SpanRecord], report: ChainReport | None) -> RunSummary:
+        """The run's row, from its chain's spans: spans of other services in its trace (attached)
+        name no agent, cost nothing and are not counted (verify counts them apart)."""
+        records, _attached = partition_chain(records)
         roots = [r for r in records if r.is_root]
         root = roots[-1] if roots else None
         first = root or (records[0] if records else None)

@@ -2,8 +2,8 @@
 
 One pass over the request fills flat Python lists, one per column (map columns as flat
 key and value lists plus offsets), which Arrow turns into arrays in bulk: no per-span
-dict is built for the store. Spans that belong to an AgentReplay run (the resource names
-an agent, or the span carries a chain link) are also reduced to a
+dict is built for the store. Spans that claim an AgentReplay run's chain
+(:func:`~agentreplay_otel.core.claims_chain`) are also reduced to a
 :class:`~agentreplay_otel.canonical.SpanRecord` for the chain processor, with every
 attribute value converted exactly as :func:`~agentreplay_otel.canonical.stored_string`
 does, so the hash computed here equals the recorder's.
@@ -24,7 +24,15 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from agentreplay_collector.errors import MalformedRequest
 from agentreplay_collector.models import RunArrival
-from agentreplay_otel.core import EventRecord, SpanRecord, kind_name, semconv, status_name, stored_string
+from agentreplay_otel.core import (
+    EventRecord,
+    SpanRecord,
+    claims_chain,
+    kind_name,
+    semconv,
+    status_name,
+    stored_string,
+)
 
 # OTLP's SpanKind counts from UNSPECIFIED=0; the SDK's (and kind_name's) from INTERNAL=0.
 _OTLP_KINDS = ("Unspecified", *(kind_name(i) for i in range(5)))
@@ -268,7 +276,7 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
 
                 event_records = ev.add_events(sp.events)
                 ln.add_links(sp.links)
-                if agent is not None or semconv.CHAIN_SEQ in attrs:
+                if claims_chain(attrs, resource):
                     records.append(
                         SpanRecord(
                             trace_id=tid,
