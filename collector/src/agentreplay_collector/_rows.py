@@ -23,6 +23,7 @@ from agentreplay_collector.models import (
     RunSummary,
     StoredClassification,
     StoredManifest,
+    TraceSummary,
     TrustScore,
 )
 from agentreplay_otel.core import EventRecord, SpanRecord, public_key_bytes
@@ -224,6 +225,21 @@ def run_from_row(r: Sequence[Any]) -> RunSummary:
         classification=classification,
         manifest_sha256=manifest,
         replay_of=replay_of,
+    )
+
+
+TRACE_SPAN_COLUMNS = (
+    "TraceId, argMinIf(SpanName, Timestamp, ParentSpanId = ''), arraySort(groupUniqArray(ServiceName)),"
+    " uniqExact(SpanId), max(StatusCode = 'Error'), argMinIf(StatusCode, Timestamp, ParentSpanId = '')"
+)
+"""What a trace's spans say of it, per trace (``GROUP BY TraceId``): see :func:`trace_from_row`."""
+
+
+def trace_from_row(r: Sequence[Any], start_ns: int, end_ns: int) -> TraceSummary:
+    trace_id, name, services, count, failed, root_status = r
+    return TraceSummary(
+        trace_id=trace_id, name=name or "", services=tuple(services), start_ns=start_ns, end_ns=end_ns,
+        span_count=int(count), status_code="Error" if failed else (root_status or "Unset"),
     )
 
 

@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.config import ControlConfig
 from agentreplay_collector.errors import StoreError, StoreUnavailable
-from agentreplay_collector.models import ChainStatus, RunSummary, span_from_json
+from agentreplay_collector.models import ChainStatus, RunSummary, TraceSummary, span_from_json
 from agentreplay_otel.core import SpanRecord, semconv
 
 DEFAULT_COLLECTOR = f"http://{ControlConfig().endpoint}"
@@ -109,6 +109,17 @@ class CollectorClient:
     def get_chain_status(self, run_id: str) -> ChainStatus | None:
         doc = self._get(f"/v1/runs/{urllib.parse.quote(run_id)}/chain", missing_ok=True)
         return None if doc is None else ChainStatus.from_json(doc)
+
+    def list_traces(
+        self,
+        *,
+        prefix: str = "",
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        limit: int = 100,
+    ) -> list[TraceSummary]:
+        doc = self._get("/v1/traces", {"prefix": prefix or None, "since": since_ns, "until": until_ns, "limit": limit})
+        return [TraceSummary.from_json(t) for t in doc["traces"]]
 
     def get_agent_key(self, kid: str) -> Ed25519PublicKey | None:
         doc = self._get(f"/v1/keys/{urllib.parse.quote(kid)}", missing_ok=True)

@@ -216,6 +216,47 @@ class RunSummary:
         )
 
 
+@dataclass(frozen=True, kw_only=True)
+class TraceSummary:
+    """A stored trace that is not a run: no span of it claims an AgentReplay chain (services that
+    are not AgentReplay agents, sending plain OpenTelemetry). Listed by ``agentreplay runs --all``."""
+
+    trace_id: str
+    name: str  # the root span's name; "" when the root span is not stored
+    services: tuple[str, ...]  # every service.name with spans in it, sorted
+    start_ns: int
+    end_ns: int
+    span_count: int
+    status_code: str  # "Error" if a span failed, else the root span's status
+
+    @property
+    def duration_ns(self) -> int:
+        return max(0, self.end_ns - self.start_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "trace_id": self.trace_id,
+            "name": self.name,
+            "services": list(self.services),
+            "start_ns": str(self.start_ns),
+            "end_ns": str(self.end_ns),
+            "span_count": self.span_count,
+            "status_code": self.status_code,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TraceSummary:
+        return cls(
+            trace_id=doc["trace_id"],
+            name=doc.get("name", ""),
+            services=tuple(doc.get("services", ())),
+            start_ns=int(doc["start_ns"]),
+            end_ns=int(doc["end_ns"]),
+            span_count=int(doc["span_count"]),
+            status_code=doc.get("status_code", "Unset"),
+        )
+
+
 def span_to_json(record: SpanRecord) -> dict[str, Any]:
     return {
         "trace_id": record.trace_id,

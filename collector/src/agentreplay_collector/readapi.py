@@ -7,6 +7,9 @@
     GET /v1/runs/{run_id}               RunSummary                 404 if unknown
     GET /v1/runs/{run_id}/spans         {"run_id", "spans": [SpanRecord...]}
     GET /v1/runs/{run_id}/chain         ChainStatus                404 if unknown
+    GET /v1/traces?prefix=&since=&until=&limit=
+                                        {"traces": [TraceSummary...]}  traces that are not runs, newest first;
+                                        admin token only (their spans: /v1/runs/{trace_id}/spans)
     GET /v1/keys/{kid}                  {"kid", "public_key"}      base64 raw Ed25519
     GET /v1/stats                       the pipeline's counters
     GET /v1/runs/{run_id}/classifications  {"run_id", "classifications": [...]}  every verdict, newest first
@@ -164,6 +167,26 @@ def build_app(
         next_page = run_cursor(found[-1]) if page_full else None
         return JSONResponse({"runs": [r.to_json() for r in found], "next": next_page})
 
+    async def traces(request: Request) -> JSONResponse:
+        q = request.query_params
+        limit_raw = q.get("limit", "100")
+        if not limit_raw.isdigit() or int(limit_raw) > MAX_LIMIT:
+            raise BadQuery(f"limit must be an integer from 0 to {MAX_LIMIT}")
+        prefix = q.get("prefix", "").lower()
+        if len(prefix) > 32 or not all(c in "0123456789abcdef" for c in prefix):
+            raise BadQuery("prefix: up to 32 hex digits of a trace id")
+        if not caller(request).operator:
+            return JSONResponse({"error": "traces that are not runs belong to no agent: the admin token reads them"},
+                                status_code=403)
+        found = await call(
+            "list_traces",
+            prefix=prefix,
+            since_ns=parse_time_ns(q.get("since"), "since"),
+            until_ns=parse_time_ns(q.get("until"), "until"),
+            limit=int(limit_raw),
+        )
+        return JSONResponse({"traces": [t.to_json() for t in found]})
+
     async def run(request: Request) -> JSONResponse:
         found = await call("get_run", await readable_run(request))
         if found is None:
@@ -224,6 +247,7 @@ def build_app(
         Route("/v1/runs/{run_id}", guarded(run)),
         Route("/v1/runs/{run_id}/spans", guarded(spans)),
         Route("/v1/runs/{run_id}/chain", guarded(chain)),
+        Route("/v1/traces", guarded(traces)),
         Route("/v1/keys/{kid}", guarded(key)),
         Route("/v1/stats", guarded(stats_endpoint)),
         Route("/v1/runs/{run_id}/classifications", guarded(run_classifications)),

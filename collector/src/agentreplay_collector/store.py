@@ -48,6 +48,7 @@ from agentreplay_collector.models import (
     SpendTotals,
     StoredClassification,
     StoredManifest,
+    TraceSummary,
     TrackRecord,
     TrustScore,
 )
@@ -79,6 +80,15 @@ class RunReader(Protocol):
     def get_run_spans(self, run_id: str) -> list[SpanRecord]: ...
 
     def get_chain_status(self, run_id: str) -> ChainStatus | None: ...
+
+    def list_traces(
+        self,
+        *,
+        prefix: str = "",
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        limit: int = 100,
+    ) -> list[TraceSummary]: ...
 
     def get_agent_key(self, kid: str) -> Ed25519PublicKey | None: ...
 
@@ -363,6 +373,50 @@ class Store:
         result = self._call("span read", "query", sql, parameters={"run": run_id})
         return [_rows.span_from_row(r) for r in result.result_rows]
 
+    def list_traces(
+        self,
+        *,
+        prefix: str = "",
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        limit: int = 100,
+    ) -> list[TraceSummary]:
+        """Stored traces that are not runs (no ``runs`` row: no span of them claims a chain), newest
+        first; ``prefix``: only trace ids that start with it. ``get_run_spans`` reads their spans.
+
+        The trace-id lookup table finds them and their time range (as Grafana's trace search
+        does), then one grouped read of ``otel_traces`` within that range describes them."""
+        db = self.database
+        where = [f"TraceId NOT IN (SELECT RunId FROM {db}.{schema.RUNS})"]
+        having = ["1"]
+        params: dict[str, Any] = {"limit": max(0, int(limit))}
+        if prefix:
+            where.append("startsWith(TraceId, {prefix:String})")
+            params["prefix"] = prefix.strip().lower()
+        if since_ns is not None:
+            having.append("First >= fromUnixTimestamp64Nano({since:Int64})")
+            params["since"] = int(since_ns)
+        if until_ns is not None:
+            having.append("First < fromUnixTimestamp64Nano({until:Int64})")
+            params["until"] = int(until_ns)
+        sql = (
+            "SELECT TraceId, min(Start) AS First, max(End) AS Last, toUnixTimestamp64Nano(First),"
+            f" toUnixTimestamp64Nano(Last) FROM {db}.{schema.TRACE_ID_TS} WHERE {' AND '.join(where)}"
+            f" GROUP BY TraceId HAVING {' AND '.join(having)} ORDER BY First DESC, TraceId LIMIT {{limit:UInt32}}"
+        )
+        listed = self._call("trace list", "query", sql, parameters=params).result_rows
+        found = {r[0]: (int(r[3]), int(r[4])) for r in listed}
+        if not found:
+            return []
+        sql = (
+            f"SELECT {_rows.TRACE_SPAN_COLUMNS} FROM {db}.{schema.TRACES} WHERE TraceId IN {{ids:Array(String)}}"
+            " AND Timestamp >= fromUnixTimestamp64Nano({lo:Int64}) AND Timestamp <= fromUnixTimestamp64Nano({hi:Int64})"
+            " GROUP BY TraceId"
+        )
+        bounds = {"ids": list(found), "lo": min(s for s, _ in found.values()), "hi": max(e for _, e in found.values())}
+        rows = {r[0]: r for r in self._call("trace read", "query", sql, parameters=bounds).result_rows}
+        return [_rows.trace_from_row(rows[t], *found[t]) for t in found if t in rows]
+
     def get_agent_key(self, kid: str) -> Ed25519PublicKey | None:
         sql = f"SELECT PublicKey FROM {self.database}.{schema.AGENT_KEYS} FINAL WHERE Kid = {{kid:String}} LIMIT 1"
         rows = self._call("key lookup", "query", sql, parameters={"kid": kid}).result_rows
@@ -604,6 +658,20 @@ class Store:
         )
         rows = self._call("classification list", "query", sql, parameters={"ids": list(run_ids)}).result_rows
         return [_rows.classification_from_row(r) for r in rows]
+
+    def runs_to_analyse(self, classifier: str, *, limit: int) -> list[str]:
+        """Runs whose chain verdict is in and that ``classifier`` has not judged since their row last
+        changed, oldest first: the failure-analysis worker's backlog."""
+        db = self.database
+        sql = (
+            f"SELECT r.RunId FROM (SELECT RunId, Start, UpdatedAt FROM {db}.{schema.RUNS} FINAL"
+            " WHERE ChainStatus != {pending:String}) AS r"
+            f" LEFT JOIN (SELECT RunId, max(CreatedAt) AS Judged FROM {db}.{schema.CLASSIFICATIONS}"
+            " WHERE Classifier = {classifier:String} GROUP BY RunId) AS c ON c.RunId = r.RunId"
+            " WHERE c.Judged < r.UpdatedAt ORDER BY r.Start, r.RunId LIMIT {limit:UInt32}"
+        )
+        params = {"pending": str(ChainState.PENDING), "classifier": classifier, "limit": int(limit)}
+        return [r[0] for r in self._call("analysis backlog", "query", sql, parameters=params).result_rows]
 
     def _retire_first_classifications(self, opts: schema.SchemaOptions) -> None:
         """A store created with the classifications table's first layout (never written) gets the current
