@@ -24,6 +24,7 @@ from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.analysis import Outcome, Verdict, detect, run_view
 from agentreplay_replay.analysis.agreement import Agreement, agreement
 from agentreplay_replay.analysis.judge import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, JudgeConfig, judge
+from agentreplay_replay.analysis.stored import record
 from agentreplay_replay.analysis.verdict import DETECTORS
 from agentreplay_replay.cli._client import Collector, reader, resolve_run
 from agentreplay_replay.cli._common import (
@@ -182,18 +183,6 @@ def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictS
     if isinstance(source, Collector):
         return Collector(source.url, admin_token=admin_token) if admin_token else source
     return None
-
-
-def record(verdict: Verdict) -> StoredClassification:
-    """A verdict as the classifications table keeps it."""
-    culprit = verdict.culprit
-    return StoredClassification(
-        run_id=verdict.run_id, classifier=verdict.classifier, model=verdict.model,
-        prompt_sha256=verdict.prompt_sha256, chain_hash=verdict.chain_hash, verified=verdict.verified,
-        verdict=str(verdict.outcome), failure_modes=verdict.mode_ids,
-        culprit_step=culprit.step if culprit else None, culprit_span_id=culprit.span_id if culprit else "",
-        verdict_json=verdict.dumps(),
-    )
 
 
 def _store(source: RunReader, admin_token: str | None, verdicts: list[Verdict]) -> tuple[bool, str]:

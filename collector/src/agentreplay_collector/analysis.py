@@ -1,0 +1,174 @@
+"""``agentreplay_analysis``: the collector analyses finished runs for failure modes on its own.
+
+Every run whose chain verdict is in (no longer pending) and that has no detectors' verdict newer
+than its row is analysed: the detectors on each, the LLM judge (when configured) on those that
+ended failed or halted or that the detectors flag. Verdicts go to the ``classifications`` table,
+as ``agentreplay analyze`` writes them, so a run analysed by either is not analysed again
+(idempotent), and a run whose row changes later (more spans, a new chain verdict) is analysed anew.
+
+The backlog is the store itself: the worker asks it for the oldest runs still to analyse, at most
+``batch`` at a time, so the backlog survives restarts, and ingest never waits for the worker (it
+shares nothing with the pipeline but the store). What is not taken this round is found next round.
+
+The analysis itself (the detectors, the judge) belongs to the CLI's distribution: the collector
+finds it by entry point (group :data:`ANALYZER_GROUP`, default name ``detectors``), so dependencies
+still point one way. Without it installed, the worker logs why and stays idle.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentreplay_collector._threads import name_os_thread
+from agentreplay_collector.errors import StoreError
+from agentreplay_collector.models import ChainStatus, StoredClassification
+from agentreplay_otel.core import SpanRecord
+
+if TYPE_CHECKING:  # the config may import this module's settings without a cycle through the store
+    from agentreplay_collector.store import Store
+
+_log = logging.getLogger(__name__)
+
+ANALYZER_GROUP = "agentreplay_analyzer"
+DETECTORS = "detectors"
+"""The classifier whose verdict marks a run as analysed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeSettings:
+    """An LLM judge behind an OpenAI-compatible endpoint (``agentreplay_analysis.judge``)."""
+
+    base_url: str
+    model: str
+    api_key: str = field(default="", repr=False)
+    timeout_s: float = 120.0
+    context_tokens: int = 16_384
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalysisConfig:
+    """``agentreplay_analysis`` (an extension of the collector's config)."""
+
+    analyzer: str = DETECTORS  # the entry point's name in ANALYZER_GROUP
+    poll_interval_s: float = 2.0
+    batch: int = 100  # runs taken from the backlog per round
+    judge: JudgeSettings | None = None
+
+
+class Analyzer(Protocol):
+    """What the entry point gives: a run's spans and chain status in, its verdicts (one per classifier) out."""
+
+    def __call__(self, spans: list[SpanRecord], *, chain: ChainStatus | None,
+                 judge: JudgeSettings | None) -> list[StoredClassification]: ...
+
+
+def load_analyzer(name: str) -> Analyzer | None:
+    found = [ep for ep in entry_points(group=ANALYZER_GROUP) if ep.name == name]
+    if not found:
+        return None
+    loaded: Analyzer = found[0].load()
+    return loaded
+
+
+class AnalysisWorker:
+    """One thread that analyses the store's backlog of finished runs (the collector's Stage lifecycle)."""
+
+    def __init__(self, cfg: AnalysisConfig, store: Store, analyzer: Analyzer | None = None,
+                 *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.analyzer = analyzer if analyzer is not None else load_analyzer(cfg.analyzer)
+        self._clock = clock
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._idle = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.analysed_runs = 0
+        self.failed_runs = 0  # runs whose analysis raised (logged; retried next round)
+        self.native_thread_id = 0
+
+    def start(self) -> None:
+        if self.analyzer is None:
+            _log.warning("agentreplay_analysis: no analyzer %r in entry point group %s (install agentreplay-replay)"
+                         "; runs are not analysed", self.cfg.analyzer, ANALYZER_GROUP)
+            return
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="agentreplay-analysis", daemon=True)
+            self._thread.start()
+
+    def notify(self) -> None:
+        """Look at the backlog now rather than at the next poll (a run's chain verdict just came in)."""
+        self._wake.set()
+
+    def force_flush(self, timeout_s: float = 30.0) -> bool:
+        """Analyse the backlog now; False if it was not empty within ``timeout_s``."""
+        if self._thread is None:
+            return True
+        self._idle.clear()
+        self._wake.set()
+        return self._idle.wait(timeout_s)
+
+    def shutdown(self, timeout_s: float = 30.0) -> None:
+        """Stop after the run in hand; the rest of the backlog waits in the store for the next start."""
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def stats(self) -> dict[str, Any]:
+        return {"analysed_runs": self.analysed_runs, "failed_runs": self.failed_runs,
+                "running": self._thread is not None and self._thread.is_alive()}
+
+    # --- the thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        name_os_thread("ar-analysis")
+        self.native_thread_id = threading.get_native_id()
+        while not self._stopping.is_set():
+            try:
+                done = self.run_once()
+            except StoreError as exc:  # the store is away: try again next round
+                _log.warning("agentreplay_analysis: the store did not answer: %s", exc)
+                done = 0
+            if done < self.cfg.batch:  # the backlog is empty (or the store away): wait for more
+                self._idle.set()
+                self._wake.wait(self.cfg.poll_interval_s)
+                self._wake.clear()
+
+    def run_once(self) -> int:
+        """Analyse up to ``batch`` runs of the backlog, oldest first; how many were taken."""
+        assert self.analyzer is not None
+        run_ids = self.store.runs_to_analyse(DETECTORS, limit=self.cfg.batch)
+        for run_id in run_ids:
+            if self._stopping.is_set():
+                break
+            self._analyse(run_id)
+        return len(run_ids)
+
+    def _analyse(self, run_id: str) -> None:
+        assert self.analyzer is not None
+        spans = self.store.get_run_spans(run_id)
+        chain = self.store.get_chain_status(run_id)
+        try:
+            records = self.analyzer(spans, chain=chain, judge=self.cfg.judge)
+        except Exception as exc:  # an analyzer bug must not stop the worker, nor bring the run back each round
+            self.failed_runs += 1
+            _log.exception("agentreplay_analysis: analysing run %s failed", run_id)
+            records = [_unsure(run_id, chain, f"the analysis failed: {type(exc).__name__}: {exc}")]
+        self.store.insert_classifications(records)
+        self.analysed_runs += 1
+
+
+def _unsure(run_id: str, chain: ChainStatus | None, why: str) -> StoredClassification:
+    """The detectors' place-holder verdict on a run the analyzer could not judge: it says why."""
+    doc = {"run_id": run_id, "verdict": "unsure", "classifier": DETECTORS, "model": "", "modes": [],
+           "root_cause": why, "chain_state": str(chain.status) if chain else ""}
+    return StoredClassification(run_id=run_id, classifier=DETECTORS, model="", prompt_sha256="", chain_hash="",
+                                verified=bool(chain and chain.intact), verdict="unsure", failure_modes=(),
+                                culprit_step=None, culprit_span_id="", verdict_json=json.dumps(doc))

@@ -1,0 +1,42 @@
+"""A verdict as the ``classifications`` table keeps it, and the analysis the collector's worker runs
+(``agentreplay_analysis``, which finds :func:`analyse` by the entry point ``agentreplay_analyzer:detectors``)."""
+
+from __future__ import annotations
+
+from agentreplay_collector.analysis import JudgeSettings
+from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
+from agentreplay_otel.core import SpanRecord
+from agentreplay_replay.analysis.engine import detect
+from agentreplay_replay.analysis.judge import JudgeConfig
+from agentreplay_replay.analysis.judge import judge as ask_judge
+from agentreplay_replay.analysis.transcript import run_view
+from agentreplay_replay.analysis.verdict import Outcome, Verdict
+
+
+def record(verdict: Verdict) -> StoredClassification:
+    culprit = verdict.culprit
+    return StoredClassification(
+        run_id=verdict.run_id, classifier=verdict.classifier, model=verdict.model,
+        prompt_sha256=verdict.prompt_sha256, chain_hash=verdict.chain_hash, verified=verdict.verified,
+        verdict=str(verdict.outcome), failure_modes=verdict.mode_ids,
+        culprit_step=culprit.step if culprit else None, culprit_span_id=culprit.span_id if culprit else "",
+        verdict_json=verdict.dumps(),
+    )
+
+
+def analyse(spans: list[SpanRecord], *, chain: ChainStatus | None, judge: JudgeSettings | None = None
+            ) -> list[StoredClassification]:
+    """The collector worker's analysis of one finished run: the detectors' verdict, and the LLM judge's
+    when one is configured and the run ended failed or halted or a detector flags it. A judge that gives
+    no verdict is stored as such (``judge_error``), never raised."""
+    view = run_view(spans)
+    state = str(chain.status if chain is not None else ChainState.PENDING)
+    verified = chain is not None and chain.intact
+    problem = "" if verified else f"the chain is {state}"
+    verdicts = [detect(view)]
+    if judge is not None and (verdicts[0].outcome is Outcome.FAILED or view.failed or view.halted):
+        config = JudgeConfig(base_url=judge.base_url.rstrip("/"), model=judge.model, api_key=judge.api_key,
+                             timeout_s=judge.timeout_s, context_tokens=judge.context_tokens)
+        verdicts.append(ask_judge(view, config))
+    return [record(v.with_chain(chain_state=state, verified=verified, partial=not view.finished, problem=problem))
+            for v in verdicts]
