@@ -1,11 +1,13 @@
 """Launcher integration: what ``opentelemetry-instrument python agent.py`` sets up.
 
-The distro sets defaults (OTLP over gRPC); the configurator builds the tracer provider:
-resource with the agent's identity, exporters chosen by ``OTEL_TRACES_EXPORTER`` (OTLP
-gRPC by default, HTTP by ``OTEL_EXPORTER_OTLP_[TRACES_]PROTOCOL``) carrying the agent's
-identity token, a batch queue sized for bursts, and the hash chain computed on the
-way into each exporter (on the export thread, not the agent's). The standard ``OTEL_*``
-variables keep their meaning; the exporters read their own.
+The distro sets defaults (traces over OTLP/gRPC, metrics and logs kept in process); the
+configurator builds the tracer provider: resource with the agent's identity, exporters chosen
+by ``OTEL_TRACES_EXPORTER`` (:mod:`agentreplay_otel.exporters`: OTLP over gRPC or HTTP carrying
+the agent's identity token, or any exporter registered by entry point), a batch queue sized for
+bursts, and the hash chain computed on the way into each exporter (on the export thread, not the
+agent's). Metrics and logs go where ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER`` say,
+with the same resource. The standard ``OTEL_*`` variables keep their meaning; the exporters
+read their own.
 
 An agent whose configuration does not verify (a manifest edited or not signed by the org, a
 token expired or from another org, a key that is not the token's) does not start: the
@@ -27,14 +29,14 @@ from collections.abc import Mapping
 from importlib.metadata import EntryPoint
 from typing import Any, NoReturn
 
-from opentelemetry import metrics, trace
+from opentelemetry import _logs, metrics, trace
 from opentelemetry.instrumentation.distro import BaseDistro  # type: ignore[attr-defined]
 from opentelemetry.sdk._configuration import _BaseConfigurator
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from agentreplay_otel import determinism, guard, redaction, replay, semconv, settings
+from agentreplay_otel import determinism, exporters, guard, redaction, replay, semconv, settings
 from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.errors import AgentReplayError, ConfigurationError
 from agentreplay_otel.instrumentation import _precedence
@@ -117,13 +119,11 @@ def build_tracer_provider(
     provider.add_span_processor(_AutoRunCloser())  # shut down first: the auto run ends before the flush
     agent_id = resource.attributes.get(semconv.AGENT_ID)
     redactor = redaction.load(env)
-    exporters = [_exporter(name, env, creds.token) for name in _exporter_names(env)]
-    # The chain is computed on each batcher's export thread, off the agent's path.
-    for exporter in exporters:
-        if exporter is not None:
-            chained = ChainingSpanExporter(exporter, signing_key=creds.signing_key,
-                                           agent_id=str(agent_id) if agent_id is not None else None, redactor=redactor)
-            provider.add_span_processor(_batcher(chained, env))
+    # Whatever the exporter, it is behind the chain, computed on its batcher's export thread.
+    for exporter in exporters.exporters("traces", env, creds.token):
+        chained = ChainingSpanExporter(exporter, signing_key=creds.signing_key,
+                                       agent_id=str(agent_id) if agent_id is not None else None, redactor=redactor)
+        provider.add_span_processor(_batcher(chained, env))
     return provider
 
 
@@ -137,42 +137,6 @@ def _resource_attributes(env: Mapping[str, str], agent_id: str | None, start_err
     if not env.get("OTEL_SERVICE_NAME"):
         attrs[semconv.SERVICE_NAME] = service
     return attrs
-
-
-def _exporter_names(env: Mapping[str, str]) -> list[str]:
-    raw = env.get("OTEL_TRACES_EXPORTER", "otlp")
-    return [n.strip().lower() for n in raw.split(",") if n.strip()] or ["otlp"]
-
-
-def _exporter(name: str, env: Mapping[str, str], token: str | None) -> SpanExporter | None:
-    if name == "none":
-        return None
-    if name == "console":
-        return ConsoleSpanExporter()
-    if name not in ("otlp", "otlp_proto_grpc", "otlp_proto_http"):
-        raise ConfigurationError(f"OTEL_TRACES_EXPORTER: unknown exporter {name!r} (use otlp, console or none)")
-    protocol = env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL") or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
-    if name == "otlp_proto_http" or protocol.startswith("http"):
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HTTPExporter
-
-        return HTTPExporter(headers=_auth_headers(env, token, "Authorization"))
-    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GRPCExporter
-
-    return GRPCExporter(headers=_auth_headers(env, token, "authorization"))
-
-
-def _auth_headers(env: Mapping[str, str], token: str | None, key: str) -> dict[str, str] | None:
-    """The exporter's own headers (``OTEL_EXPORTER_OTLP_[TRACES_]HEADERS``) plus the agent's token."""
-    if token is None:
-        return None  # let the exporter read its headers from the environment itself
-    raw = env.get("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS") or ""
-    headers = {}
-    for pair in raw.split(","):
-        if "=" in pair:
-            k, v = pair.split("=", 1)
-            headers[k.strip().lower() if key.islower() else k.strip()] = v.strip()
-    headers[key] = f"Bearer {token}"
-    return headers
 
 
 def _batcher(exporter: SpanExporter, env: Mapping[str, str]) -> BatchSpanProcessor:
@@ -198,7 +162,7 @@ def _int_env(env: Mapping[str, str], ours: str | None, standard: str, default: i
 
 
 class AgentReplayConfigurator(_BaseConfigurator):
-    """Installs the AgentReplay tracer provider (and a meter provider for the GenAI metrics).
+    """Installs the AgentReplay tracer provider, and the meter and logger providers the variables ask for.
 
     The launcher's configurator: if the agent cannot start as configured, it ends the process
     (:func:`refuse_to_start`), because the launcher would swallow an exception and run the
@@ -219,10 +183,17 @@ def _start(env: Mapping[str, str]) -> None:
     # A replay acts on nothing (tools sandboxed): nothing to enforce or watch; its interceptor stays.
     enforce = replay.active() is None
     current, enforcer = resolve_start(env, enforce=enforce)
-    trace.set_tracer_provider(build_tracer_provider(env, current=current))
+    tracer_provider = build_tracer_provider(env, current=current)
+    token = current.credentials.token
+    # Every exporter is made before any is installed: a name that does not load stops the start whole.
+    meter_provider = exporters.meter_provider(env, tracer_provider.resource, token)
+    logger_provider = exporters.logger_provider(env, tracer_provider.resource, token)
+    trace.set_tracer_provider(tracer_provider)
+    metrics.set_meter_provider(meter_provider)
+    if logger_provider is not None:
+        _logs.set_logger_provider(logger_provider)
     if enforce:
         guard.start(enforcer)
-    _configure_metrics()
     _log.debug("agentreplay %s: tracing configured", __version__)
 
 
@@ -271,22 +242,6 @@ def _install_determinism(session: replay.ReplaySession | None) -> None:
         return
     recorded = session.recording.nondeterminism if session is not None else None
     determinism.install(determinism.Draws.from_json(recorded) if recorded else None)
-
-
-def _configure_metrics() -> None:
-    """Metrics go where ``OTEL_METRICS_EXPORTER`` says; by default they stay in process."""
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
-
-    name = os.environ.get("OTEL_METRICS_EXPORTER", "none").strip().lower()
-    readers = []
-    if name == "console":
-        readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter()))
-    elif name == "otlp":
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-
-        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter()))
-    metrics.set_meter_provider(MeterProvider(metric_readers=readers))
 
 
 class AgentReplayDistro(BaseDistro):

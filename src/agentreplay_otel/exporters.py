@@ -1,0 +1,156 @@
+"""Which exporter each signal goes to, as the standard ``OTEL_*`` variables say.
+
+``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER`` each list
+names (``none`` for nothing). ``otlp`` is built here, over gRPC or HTTP as
+``OTEL_EXPORTER_OTLP_{SIGNAL}_PROTOCOL`` or ``OTEL_EXPORTER_OTLP_PROTOCOL`` says, carrying the
+agent's identity token beside the exporter's own headers; every other name is the exporter
+registered under it by entry point (``opentelemetry_{signal}_exporter``), as the OpenTelemetry
+SDK finds them: ``console``, ``zipkin_json``, ``prometheus``, whatever is installed. A name that
+nothing registers, or whose exporter does not load, is a :class:`ConfigurationError` naming the
+variable (the launcher then refuses to start the agent, in one line).
+
+The launcher puts every span exporter behind the hash chain (:mod:`agentreplay_otel.chain`);
+metrics and logs are exported as the SDK makes them, neither chained nor redacted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Literal
+
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogRecordExporter
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace.export import SpanExporter
+
+from agentreplay_otel.errors import ConfigurationError
+
+Signal = Literal["traces", "metrics", "logs"]
+
+OTLP = "otlp"
+OTLP_GRPC = "otlp_proto_grpc"
+OTLP_HTTP = "otlp_proto_http"
+PROTOCOL_GRPC = "grpc"
+PROTOCOL_HTTP = "http/protobuf"
+
+
+@dataclass(frozen=True)
+class _SignalKind:
+    variable: str  # OTEL_TRACES_EXPORTER, ...
+    group: str  # the entry point group its exporters register in
+    base: tuple[type, ...]  # what an exporter of this signal is
+    grpc: tuple[str, str]  # module, class of the OTLP exporter over gRPC
+    http: tuple[str, str]  # and over HTTP
+
+
+_KINDS: dict[Signal, _SignalKind] = {
+    "traces": _SignalKind(
+        "OTEL_TRACES_EXPORTER", "opentelemetry_traces_exporter", (SpanExporter,),
+        ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
+        ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
+    ),
+    "metrics": _SignalKind(
+        "OTEL_METRICS_EXPORTER", "opentelemetry_metrics_exporter", (MetricExporter, MetricReader),
+        ("opentelemetry.exporter.otlp.proto.grpc.metric_exporter", "OTLPMetricExporter"),
+        ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "OTLPMetricExporter"),
+    ),
+    "logs": _SignalKind(
+        "OTEL_LOGS_EXPORTER", "opentelemetry_logs_exporter", (LogRecordExporter,),
+        ("opentelemetry.exporter.otlp.proto.grpc._log_exporter", "OTLPLogExporter"),
+        ("opentelemetry.exporter.otlp.proto.http._log_exporter", "OTLPLogExporter"),
+    ),
+}
+
+DEFAULT_NAMES: dict[Signal, str] = {"traces": OTLP, "metrics": "none", "logs": "none"}
+"""What each signal's variable means when unset: traces to OTLP; metrics and logs kept in process."""
+
+
+def exporter_names(signal: Signal, env: Mapping[str, str]) -> list[str]:
+    """The exporters ``OTEL_{SIGNAL}_EXPORTER`` lists, ``none`` left out."""
+    raw = env.get(_KINDS[signal].variable)
+    if raw is None or not raw.strip():
+        raw = DEFAULT_NAMES[signal]
+    return [n for n in (part.strip().lower() for part in raw.split(",")) if n and n != "none"]
+
+
+def exporters(signal: Signal, env: Mapping[str, str], token: str | None) -> list[Any]:
+    """One new exporter (or, for metrics, a pull reader) per name ``OTEL_{SIGNAL}_EXPORTER`` lists."""
+    return [exporter(signal, name, env, token) for name in exporter_names(signal, env)]
+
+
+def exporter(signal: Signal, name: str, env: Mapping[str, str], token: str | None) -> Any:
+    if name in (OTLP, OTLP_GRPC, OTLP_HTTP):
+        return _otlp(signal, name, env, token)
+    kind = _KINDS[signal]
+    found = entry_points(group=kind.group, name=name)
+    if not found:
+        installed = sorted({OTLP, *(e.name for e in entry_points(group=kind.group))})
+        raise ConfigurationError(
+            f"{kind.variable}: no exporter named {name!r} is installed (entry point group {kind.group}:"
+            f" {', '.join(installed)}; or none)"
+        )
+    try:
+        cls = next(iter(found)).load()
+        if not (isinstance(cls, type) and issubclass(cls, kind.base)):
+            raise TypeError(f"{cls!r} is not a {' or '.join(b.__name__ for b in kind.base)}")
+        return cls()
+    except Exception as exc:  # noqa: BLE001 - a plug-in may fail any way; the agent must not start half-configured
+        raise ConfigurationError(f"{kind.variable}: the exporter {name!r} does not load: {type(exc).__name__}: "
+                                 f"{exc}") from exc
+
+
+def protocol(signal: Signal, env: Mapping[str, str]) -> str:
+    """The OTLP protocol for a signal: its own variable, else the general one, else gRPC."""
+    specific = f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL"
+    for variable in (specific, "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = env.get(variable, "").strip().lower()
+        if value:
+            if value not in (PROTOCOL_GRPC, PROTOCOL_HTTP):
+                raise ConfigurationError(f"{variable}={value!r}: use {PROTOCOL_GRPC} or {PROTOCOL_HTTP}")
+            return value
+    return PROTOCOL_GRPC
+
+
+def _otlp(signal: Signal, name: str, env: Mapping[str, str], token: str | None) -> Any:
+    over_http = name == OTLP_HTTP or (name == OTLP and protocol(signal, env) == PROTOCOL_HTTP)
+    module, cls = _KINDS[signal].http if over_http else _KINDS[signal].grpc
+    exporter_class = getattr(__import__(module, fromlist=[cls]), cls)
+    return exporter_class(headers=auth_headers(signal, env, token, "Authorization" if over_http else "authorization"))
+
+
+def auth_headers(signal: Signal, env: Mapping[str, str], token: str | None, key: str) -> dict[str, str] | None:
+    """The exporter's own headers (``OTEL_EXPORTER_OTLP_[{SIGNAL}_]HEADERS``) plus the agent's token."""
+    if token is None:
+        return None  # let the exporter read its headers from the environment itself
+    raw = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS") or ""
+    headers = {}
+    for pair in raw.split(","):
+        if "=" in pair:
+            k, v = pair.split("=", 1)
+            headers[k.strip().lower() if key.islower() else k.strip()] = v.strip()
+    headers[key] = f"Bearer {token}"
+    return headers
+
+
+def meter_provider(env: Mapping[str, str], resource: Resource, token: str | None) -> MeterProvider:
+    """Metrics where ``OTEL_METRICS_EXPORTER`` says (pushed every ``OTEL_METRIC_EXPORT_INTERVAL``, and at exit)."""
+    readers: list[MetricReader] = []
+    for found in exporters("metrics", env, token):
+        readers.append(found if isinstance(found, MetricReader) else PeriodicExportingMetricReader(found))
+    return MeterProvider(resource=resource, metric_readers=readers)
+
+
+def logger_provider(env: Mapping[str, str], resource: Resource, token: str | None) -> LoggerProvider | None:
+    """Log records (the events some instrumentors put message content in) where ``OTEL_LOGS_EXPORTER``
+    says; None when it names none, so nothing is set up for nothing."""
+    found = exporters("logs", env, token)
+    if not found:
+        return None
+    provider = LoggerProvider(resource=resource)
+    for log_exporter in found:
+        provider.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
+    return provider
