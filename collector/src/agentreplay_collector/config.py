@@ -16,12 +16,13 @@ import ipaddress
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from agentreplay_collector.analysis import AnalysisConfig, JudgeSettings
 from agentreplay_collector.errors import ConfigError
 
 PIPELINE_ORDER = ("agentreplay_auth", "agentreplay_chain", "agentreplay_scope", "batch")
@@ -146,6 +147,7 @@ class CollectorConfig:
     pipeline: TracesPipeline
     log_level: str = "info"
     scope: ScopeConfig | None = None
+    analysis: AnalysisConfig | None = None  # agentreplay_analysis, an extension
 
 
 # --- substitution ------------------------------------------------------------------
@@ -537,6 +539,8 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
         scope=used(processors, pipeline.processors, "agentreplay_scope"),
     )
     _check_exposure(config, pipeline, ext_ids)
+    config = replace(config, analysis=next(
+        (extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_analysis"), None))
     return config
 
 
@@ -609,3 +613,38 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
     except yaml.YAMLError as exc:
         raise ConfigError("", f"valid YAML ({exc})") from exc
     return parse_config(raw, environ)
+
+
+# --- agentreplay_analysis: the failure-analysis worker (agentreplay_collector.analysis) -------------
+def _parse_analysis(sec: _Section) -> AnalysisConfig:
+    judge = None
+    if sec.has("judge") and sec.get("judge") is not None:
+        j = sec.section("judge")
+        base_url, model, api_key = (_text(j, key) for key in ("base_url", "model", "api_key"))
+        timeout_s = j.duration("timeout", 120.0)
+        context_tokens = j.integer("context_tokens", 16_384, minimum=1024)
+        j.done()
+        if bool(base_url) != bool(model):  # both empty (unset env vars): no judge
+            raise ConfigError(j.at("model" if base_url else "base_url"),
+                              "a value too: a judge needs both base_url and model", None)
+        if base_url:
+            judge = JudgeSettings(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s,
+                                  context_tokens=context_tokens)
+    cfg = AnalysisConfig(analyzer=sec.string("analyzer", "detectors") or "detectors",
+                         poll_interval_s=sec.duration("poll_interval", 2.0),
+                         batch=sec.integer("batch", 100, minimum=1, maximum=100_000), judge=judge)
+    sec.done()
+    if cfg.poll_interval_s <= 0:
+        raise ConfigError(sec.at("poll_interval"), "a duration above 0", cfg.poll_interval_s)
+    return cfg
+
+
+def _text(sec: _Section, key: str) -> str:
+    """A string that may be empty (``${env:VAR:-}`` of an unset variable): "" means not set."""
+    value = sec.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ConfigError(sec.at(key), "a string", value)
+    return value or ""
+
+
+_EXTENSIONS["agentreplay_analysis"] = _parse_analysis

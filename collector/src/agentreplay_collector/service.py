@@ -18,6 +18,7 @@ from typing import Any
 
 from agentreplay_collector import schema
 from agentreplay_collector.access import ReadAccess
+from agentreplay_collector.analysis import AnalysisWorker
 from agentreplay_collector.auth import AuthProcessor, KeyRing
 from agentreplay_collector.batch import Batcher, Stage
 from agentreplay_collector.chainproc import ChainProcessor
@@ -67,6 +68,8 @@ class Collector:
         )
         self.owners = RunOwners(store)
         self.scope = self._build_scope(config, store, self.owners)
+        # agentreplay_analysis: finished runs analysed for failure modes, from the store, on a thread
+        self.analysis = AnalysisWorker(config.analysis, store) if config.analysis and store else None
         self.pipeline = Pipeline(
             auth=self.auth,
             batcher=self.batcher,
@@ -163,6 +166,8 @@ class Collector:
             self.chain.start()
         if self.scope is not None:
             self.scope.rebuild(self.store)
+        if self.analysis is not None:
+            self.analysis.start()
 
     async def _retry_store(self) -> None:
         while not await self._prepare_store():
@@ -200,7 +205,7 @@ class Collector:
 
     def _stages(self) -> list[Stage]:
         """The stages with threads, in pipeline order: the writer, the chain verdicts, the control rows."""
-        return [s for s in (self.batcher, self.chain, self.scope) if s is not None]
+        return [s for s in (self.batcher, self.chain, self.scope, self.analysis) if s is not None]
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Write what was accepted, judge the runs whose run span has arrived, write the control rows."""
@@ -233,6 +238,7 @@ class Collector:
             "verified_runs": self.chain.verified_runs if self.chain else 0,
             "verified_spans": self.chain.verified_spans if self.chain else 0,
             **({"scope": self.scope.stats()} if self.scope else {}),
+            **({"analysis": self.analysis.stats()} if self.analysis else {}),
             # OS thread ids, for per-thread CPU accounting (/proc/PID/task/TID/stat)
             "threads": {
                 "writer": self.batcher.native_thread_id if self.batcher else 0,
