@@ -77,6 +77,11 @@ def test_replay_refuses_a_run_the_launcher_recorded_without_content(tmp_path):
             spans = client.get_run_spans(run_id)
         root = next(s for s in spans if s.is_root)
         assert "cannot" not in root.attributes[semconv.RUN_NOT_REPLAYABLE]  # the reason, not the verdict
+        assert root.attributes[semconv.GEN_AI_PROVIDER_NAME] == "openai"  # invoke_agent, as the launcher records it
+        assert root.attributes[semconv.GEN_AI_AGENT_ID] == root.resource[semconv.AGENT_ID] == "flight-booker"
+        with world.collector.client() as client:
+            control = next(s for s in client.get_run_spans(with_content) if s.is_root)
+        assert semconv.RUN_NOT_REPLAYABLE not in control.attributes
         assert not any(semconv.CONTENT_ATTRIBUTES & s.attributes.keys() for s in spans)
 
         requests = world.model.request_count
