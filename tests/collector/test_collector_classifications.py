@@ -3,6 +3,7 @@ store created with the table's first layout (never written) given the current on
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from agentreplay_collector.models import StoredClassification
@@ -16,7 +17,7 @@ def _verdict(run_id: str, classifier: str, verdict: str, time_ns: int, *, model:
     return StoredClassification(
         run_id=run_id, classifier=classifier, model=model, prompt_sha256="p" * 64 if model else "",
         chain_hash="c" * 64, verified=True, verdict=verdict, failure_modes=modes, culprit_step=3 if modes else None,
-        culprit_span_id="s" * 16 if modes else "", verdict_json='{"verdict": "%s"}' % verdict, time_ns=time_ns,
+        culprit_span_id="s" * 16 if modes else "", verdict_json=json.dumps({"verdict": verdict}), time_ns=time_ns,
     )
 
 
