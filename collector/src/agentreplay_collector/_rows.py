@@ -19,6 +19,7 @@ from agentreplay_collector.models import (
     ChainStatus,
     DecisionRecord,
     Halt,
+    LogEntry,
     RunArrival,
     RunSummary,
     StoredClassification,
@@ -26,7 +27,7 @@ from agentreplay_collector.models import (
     TraceSummary,
     TrustScore,
 )
-from agentreplay_otel.core import EventRecord, SpanRecord, public_key_bytes
+from agentreplay_otel.core import EventRecord, SignedCheckpoint, SpanRecord, merkle, public_key_bytes
 
 _U64_MASK = (1 << 64) - 1
 
@@ -302,3 +303,33 @@ def classification_from_row(r: Sequence[Any]) -> StoredClassification:
         culprit_step=None if int(step) < 0 else int(step), culprit_span_id=span, verdict_json=doc,
         time_ns=int(created),
     )
+
+
+# --- the transparency log -------------------------------------------------------------------
+LOG_LEAF_COLUMNS = ("LeafIndex", "RunId", "LeafHash", "Leaf", "LoggedAt")
+LOG_NODE_COLUMNS = ("Level", "Idx", "Hash", "LoggedAt")
+LOG_CHECKPOINT_COLUMNS = ("TreeSize", "RootHash", "Timestamp", "Kid", "Signed")
+
+
+def log_leaf_row(entry: LogEntry) -> list[Any]:
+    leaf = entry.decoded()
+    return [entry.index, leaf.run_id, leaf.leaf_hash(), entry.leaf.decode("utf-8"), dt(entry.logged_ns)]
+
+
+def log_entry_from_row(r: Sequence[Any]) -> LogEntry:
+    index, leaf, logged = r
+    return LogEntry(index=int(index), leaf=leaf.encode("utf-8") if isinstance(leaf, str) else bytes(leaf),
+                    logged_ns=int(logged))
+
+
+def log_node_row(node: merkle.Node, digest: bytes, logged_ns: int) -> list[Any]:
+    return [node.level, node.index, digest, dt(logged_ns)]
+
+
+def log_checkpoint_row(signed: SignedCheckpoint) -> list[Any]:
+    cp = signed.checkpoint
+    return [cp.size, cp.root, dt(cp.time_ns), cp.kid, json.dumps(signed.to_json(), separators=(",", ":"))]
+
+
+def log_checkpoint_from_row(signed: str) -> SignedCheckpoint:
+    return SignedCheckpoint.from_json(json.loads(signed))

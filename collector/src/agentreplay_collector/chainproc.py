@@ -23,6 +23,9 @@ With an org key (auth on), a seal is checked against the agent key the org certi
 identity token an export came with, kept with the key in the store (``agent_certificates``)
 and checked again against the org key when read back, so a key row planted in the store
 seals nothing. Without one (insecure), keys are taken as learnt.
+
+Every verdict is also appended to the transparency log (:mod:`.translog`), replays, forks and
+regression runs alike, before the verdict itself is written.
 """
 
 from __future__ import annotations
@@ -44,7 +47,17 @@ from agentreplay_collector.config import ChainConfig
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.store import Store
-from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, partition_chain, semconv, verify
+from agentreplay_collector.translog import TransparencyLog
+from agentreplay_otel.core import (
+    ChainHead,
+    ChainProblem,
+    ChainReport,
+    SpanRecord,
+    chain_head,
+    partition_chain,
+    semconv,
+    verify,
+)
 
 _log = logging.getLogger(__name__)
 _TICK_S = 0.1
@@ -73,11 +86,13 @@ class ChainProcessor:
         clock: Callable[[], float] = time.monotonic,
         *,
         org_key: Ed25519PublicKey | None = None,
+        log: TransparencyLog | None = None,
     ) -> None:
         self.config = config
         self.store = store
         self.keys = keys
         self.org_key = org_key
+        self.log = log  # the transparency log: each verdict is appended before it is written
         self._clock = clock
         self._runs: dict[str, _Run] = {}
         self._buffered = 0
@@ -198,7 +213,10 @@ class ChainProcessor:
         try:
             if due or final:  # keys are stored with the first verdicts that need them, not on the
                 self._persist_keys()  # first token check (an agent's first Authorize waits on the store)
-            judged = [s for s in (self._judge(run, now, final) for run in due) if s is not None]
+            verdicts = [v for v in (self._judge(run, now, final) for run in due) if v is not None]
+            if self.log is not None:  # logged first: a crash in between leaves the run pending, logged once
+                self.log.append(verdicts)
+            judged = [summary for summary, _ in verdicts]
             self.store.upsert_runs(self._carry_over(judged), time.time_ns())
         except StoreError:
             with self._lock:  # judge them again (from the store) once it is back
@@ -223,7 +241,7 @@ class ChainProcessor:
         wait = self.config.quiet_period_s if run.root_seen else self.config.incomplete_after_s
         return now - run.last_seen >= wait
 
-    def _judge(self, run: _Run, now: float, final: bool) -> RunSummary | None:
+    def _judge(self, run: _Run, now: float, final: bool) -> tuple[RunSummary, ChainHead] | None:
         records = run.records
         report = None
         if records:
@@ -248,7 +266,7 @@ class ChainProcessor:
             return None
         self.verified_runs += 1
         self.verified_spans += report.span_count
-        return self._summary(run.run_id, records or [], report)
+        return self._summary(run.run_id, records or [], report), chain_head(records or [])
 
     def _verify(self, records: list[SpanRecord]) -> ChainReport:
         if self.org_key is not None:

@@ -13,6 +13,7 @@ The whole grammar is one module, longer than most on purpose: the config's datac
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import re
 from collections.abc import Mapping
@@ -24,6 +25,13 @@ import yaml
 
 from agentreplay_collector.analysis import AnalysisConfig, JudgeSettings
 from agentreplay_collector.errors import ConfigError
+from agentreplay_otel.core import (
+    IdentityError,
+    key_id,
+    load_private_key,
+    load_public_key,
+    verify_log_certificate,
+)
 
 PIPELINE_ORDER = ("agentreplay_auth", "agentreplay_chain", "agentreplay_scope", "batch")
 """Where each processor may stand in ``service.pipelines.traces.processors``.
@@ -128,6 +136,17 @@ class ScopeConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TransparencyConfig:
+    """``agentreplay_transparency``: the key that signs the transparency log's checkpoints and the
+    org's certificate of it (docs/transparency.md). Without it the log is kept, unsigned."""
+
+    signing_key: Path
+    certificate: Path
+    checkpoint_interval_s: float = 10.0
+    checkpoint_refresh_s: float = 3600.0
+
+
+@dataclass(frozen=True, kw_only=True)
 class TracesPipeline:
     receivers: tuple[str, ...]
     processors: tuple[str, ...]
@@ -148,6 +167,7 @@ class CollectorConfig:
     log_level: str = "info"
     scope: ScopeConfig | None = None
     analysis: AnalysisConfig | None = None  # agentreplay_analysis, an extension
+    transparency: TransparencyConfig | None = None
 
 
 # --- substitution ------------------------------------------------------------------
@@ -453,6 +473,26 @@ def _parse_scope(sec: _Section) -> ScopeConfig:
     return cfg
 
 
+def _parse_transparency(sec: _Section) -> TransparencyConfig:
+    paths: dict[str, Path] = {}
+    for key, what in (("signing_key", "the log's Ed25519 private key (PEM)"),
+                      ("certificate", "the org's certificate of the log key (JSON)")):
+        value = sec.string(key)
+        if value is None or not Path(value).is_file():
+            raise ConfigError(sec.at(key), f"an existing file: {what}", value)
+        paths[key] = Path(value)
+    cfg = TransparencyConfig(
+        signing_key=paths["signing_key"],
+        certificate=paths["certificate"],
+        checkpoint_interval_s=sec.duration("checkpoint_interval", 10.0),
+        checkpoint_refresh_s=sec.duration("checkpoint_refresh", 3600.0),
+    )
+    sec.done()
+    if cfg.checkpoint_interval_s <= 0:
+        raise ConfigError(sec.at("checkpoint_interval"), "a duration above 0", cfg.checkpoint_interval_s)
+    return cfg
+
+
 _RECEIVERS = {"otlp": _parse_otlp}
 _PROCESSORS = {
     "agentreplay_auth": _parse_auth,
@@ -469,7 +509,7 @@ def _parse_nop(sec: _Section) -> str:
 
 
 _EXPORTERS = {"clickhouse": _parse_clickhouse, "nop": _parse_nop}
-_EXTENSIONS = {"agentreplay_control": _parse_control}
+_EXTENSIONS = {"agentreplay_control": _parse_control, "agentreplay_transparency": _parse_transparency}
 
 
 def _components(root: _Section, kind: str, parsers: Mapping[str, Any]) -> dict[str, Any]:
@@ -537,11 +577,38 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
         pipeline=pipeline,
         log_level="warning" if level.lower() == "warn" else level.lower(),
         scope=used(processors, pipeline.processors, "agentreplay_scope"),
+        transparency=next((extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_transparency"), None),
     )
     _check_exposure(config, pipeline, ext_ids)
     config = replace(config, analysis=next(
         (extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_analysis"), None))
+    _check_transparency(config, ext_ids)
     return config
+
+
+def _check_transparency(config: CollectorConfig, ext_ids: tuple[str, ...]) -> None:
+    """The log key loads, its certificate names it, and (given the org key) the org signed it."""
+    cfg = config.transparency
+    if cfg is None:
+        return
+    path = "extensions." + next(e for e in ext_ids if _component_type(e) == "agentreplay_transparency")
+    try:
+        key = load_private_key(cfg.signing_key)
+    except IdentityError as exc:
+        raise ConfigError(f"{path}.signing_key", f"an Ed25519 private key (PEM): {exc}") from exc
+    try:
+        certificate = json.loads(cfg.certificate.read_text())
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path}.certificate", f"the org's certificate of the log key (JSON): {exc}") from exc
+    body = certificate.get("certificate") if isinstance(certificate, dict) else None
+    if not isinstance(body, dict) or body.get("kid") != key_id(key):
+        raise ConfigError(f"{path}.certificate", f"the org's certificate of the signing key {key_id(key)}")
+    org = config.auth.org_public_key if config.auth is not None else None
+    if org is not None:
+        try:
+            verify_log_certificate(certificate, load_public_key(org))
+        except IdentityError as exc:
+            raise ConfigError(f"{path}.certificate", f"a certificate the org key signed: {exc}") from exc
 
 
 def _check_exposure(config: CollectorConfig, p: TracesPipeline, ext_ids: tuple[str, ...]) -> None:

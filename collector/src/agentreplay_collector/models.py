@@ -22,8 +22,10 @@ from agentreplay_otel.core import (
     ChainProblem,
     ChainReport,
     EventRecord,
+    LogLeaf,
     SealStatus,
     SpanRecord,
+    decode_leaf,
     semconv,
 )
 
@@ -497,3 +499,27 @@ class StoredClassification:
             verdict_json=str(doc.get("verdict_json") or ""),
             time_ns=int(doc.get("time_ns") or time.time_ns()),
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogEntry:
+    """A leaf of the transparency log at its position: the encoded
+    :class:`~agentreplay_otel.core.LogLeaf` exactly as it was hashed, and when it was logged."""
+
+    index: int
+    leaf: bytes
+    logged_ns: int
+
+    @property
+    def run_id(self) -> str:
+        return self.decoded().run_id
+
+    def decoded(self) -> LogLeaf:
+        return decode_leaf(self.leaf)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "leaf": self.leaf.decode("utf-8"), "logged_ns": str(self.logged_ns)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> LogEntry:
+        return cls(index=int(doc["index"]), leaf=str(doc["leaf"]).encode("utf-8"), logged_ns=int(doc["logged_ns"]))

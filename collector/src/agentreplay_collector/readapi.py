@@ -15,6 +15,12 @@
     GET /v1/runs/{run_id}/classifications  {"run_id", "classifications": [...]}  every verdict, newest first
     GET /v1/classifications?run=ID&run=ID  {"classifications": [...]}  each judge's latest verdict per run
     POST /v1/classifications            {"classifications": [...]} -> {"stored": n}  admin token only
+    GET /v1/log/checkpoint?size=N       the latest signed checkpoint (of N leaves)  404 if none
+    GET /v1/log/runs/{run_id}?size=N    {"run_id", "size", "entries": [{"index", "leaf", "logged_ns", "proof"}]}
+    GET /v1/log/consistency?old=&new=   {"old", "new", "proof": [hex]}
+    GET /v1/log/tree?range=S-E&range=.. {"hashes": [hex]}  the hashes of subtrees of the log (up to 4096)
+    GET /v1/log/leaves?start=&end=      {"entries": [...]}  at most 10,000; admin token only
+    (log answers 409 when the store lacks the tree hashes a proof needs: the log was damaged)
 
 ``since``/``until`` take nanoseconds since the epoch or an ISO 8601 time. chDB lets one
 process open a store, so while the collector runs this is how every other reader (the
@@ -45,10 +51,13 @@ from agentreplay_collector.errors import RequestError, StoreUnavailable
 from agentreplay_collector.models import RunSummary, StoredClassification, span_to_json
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
+from agentreplay_collector.translog import LogDamaged, LogView
 from agentreplay_otel.core import public_key_bytes
 
 _RUN_ID = re.compile(r"[0-9a-f]{32}")
 MAX_LIMIT = 10_000
+MAX_LEAVES = 10_000
+MAX_RANGES = 4096
 
 
 class BadQuery(ValueError):
@@ -241,6 +250,72 @@ def build_app(
         found = await call("latest_classifications", ids)
         return JSONResponse({"classifications": [c.to_json() for c in found]})
 
+    # --- the transparency log: what it serves proves nothing alone, a reader checks it with the org key ---
+    log = LogView(store) if store is not None else None
+
+    async def log_call(method: str, *args: Any) -> Any:
+        if log is None:
+            raise StoreUnavailable("this collector has no store (nop exporter)")
+        fn = getattr(log, method)
+        try:
+            return await asyncio.get_running_loop().run_in_executor(pool, lambda: fn(*args))
+        except ValueError as exc:  # a position or range that is not in a tree of that size
+            raise BadQuery(str(exc)) from exc
+
+    def damaged(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
+        async def endpoint(request: Request) -> JSONResponse:
+            try:
+                return await handler(request)
+            except LogDamaged as exc:
+                return JSONResponse({"error": str(exc)}, status_code=409)
+
+        return guarded(endpoint)
+
+    async def log_checkpoint(request: Request) -> JSONResponse:
+        caller(request)
+        found = await log_call("checkpoint", _count(request, "size", required=False))
+        if found is None:
+            return JSONResponse({"error": "no signed checkpoint (of that size)"}, status_code=404)
+        return JSONResponse(found.to_json())
+
+    async def log_run(request: Request) -> JSONResponse:
+        rid = await readable_run(request)
+        size = _count(request, "size", required=False)
+        if size is None:
+            latest = await log_call("checkpoint", None)
+            if latest is None:
+                return JSONResponse({"error": "no signed checkpoint yet: give size"}, status_code=404)
+            size = latest.checkpoint.size
+        found = await log_call("run_proofs", rid, size)
+        if not found:
+            return JSONResponse({"error": f"run {rid} is not among the log's first {size} leaves"}, status_code=404)
+        entries = [{**e.to_json(), "proof": [p.hex() for p in proof]} for e, proof in found]
+        return JSONResponse({"run_id": rid, "size": size, "entries": entries})
+
+    async def log_consistency(request: Request) -> JSONResponse:
+        caller(request)
+        old, new = _count(request, "old"), _count(request, "new")
+        proof = await log_call("consistency", old, new)
+        return JSONResponse({"old": old, "new": new, "proof": [p.hex() for p in proof]})
+
+    async def log_tree(request: Request) -> JSONResponse:
+        caller(request)
+        ranges = [_range(r) for r in request.query_params.getlist("range")]
+        if not 0 < len(ranges) <= MAX_RANGES:
+            raise BadQuery(f"range=START-END: 1 to {MAX_RANGES} subtrees a request")
+        hashes = await log_call("subtrees", ranges)
+        return JSONResponse({"hashes": [h.hex() for h in hashes]})
+
+    async def log_leaves(request: Request) -> JSONResponse:
+        if not caller(request).operator:
+            return JSONResponse({"error": "the log's leaves name every agent's runs: the admin token reads them"},
+                                status_code=403)
+        start, end = _count(request, "start"), _count(request, "end")
+        if not 0 <= end - start <= MAX_LEAVES:
+            raise BadQuery(f"start..end: at most {MAX_LEAVES} leaves a request")
+        found = await log_call("entries", start, end)
+        return JSONResponse({"entries": [e.to_json() for e in found]})
+
     routes = [
         Route("/v1/health", guarded(health)),
         Route("/v1/runs", guarded(runs)),
@@ -252,6 +327,11 @@ def build_app(
         Route("/v1/stats", guarded(stats_endpoint)),
         Route("/v1/runs/{run_id}/classifications", guarded(run_classifications)),
         Route("/v1/classifications", guarded(classifications), methods=["GET", "POST"]),
+        Route("/v1/log/checkpoint", damaged(log_checkpoint)),
+        Route("/v1/log/runs/{run_id}", damaged(log_run)),
+        Route("/v1/log/consistency", damaged(log_consistency)),
+        Route("/v1/log/tree", damaged(log_tree)),
+        Route("/v1/log/leaves", damaged(log_leaves)),
     ]
     app = Starlette(routes=routes)
     app.state.pool = pool
@@ -268,3 +348,22 @@ def _classifications_in(body: bytes) -> list[StoredClassification]:
     if not all(_RUN_ID.fullmatch(r.run_id) for r in records):
         raise BadQuery("a classification's run_id is a trace id: 32 hex digits")
     return records
+
+
+def _range(value: str) -> tuple[int, int]:
+    start, _, end = value.partition("-")
+    if not (start.isdigit() and end.isdigit()):
+        raise BadQuery("a range is START-END (leaf positions)")
+    return int(start), int(end)
+
+
+def _count(request: Request, name: str, *, required: bool = True) -> Any:
+    """A non-negative integer query parameter (a tree size or position); None if absent and not required."""
+    value = request.query_params.get(name)
+    if value is None or value == "":
+        if required:
+            raise BadQuery(f"{name} is required")
+        return None
+    if not value.isdigit():
+        raise BadQuery(f"{name} must be a non-negative integer")
+    return int(value)

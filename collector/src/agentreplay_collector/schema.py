@@ -10,7 +10,8 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
   the merge happens). Two *different* spans claiming one span id are both kept, so the
   verifier sees a forgery instead of the store hiding it.
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
-  trust_scores, agent_keys, agent_certificates, manifests) sit beside them.
+  trust_scores, agent_keys, agent_certificates, manifests, and the transparency log's
+  log_leaves, log_nodes, log_checkpoints) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
 ``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
@@ -36,6 +37,9 @@ AGENT_KEYS = "agent_keys"
 AGENT_CERTIFICATES = "agent_certificates"  # the org's certificate (identity token) of each agent key
 MANIFESTS = "manifests"
 RUN_ARRIVALS = "run_arrivals"  # who opened each run, and when the collector first received it
+LOG_LEAVES = "log_leaves"  # the transparency log: each judged run, at its position
+LOG_NODES = "log_nodes"  # the hash of every perfect subtree of the log's Merkle tree
+LOG_CHECKPOINTS = "log_checkpoints"  # the log's signed checkpoints
 
 CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
 """Part of the span identity: the same span retried is one row, a forged twin is another."""
@@ -290,6 +294,51 @@ _RUN_ARRIVALS = _Table(
     shard_key="cityHash64(RunId)",
 )
 
+# The transparency log (docs/transparency.md): append-only, and never expired by the store's TTL.
+# A leaf is a judged run's chain head and verdict; log_nodes keeps the hash of every perfect subtree
+# (2**Level leaves from Idx * 2**Level), so any proof reads O(log n) rows by primary key. A row
+# written again at the same position (a retried append) replaces the earlier one: readers take the
+# latest by LoggedAt.
+_LOG_LEAVES = _Table(
+    name=LOG_LEAVES,
+    columns="""
+    LeafIndex UInt64,
+    RunId String,
+    LeafHash FixedString(32),
+    Leaf String CODEC(ZSTD(1)),
+    LoggedAt DateTime64(9),
+    INDEX idx_run RunId TYPE bloom_filter(0.001) GRANULARITY 1""",
+    engine="ReplacingMergeTree",
+    engine_args="LoggedAt",
+    tail="ORDER BY (LeafIndex)",
+    settings="index_granularity = 1024",
+)
+
+_LOG_NODES = _Table(
+    name=LOG_NODES,
+    columns="""
+    Level UInt8,
+    Idx UInt64,
+    Hash FixedString(32),
+    LoggedAt DateTime64(9)""",
+    engine="ReplacingMergeTree",
+    engine_args="LoggedAt",
+    tail="ORDER BY (Level, Idx)",
+    settings="index_granularity = 256",
+)
+
+_LOG_CHECKPOINTS = _Table(
+    name=LOG_CHECKPOINTS,
+    columns="""
+    TreeSize UInt64,
+    RootHash FixedString(32),
+    Timestamp DateTime64(9),
+    Kid String,
+    Signed String CODEC(ZSTD(1))""",
+    engine="MergeTree",
+    tail="ORDER BY (TreeSize, Timestamp)",
+)
+
 TABLES: tuple[_Table, ...] = (
     _TRACES,
     _TRACE_ID_TS,
@@ -303,6 +352,9 @@ TABLES: tuple[_Table, ...] = (
     _AGENT_CERTIFICATES,
     _MANIFESTS,
     _RUN_ARRIVALS,
+    _LOG_LEAVES,
+    _LOG_NODES,
+    _LOG_CHECKPOINTS,
 )
 
 

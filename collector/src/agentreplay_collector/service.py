@@ -31,6 +31,7 @@ from agentreplay_collector.receivers.grpc import GrpcReceiver
 from agentreplay_collector.receivers.http import HttpReceiver
 from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_collector.store import Store
+from agentreplay_collector.translog import TransparencyLog
 
 _log = logging.getLogger("agentreplay_collector")
 _SCHEMA_RETRY_S = 2.0
@@ -58,8 +59,12 @@ class Collector:
         self.auth = AuthProcessor(config.auth, self.keys) if config.auth else None
         if self.auth is None:
             _log.warning("no agentreplay_auth processor in the pipeline: exports are NOT authenticated")
+        # the transparency log: every verdict a leaf; checkpoints signed when a log key is configured
+        self.log = TransparencyLog.from_config(store, config.transparency) if config.chain and store else None
         self.chain = (
-            ChainProcessor(config.chain, store, self.keys, org_key=self.auth.org_key if self.auth else None)
+            ChainProcessor(
+                config.chain, store, self.keys, org_key=self.auth.org_key if self.auth else None, log=self.log
+            )
             if config.chain and store
             else None
         )
@@ -161,6 +166,9 @@ class Collector:
             )
         else:
             self.store.check()
+        if self.log is not None:
+            self.log.open()
+            self.log.start()
         if self.chain is not None:
             self.chain.resume(self.store.pending_runs())
             self.chain.start()
@@ -204,8 +212,9 @@ class Collector:
         self._stopped.set()
 
     def _stages(self) -> list[Stage]:
-        """The stages with threads, in pipeline order: the writer, the chain verdicts, the control rows."""
-        return [s for s in (self.batcher, self.chain, self.scope, self.analysis) if s is not None]
+        """The stages with threads, in pipeline order: the writer, the chain verdicts, the log's
+        checkpoints (after the verdicts it logs), the control rows."""
+        return [s for s in (self.batcher, self.chain, self.log, self.scope, self.analysis) if s is not None]
 
     def force_flush(self, timeout_s: float = 30.0) -> bool:
         """Write what was accepted, judge the runs whose run span has arrived, write the control rows."""
@@ -240,6 +249,7 @@ class Collector:
             **({"scope": self.scope.stats()} if self.scope else {}),
             **({"analysis": self.analysis.stats()} if self.analysis else {}),
             # OS thread ids, for per-thread CPU accounting (/proc/PID/task/TID/stat)
+            "log_size": self.log.size if self.log else 0,
             "threads": {
                 "writer": self.batcher.native_thread_id if self.batcher else 0,
                 "chain": self.chain.native_thread_id if self.chain else 0,

@@ -42,6 +42,7 @@ from agentreplay_collector.models import (
     ChainStatus,
     DecisionRecord,
     Halt,
+    LogEntry,
     RunArrival,
     RunMarks,
     RunSummary,
@@ -52,7 +53,7 @@ from agentreplay_collector.models import (
     TrackRecord,
     TrustScore,
 )
-from agentreplay_otel.core import DENY, AgentIdentity, SpanRecord, semconv
+from agentreplay_otel.core import DENY, AgentIdentity, SignedCheckpoint, SpanRecord, merkle, semconv
 
 _log = logging.getLogger(__name__)
 
@@ -686,6 +687,85 @@ class Store:
         if int(self._call("schema check", "query", sql, parameters=params).result_rows[0][0]):
             table = f"{opts.database}.{schema.CLASSIFICATIONS}"
             self._call("DDL", "command", f"RENAME TABLE {table} TO {table}_first")
+
+    # --- the transparency log (see translog.py for the tree; here, its rows) --------------------------
+    def insert_log_entries(
+        self, nodes: Sequence[tuple[merkle.Node, bytes]], entries: Sequence[LogEntry], logged_ns: int
+    ) -> None:
+        """Append to the log: the perfect subtrees the new leaves complete, then the leaves. In that
+        order, so that a crash between the two leaves nodes beyond the log's size (written again,
+        and replaced, when those positions are filled) and never a leaf without its nodes."""
+        rows = [_rows.log_node_row(node, digest, logged_ns) for node, digest in nodes]
+        self._insert(schema.LOG_NODES, _rows.LOG_NODE_COLUMNS, rows)
+        self._insert(schema.LOG_LEAVES, _rows.LOG_LEAF_COLUMNS, [_rows.log_leaf_row(e) for e in entries])
+
+    def log_size(self) -> int:
+        """How many leaves the log holds: one past the highest position written."""
+        sql = f"SELECT count(), max(LeafIndex) FROM {self.database}.{schema.LOG_LEAVES}"
+        count, highest = self._call("log size", "query", sql).result_rows[0]
+        return int(highest) + 1 if int(count) else 0
+
+    def log_nodes(self, nodes: Sequence[merkle.Node]) -> dict[merkle.Node, bytes]:
+        """The stored hashes of these perfect subtrees (those missing are left out), by primary key."""
+        if not nodes:
+            return {}
+        keys = ",".join(f"({int(n.level)},{int(n.index)})" for n in nodes)  # integers only: nothing to escape
+        sql = (
+            f"SELECT Level, Idx, argMax(Hash, LoggedAt) FROM {self.database}.{schema.LOG_NODES}"
+            f" WHERE (Level, Idx) IN ({keys}) GROUP BY Level, Idx"
+        )
+        rows = self._call("log node read", "query", sql).result_rows
+        return {merkle.Node(int(level), int(idx)): bytes(digest) for level, idx, digest in rows}
+
+    def log_entries(self, start: int, end: int) -> list[LogEntry]:
+        """The leaves at positions ``[start, end)`` that are stored, in order."""
+        sql = (
+            f"SELECT LeafIndex, Leaf, toUnixTimestamp64Nano(LoggedAt) FROM {self.database}.{schema.LOG_LEAVES}"
+            " WHERE LeafIndex >= {start:UInt64} AND LeafIndex < {end:UInt64}"
+            " ORDER BY LeafIndex, LoggedAt DESC LIMIT 1 BY LeafIndex"
+        )
+        rows = self._call("log read", "query", sql, parameters={"start": int(start), "end": int(end)}).result_rows
+        return [_rows.log_entry_from_row(r) for r in rows]
+
+    def log_entries_of_runs(self, run_ids: Sequence[str]) -> list[LogEntry]:
+        """Every leaf these runs have in the log (a run judged again with another outcome has more
+        than one), in log order."""
+        if not run_ids:
+            return []
+        sql = (
+            "SELECT LeafIndex, argMax(Leaf, LoggedAt), toUnixTimestamp64Nano(max(LoggedAt))"
+            f" FROM {self.database}.{schema.LOG_LEAVES} WHERE LeafIndex IN ("
+            f"  SELECT LeafIndex FROM {self.database}.{schema.LOG_LEAVES} WHERE RunId IN {{ids:Array(String)}})"
+            " GROUP BY LeafIndex ORDER BY LeafIndex"
+        )
+        rows = self._call("log lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows
+        return [_rows.log_entry_from_row(r) for r in rows]
+
+    def run_arrival_times(self, run_ids: Sequence[str]) -> dict[str, int]:
+        """When the collector first received each of these runs (its own clock); unknown runs left out."""
+        if not run_ids:
+            return {}
+        sql = (
+            f"SELECT RunId, toUnixTimestamp64Nano(min(ReceivedAt)) FROM {self.database}.{schema.RUN_ARRIVALS}"
+            " WHERE RunId IN {ids:Array(String)} GROUP BY RunId"
+        )
+        rows = self._call("arrival lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows
+        return {run_id: int(t) for run_id, t in rows}
+
+    def insert_log_checkpoint(self, signed: SignedCheckpoint) -> None:
+        self._insert(schema.LOG_CHECKPOINTS, _rows.LOG_CHECKPOINT_COLUMNS, [_rows.log_checkpoint_row(signed)])
+
+    def log_checkpoint(self, size: int | None = None) -> SignedCheckpoint | None:
+        """The latest signed checkpoint (of ``size`` leaves, if given). Parsed, not verified: a reader
+        checks it against the org key, never trusting the store."""
+        where = "TreeSize = {size:UInt64}" if size is not None else "1"
+        sql = (
+            f"SELECT Signed FROM {self.database}.{schema.LOG_CHECKPOINTS} WHERE {where}"
+            " ORDER BY TreeSize DESC, Timestamp DESC LIMIT 1"
+        )
+        params = {"size": int(size)} if size is not None else {}
+        rows = self._call("checkpoint read", "query", sql, parameters=params).result_rows
+        return _rows.log_checkpoint_from_row(rows[0][0]) if rows else None
 
 
 def open_reader(

@@ -1,0 +1,309 @@
+"""The transparency log kept in the store: every judged run a leaf of an append-only Merkle tree,
+and a signed checkpoint of it now and then (docs/transparency.md).
+
+:class:`TransparencyLog` appends. It holds the tree's *frontier* (the O(log n) perfect subtrees
+along its right edge), so an append computes the nodes its leaves complete and writes them with
+the leaves: O(log n) rows a run. The chain processor hands it each verdict before it writes the
+verdict itself, so a crash in between leaves the run pending, judged again, and logged once
+(a leaf identical to the run's last one is not appended again).
+
+:class:`LogView` answers the read side from the store: checkpoints, leaves, and proofs computed
+from the stored hashes of perfect subtrees, O(log n) rows read by primary key in one query.
+What it serves proves nothing by itself: a reader checks it against a checkpoint whose log key
+the org certified (:mod:`agentreplay_otel.merkle`, :mod:`agentreplay_otel.transparency`).
+
+One collector appends to a store's log. (Several collectors on one ClickHouse would each need a
+log of their own; that is not built.)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agentreplay_collector._threads import name_os_thread
+from agentreplay_collector.config import TransparencyConfig
+from agentreplay_collector.errors import ConfigError, StoreError
+from agentreplay_collector.models import LogEntry, RunSummary
+from agentreplay_collector.store import Store
+from agentreplay_otel.core import (
+    ChainHead,
+    Checkpoint,
+    CheckpointError,
+    IdentityError,
+    LogLeaf,
+    SignedCheckpoint,
+    key_id,
+    load_private_key,
+    merkle,
+    sign_checkpoint,
+)
+
+_log = logging.getLogger(__name__)
+_EXTENSION = "extensions.agentreplay_transparency"
+
+
+class LogDamaged(StoreError):
+    """The store lacks tree hashes the log needs (deleted, or never written): no proof can be served."""
+
+
+# --- reading --------------------------------------------------------------------------------------
+class LogReader(Protocol):
+    """The log as a reader sees it: the same on a store (:class:`LogView`) and through a collector's
+    read API. Nothing it returns is trusted: the reader verifies it against a signed checkpoint."""
+
+    def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None: ...
+
+    def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]: ...
+
+    def consistency(self, old: int, new: int) -> list[bytes]: ...
+
+    def subtrees(self, ranges: Sequence[merkle.Range]) -> list[bytes]: ...
+
+    def entries(self, start: int, end: int) -> list[LogEntry]: ...
+
+
+class LogView:
+    """Proofs, leaves and checkpoints from the store's log tables."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def size(self) -> int:
+        return self.store.log_size()
+
+    def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None:
+        return self.store.log_checkpoint(size)
+
+    def entries(self, start: int, end: int) -> list[LogEntry]:
+        return self.store.log_entries(start, end)
+
+    def entries_of_run(self, run_id: str) -> list[LogEntry]:
+        return [e for e in self.store.log_entries_of_runs([run_id]) if e.run_id == run_id]
+
+    def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]:
+        """Each leaf of the run among the first ``size``, with its inclusion proof in that tree."""
+        self._within(size)
+        found = [e for e in self.entries_of_run(run_id) if e.index < size]
+        paths = [merkle.inclusion_path(e.index, size) for e in found]
+        hashes = iter(self.subtrees([r for path in paths for r in path]))  # one query for all of them
+        return [(e, [next(hashes) for _ in path]) for e, path in zip(found, paths, strict=True)]
+
+    def inclusion(self, index: int, size: int) -> list[bytes]:
+        self._within(size)
+        return self.subtrees(merkle.inclusion_path(index, size))
+
+    def consistency(self, old: int, new: int) -> list[bytes]:
+        self._within(new)
+        return self.subtrees(merkle.consistency_path(old, new))
+
+    def subtrees(self, ranges: Sequence[merkle.Range]) -> list[bytes]:
+        """The hashes of these subtrees, from the perfect subtrees they are made of (one query)."""
+        if ranges:
+            self._within(max(end for _, end in ranges))
+        found = self.store.log_nodes(merkle.proof_nodes(ranges))
+        missing = [n for s, e in ranges for n in merkle.cover(s, e) if n not in found]
+        if missing:
+            n = missing[0]
+            raise LogDamaged(
+                f"the store lacks the hash of leaves [{n.start}, {n.end}) of the log's tree"
+                f" ({len(missing)} subtree hashes missing): the log was damaged or truncated"
+            )
+        return [merkle.subtree_from_nodes(s, e, found.__getitem__) for s, e in ranges]
+
+    def _within(self, size: int) -> None:
+        stored = self.size()
+        if size > stored:
+            raise LogDamaged(f"the log holds {stored} leaves, not {size}: it was truncated")
+
+
+# --- the signer ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LogSigner:
+    """The collector's log key and the org's certificate of it."""
+
+    key: Ed25519PrivateKey
+    certificate: dict[str, Any]
+
+    @classmethod
+    def load(cls, config: TransparencyConfig) -> LogSigner:
+        """The pair the config names (checked when the config was read: see ``config._check_transparency``)."""
+        try:
+            key = load_private_key(config.signing_key)
+            certificate = json.loads(Path(config.certificate).read_text())
+        except (IdentityError, OSError, ValueError) as exc:
+            raise ConfigError(_EXTENSION, f"a readable log key and certificate: {exc}") from exc
+        return cls(key=key, certificate=certificate)
+
+    def sign(self, size: int, root: bytes, time_ns: int) -> SignedCheckpoint:
+        cp = Checkpoint(size=size, root=root, time_ns=time_ns, kid=key_id(self.key))
+        return sign_checkpoint(cp, self.key, self.certificate)
+
+
+# --- appending ------------------------------------------------------------------------------------------
+class TransparencyLog:
+    """Appends judged runs to the store's log and signs checkpoints (a stage with a thread of its own
+    when it has a signer: a checkpoint every ``checkpoint_interval`` while the log grows, and at least
+    every ``checkpoint_refresh``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        signer: LogSigner | None = None,
+        *,
+        interval_s: float = 10.0,
+        refresh_s: float = 3600.0,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.store = store
+        self.signer = signer
+        self.interval_s = interval_s
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._frontier: merkle.Frontier | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._signed: tuple[int, int] = (-1, 0)  # (size, time_ns) of the last checkpoint
+        self.appended = 0
+        self.damaged = ""
+
+    @classmethod
+    def from_config(cls, store: Store, config: TransparencyConfig | None) -> TransparencyLog:
+        if config is None:
+            return cls(store)
+        return cls(
+            store,
+            LogSigner.load(config),
+            interval_s=config.checkpoint_interval_s,
+            refresh_s=config.checkpoint_refresh_s,
+        )
+
+    # --- opening -----------------------------------------------------------------------------
+    def open(self) -> None:
+        """Load the frontier from the store (O(log n) rows). A store whose tree hashes are missing
+        is damaged: nothing more is appended or signed (the log says so; auditors find out)."""
+        size = self.store.log_size()
+        nodes = merkle.Frontier.nodes(size)
+        found = self.store.log_nodes(nodes)
+        missing = [n for n in nodes if n not in found]
+        with self._lock:
+            if missing:
+                self.damaged = f"the store lacks {len(missing)} of the tree hashes of its {size} leaves"
+                _log.error("transparency log: %s; nothing will be appended or signed", self.damaged)
+                return
+            self._frontier = merkle.Frontier(size, [found[n] for n in nodes])
+            last = self.store.log_checkpoint()
+            self._signed = (last.checkpoint.size, last.checkpoint.time_ns) if last is not None else (-1, 0)
+        _log.info("transparency log: %d leaves", size)
+
+    @property
+    def size(self) -> int:
+        return self._frontier.size if self._frontier is not None else 0
+
+    # --- appending ---------------------------------------------------------------------------
+    def append(self, judged: Sequence[tuple[RunSummary, ChainHead]]) -> int:
+        """Log these verdicts (the leaf a run already ends with is not logged again); returns how many
+        leaves were appended. Raises :class:`StoreError` with nothing appended in memory."""
+        if not judged:
+            return 0
+        with self._lock:
+            if self._frontier is None:
+                if not self.damaged:
+                    _log.warning("transparency log: not open yet; %d verdicts not logged", len(judged))
+                return 0
+            now = self._clock()
+            leaves = self._new_leaves(judged, now)
+            if not leaves:
+                return 0
+            frontier = self._frontier.copy()
+            entries: list[LogEntry] = []
+            nodes: list[tuple[merkle.Node, bytes]] = []
+            for leaf in leaves:
+                entries.append(LogEntry(index=frontier.size, leaf=leaf.encode(), logged_ns=now))
+                nodes.extend(frontier.append(leaf.leaf_hash()))
+            self.store.insert_log_entries(nodes, entries, now)
+            self._frontier = frontier
+            self.appended += len(entries)
+            return len(entries)
+
+    def _new_leaves(self, judged: Sequence[tuple[RunSummary, ChainHead]], now: int) -> list[LogLeaf]:
+        ids = [run.run_id for run, _ in judged]
+        received = self.store.run_arrival_times(ids)
+        last: dict[str, LogLeaf] = {}
+        for entry in self.store.log_entries_of_runs(ids):
+            last[entry.run_id] = entry.decoded()
+        leaves = []
+        for run, head in judged:
+            before = last.get(run.run_id)
+            leaf = LogLeaf(
+                run_id=run.run_id,
+                agent_id=run.agent_id,
+                run_kind=run.run_kind,
+                replay_of=run.replay_of,
+                head=head,
+                verdict=str(run.chain.status),
+                problem=run.chain.problem,
+                # the collector's clock when the run first arrived (else when it was first logged)
+                received_ns=received.get(run.run_id) or (before.received_ns if before else now),
+            )
+            if leaf != before:
+                leaves.append(leaf)
+                last[run.run_id] = leaf
+        return leaves
+
+    # --- checkpoints ------------------------------------------------------------------------------
+    def checkpoint(self, *, force: bool = False) -> SignedCheckpoint | None:
+        """Sign and store a checkpoint if the log grew since the last (or the last is older than
+        ``refresh_s``, or ``force``); returns it, or None when there was nothing to sign."""
+        if self.signer is None:
+            return None
+        with self._lock:
+            if self._frontier is None:
+                return None
+            size, root, now = self._frontier.size, self._frontier.root(), self._clock()
+            last_size, last_ns = self._signed
+            if not force and size == last_size and now - last_ns < self.refresh_s * 1e9:
+                return None
+            signed = self.signer.sign(size, root, now)
+            self.store.insert_log_checkpoint(signed)
+            self._signed = (size, now)
+            return signed
+
+    # --- lifecycle (a Stage) --------------------------------------------------------------------
+    def start(self) -> None:
+        if self.signer is None or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._loop, name="agentreplay-log", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        name_os_thread("ar-log")
+        while not self._stop.wait(self.interval_s):
+            self._checkpoint_quietly()
+
+    def _checkpoint_quietly(self) -> bool:
+        try:
+            self.checkpoint()
+        except (StoreError, CheckpointError) as exc:
+            _log.warning("transparency log: could not store a checkpoint, will retry: %s", exc)
+            return False
+        return True
+
+    def force_flush(self, timeout_s: float = 10.0) -> bool:
+        """Sign a checkpoint now if the log grew (what a reader sees right after a flush)."""
+        return self._checkpoint_quietly()
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        self._checkpoint_quietly()
