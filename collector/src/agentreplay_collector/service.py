@@ -246,10 +246,10 @@ class Collector:
             "buffered_spans": self.chain.buffered_spans if self.chain else 0,
             "verified_runs": self.chain.verified_runs if self.chain else 0,
             "verified_spans": self.chain.verified_spans if self.chain else 0,
+            "log_size": self.log.size if self.log else 0,
             **({"scope": self.scope.stats()} if self.scope else {}),
             **({"analysis": self.analysis.stats()} if self.analysis else {}),
             # OS thread ids, for per-thread CPU accounting (/proc/PID/task/TID/stat)
-            "log_size": self.log.size if self.log else 0,
             "threads": {
                 "writer": self.batcher.native_thread_id if self.batcher else 0,
                 "chain": self.chain.native_thread_id if self.chain else 0,
