@@ -35,6 +35,7 @@ import logging
 import math
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -62,6 +63,7 @@ from agentreplay_otel.core import (
 _log = logging.getLogger(__name__)
 _TICK_S = 0.1
 _KEY_MISS_TTL_S = 30.0
+_JUDGED_MEMORY = 65_536  # runs judged lately: a span arriving after the verdict re-judges its run soon
 _T = TypeVar("_T")
 
 
@@ -102,6 +104,7 @@ class ChainProcessor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._key_misses: dict[str, float] = {}
+        self._judged: OrderedDict[str, None] = OrderedDict()
         self.verified_runs = 0
         self.verified_spans = 0
         self.native_thread_id = 0
@@ -121,7 +124,7 @@ class ChainProcessor:
             for record in records:
                 run = self._runs.get(record.trace_id)
                 if run is None:
-                    run = self._runs[record.trace_id] = _Run(record.trace_id, now, now)
+                    run = self._runs[record.trace_id] = self._new_run(record.trace_id, now)
                 run.last_seen = now
                 if record.is_root:
                     run.root_seen = True
@@ -137,6 +140,14 @@ class ChainProcessor:
             self.store.upsert_runs([self._summary(r, firsts[r], None) for r in touched], time.time_ns())
             for run in touched.values():
                 run.announced = True
+
+    def _new_run(self, run_id: str, now: float) -> _Run:
+        """A run this tick has not seen. One judged lately (a straggler after its verdict: a span that
+        ended after the run span, or one claiming the chain that was never in it) keeps its row and
+        is judged again from the store once quiet, not after ``incomplete_after``. Caller holds the lock."""
+        if run_id in self._judged:
+            return _Run(run_id, now, now, records=None, root_seen=True, announced=True)
+        return _Run(run_id, now, now)
 
     def _shed(self, budget: int) -> None:
         """Drop buffered spans, oldest runs first, until under budget (those verify from the store)."""
@@ -210,6 +221,10 @@ class ChainProcessor:
             for run in due:
                 del self._runs[run.run_id]
                 self._buffered -= len(run.records or ())
+                self._judged[run.run_id] = None
+                self._judged.move_to_end(run.run_id)
+            while len(self._judged) > _JUDGED_MEMORY:
+                self._judged.popitem(last=False)
         try:
             if due or final:  # keys are stored with the first verdicts that need them, not on the
                 self._persist_keys()  # first token check (an agent's first Authorize waits on the store)

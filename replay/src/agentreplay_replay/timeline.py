@@ -1,4 +1,9 @@
-"""A run's spans as a tree in start order, with what a reader wants on each line."""
+"""A run's spans as a tree in start order, with what a reader wants on each line.
+
+Spans of other services in a run's trace (a downstream service the agent called, through
+context propagation) hang where their parents put them, marked as attached: outside the
+chain (:func:`~agentreplay_otel.core.partition_chain`), so nothing vouches for them.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentreplay_otel.core import SpanRecord, semconv
+from agentreplay_otel.core import SpanRecord, partition_chain, semconv
 from agentreplay_replay.diffing import clip
 
 NOT_REPLAYABLE = "response not recorded: not replayable"
@@ -21,6 +26,11 @@ class TimelineNode:
     span: SpanRecord
     depth: int
     children: tuple[TimelineNode, ...] = field(default=())
+    attached: bool = False  # another service's span in a run's trace: outside the chain
+
+    @property
+    def service(self) -> str:
+        return self.span.resource.get(semconv.SERVICE_NAME, "")
 
     @property
     def duration_ms(self) -> float:
@@ -80,7 +90,11 @@ def build_timeline(spans: Sequence[SpanRecord]) -> list[TimelineNode]:
     """Roots (normally one: the run span) with their descendants, each level in start order.
 
     A span whose parent is not among the spans (lost, or outside the run) is shown as a root.
+    In a run's trace, spans outside the chain are marked ``attached`` (in a trace that is not
+    a run, none are: there is no chain to be outside of).
     """
+    chain, others = partition_chain(spans)
+    attached = {id(s) for s in others} if chain else set()
     ids = {s.span_id for s in spans}
     children: dict[str, list[SpanRecord]] = {}
     roots: list[SpanRecord] = []
@@ -92,7 +106,7 @@ def build_timeline(spans: Sequence[SpanRecord]) -> list[TimelineNode]:
 
     def node(span: SpanRecord, depth: int) -> TimelineNode:
         kids = tuple(node(c, depth + 1) for c in children.get(span.span_id, []))
-        return TimelineNode(span=span, depth=depth, children=kids)
+        return TimelineNode(span=span, depth=depth, children=kids, attached=id(span) in attached)
 
     return [node(r, 0) for r in roots]
 
@@ -128,6 +142,8 @@ def as_json(nodes: Sequence[TimelineNode]) -> list[dict[str, Any]]:
             "cost_usd": n.cost_usd,
             "response_recorded": n.response_recorded,
             "summary": n.summary(),
+            "service": n.service,
+            "attached": n.attached,
         }
         for root in nodes
         for n in root.walk()

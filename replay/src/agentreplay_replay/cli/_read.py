@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector.errors import StoreError
+from agentreplay_collector.store import RunReader
 from agentreplay_otel.core import ChainReport, IdentityError, load_public_key, semconv
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli import _analyze as analysis
@@ -41,26 +43,36 @@ def runs(
     status: Annotated[str | None, typer.Option(help=f"Only runs in this chain state ({_STATE_NAMES}), or with "
                                                     "this span status (Ok, Error).")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many runs, newest first.")] = 50,
+    all_: Annotated[bool, typer.Option("--all", help="Also list traces that are not runs (services that are not "
+                                                     "AgentReplay agents, sending plain OpenTelemetry).")] = False,
     json_: JsonOpt = False,
     store: StoreOpt = None,
     collector: CollectorOpt = None,
 ) -> None:
     """List recorded runs, newest first, with cost and chain state.
 
+    With --all, also the stored traces that are not runs (no span of them was recorded by an
+    AgentReplay agent), newest first, up to --limit of them; `show` takes their ids too. With
+    --json --all the document is {"runs": [...], "traces": [...]}.
+
     \b
     Examples:
       agentreplay runs
       agentreplay runs --agent flight-booker --status broken
       agentreplay runs --json --limit 5
+      agentreplay runs --all
     """
     with reader(store, collector) as source:
         found = source.list_runs(agent=agent, status=status, limit=limit)
         verdicts = analysis.latest_verdicts(source, [r.run_id for r in found])
+        traces = source.list_traces(limit=limit) if all_ else []
+    listed = [{**r.to_json(), "analysis": [analysis.brief(c) for c in verdicts.get(r.run_id, [])]} for r in found]
     if json_:
-        print_json([{**r.to_json(), "analysis": [analysis.brief(c) for c in verdicts.get(r.run_id, [])]}
-                    for r in found])
-    else:
-        out.print(render.runs_table(found, {rid: analysis.label(v) for rid, v in verdicts.items()}))
+        print_json({"runs": listed, "traces": [t.to_json() for t in traces]} if all_ else listed)
+        return
+    out.print(render.runs_table(found, {rid: analysis.label(v) for rid, v in verdicts.items()}))
+    if all_:
+        out.print(render.traces_table(traces))
 
 
 @app.command(rich_help_panel=PANEL)
@@ -73,7 +85,10 @@ def show(
     """Show a run as a timeline: spans, durations, tool calls, costs, and where it failed.
 
     Steps are numbered (#N) as replay and fork count them. An LLM call whose response was
-    not recorded is marked "response not recorded: not replayable".
+    not recorded is marked "response not recorded: not replayable". Spans of other services
+    in the run's trace (a downstream service the agent called) are marked "attached": they are
+    outside the chain, so nothing vouches for them. A trace that is not a run (`runs --all`)
+    is shown the same way, without a chain; an id prefix is looked up among runs first.
 
     \b
     Examples:
@@ -81,18 +96,34 @@ def show(
       agentreplay show 3f2a9c --json
     """
     with reader(store, collector) as source:
-        full = resolve_run(source, run_id)
+        full = resolve_trace(source, run_id)
         spans = source.get_run_spans(full)
         status = source.get_chain_status(full)
-        verdicts = analysis.run_verdicts(source, full)
+        verdicts = analysis.run_verdicts(source, full) if status is not None else []
     if not spans:
         raise CLIError(f"run {full} has no stored spans")
     nodes = build_timeline(spans)
     if json_:
-        print_json({"run_id": full, "chain": status.to_json() if status else None, "spans": as_json(nodes),
-                    "analysis": [analysis.brief(c) for c in verdicts]})
+        print_json({"run_id": full, "run": status is not None, "chain": status.to_json() if status else None,
+                    "spans": as_json(nodes), "analysis": [analysis.brief(c) for c in verdicts]})
     else:
         out.print(render.timeline(full, nodes, status, analysis.blamed(verdicts)))
+
+
+def resolve_trace(source: RunReader, given: str) -> str:
+    """A run's id, or a trace's that is not a run, from a full id or a unique prefix (runs first)."""
+    try:
+        return resolve_run(source, given)
+    except CLIError as no_run:
+        try:
+            traces = source.list_traces(prefix=given.strip().lower(), limit=2)
+        except StoreError:  # a reader who may not list other traces (an agent's token) looked for a run
+            raise no_run from None
+        if len(traces) == 1:
+            return traces[0].trace_id
+        if traces:
+            raise CLIError(f"{given!r} is ambiguous: several traces start with it") from None
+        raise
 
 
 @app.command(rich_help_panel=PANEL, epilog=CHAIN_STATES_HELP)

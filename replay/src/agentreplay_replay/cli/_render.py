@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+from agentreplay_collector.models import ChainState, ChainStatus, RunSummary, TraceSummary
 from agentreplay_otel.core import ChainReport, RecordedStep, SealStatus
 from agentreplay_otel.replay import Divergence, Outcome, Reason
 from agentreplay_replay.diffing import StepPair, answer_text, clip, step_label
@@ -70,14 +70,15 @@ def chain_text(chain: ChainStatus | None) -> Text:
 def runs_table(runs: Sequence[RunSummary], analysis: Mapping[str, Text] | None = None) -> Table | Text:
     """The run list; ``analysis``: each run's stored verdict (``agentreplay analyze``), in its own column."""
     if not runs:
-        return Text("No runs recorded yet. Run an agent under `opentelemetry-instrument` to record one.")
+        return Text("No runs recorded yet. Run an agent under `opentelemetry-instrument` to record one "
+                    "(`agentreplay runs --all` also lists traces that are not runs).")
     table = Table(title=f"{len(runs)} run(s), newest first", title_justify="left")
     for col, kw in (("run", {"no_wrap": True}), ("agent", {}), ("started UTC", {"no_wrap": True}),
                     ("took", {"justify": "right"}), ("spans", {"justify": "right"}),
                     ("cost", {"justify": "right"}), ("outcome", {}), ("chain", {})):
         table.add_column(col, **kw)
     if analysis is not None:
-        table.add_column("analysis")
+        table.add_column("analysis", no_wrap=True)
     for r in runs:
         outcome = Text("error" if r.status_code == "Error" else "ok", style="red" if r.status_code == "Error" else "")
         if r.halted:
@@ -92,13 +93,43 @@ def runs_table(runs: Sequence[RunSummary], analysis: Mapping[str, Text] | None =
     return table
 
 
+def traces_table(traces: Sequence[TraceSummary]) -> Table | Text:
+    """``runs --all``: the stored traces that are not runs (no AgentReplay chain in them)."""
+    if not traces:
+        return Text("No other traces: every stored trace is a run.")
+    table = Table(title=f"{len(traces)} trace(s) that are not runs (no AgentReplay chain), newest first",
+                  title_justify="left")
+    for col, kw in (("trace", {"no_wrap": True}), ("services", {}), ("root span", {}),
+                    ("started UTC", {"no_wrap": True}), ("took", {"justify": "right"}),
+                    ("spans", {"justify": "right"}), ("outcome", {})):
+        table.add_column(col, **kw)
+    for t in traces:
+        failed = t.status_code == "Error"
+        table.add_row(t.trace_id[:12], ", ".join(t.services), t.name or Text("(root not stored)", style="dim"),
+                      _when(t.start_ns), f"{t.duration_ns / 1e9:.2f}s", str(t.span_count),
+                      Text("error" if failed else "ok", style="red" if failed else ""))
+    return table
+
+
 def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | None,
              blamed: tuple[str, str] | None = None) -> Tree:
-    """The run as a tree; ``blamed``: the span id and the words of an analysis's culprit step, marked."""
+    """The run as a tree; ``blamed``: the span id and the words of an analysis's culprit step, marked.
+
+    Without a chain status (a trace that is not a run) the head says so; a run's spans of other
+    services are marked attached, outside the chain."""
     culprit = first_failure(nodes)
-    total = sum(n.cost_usd or 0.0 for root in nodes for n in root.walk())
-    head = Text.assemble(("run ", "bold"), (run_id, "bold cyan"), "  chain: ", chain_text(chain),
-                         f"  cost: {usd(total)}")
+    every = [n for root in nodes for n in root.walk()]
+    total = sum(n.cost_usd or 0.0 for n in every)
+    attached = sum(n.attached for n in every)
+    if chain is None:
+        services = sorted({n.service for n in every if n.service})
+        head = Text.assemble(("trace ", "bold"), (run_id, "bold cyan"),
+                             ("  not a run: no AgentReplay chain", "dim"), f"  services: {', '.join(services)}")
+    else:
+        head = Text.assemble(("run ", "bold"), (run_id, "bold cyan"), "  chain: ", chain_text(chain),
+                             f"  cost: {usd(total)}")
+        if attached:
+            head.append(f"  + {attached} attached span(s) of other services, outside the chain", style="cyan")
     tree = Tree(head)
 
     def add(parent: Tree, node: TimelineNode) -> None:
@@ -112,6 +143,8 @@ def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | No
         summary = node.summary()
         if summary:
             line.append(f"  {summary}", style="yellow" if node.response_recorded is False else "")
+        if node.attached:
+            line.append(f"  ⇢ attached: {node.service or 'another service'}, outside the chain", style="cyan")
         if node.failed:
             line.append(f"  ✗ {node.span.status_message or 'error'}", style="red")
         if node is culprit:
@@ -136,6 +169,8 @@ def report_line(report: ChainReport) -> Text:
         line.append(f", {report.span_count} spans, {SEAL_WORDS[report.seal]}")
         if report.unsealed_spans:
             line.append(f"; {report.unsealed_spans} span(s) after the seal")
+        if report.attached_spans:
+            line.append(f"; {report.attached_spans} attached span(s) of other services, outside the chain")
         return line
     where = f" at seq {report.seq}" if report.seq is not None else ""
     span = f", span {report.span_name!r} ({report.span_id})" if report.span_id else ""
@@ -151,6 +186,7 @@ def report_json(report: ChainReport) -> dict[str, Any]:
         "problem": report.problem.value if report.problem else None, "seq": report.seq,
         "span_id": report.span_id, "span_name": report.span_name, "detail": report.detail,
         "span_count": report.span_count, "unsealed_spans": report.unsealed_spans,
+        "attached_spans": report.attached_spans,
     }
 
 
