@@ -158,6 +158,7 @@ def main() -> None:
         halt_latency = []
         for i in range(args.halts):
             target = f"{i:032x}"
+            client.authorize(request | {"run_id": target}, timeout_s=2)  # the agent's run: its halts reach it
             t0 = time.perf_counter()
             admin("/v1/halts", {"scope": "run", "target": target, "reason": "bench"})
             while g.halted(target) is None:

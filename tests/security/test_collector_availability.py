@@ -168,11 +168,14 @@ def test_an_unauthenticated_flood_does_not_stall_authorize(world: World) -> None
     quiet = latencies(100)
     body = big_json_export()
     stop = threading.Event()
-    answers: list[int] = []
+    answers: list[int] = []  # HTTP statuses; 0: the connection was closed on the sender
 
     def flood() -> None:
         while not stop.is_set():
-            answers.append(export_http(world.collector.http, body, content_type="application/json")[0])
+            try:
+                answers.append(export_http(world.collector.http, body, content_type="application/json")[0])
+            except OSError:  # answered 401 and closed before the whole body was sent: refused unread
+                answers.append(0)
 
     flooders = [threading.Thread(target=flood, daemon=True) for _ in range(4)]
     for t in flooders:
@@ -185,7 +188,9 @@ def test_an_unauthenticated_flood_does_not_stall_authorize(world: World) -> None
         for t in flooders:
             t.join(60)
     control.close()
-    assert answers and set(answers) == {401}, set(answers)
+    assert answers and set(answers) <= {401, 0}, set(answers)
+    small = export_http(world.collector.http, b"{}", content_type="application/json")
+    assert small[0] == 401, small  # a sender whose body is small reads why
     p50, p99 = statistics.median(loud), sorted(loud)[int(0.99 * len(loud))]
     # measured: about 1-3 ms under the flood on 2 shared cores; before the fix, p50 was 1.6 s
     assert p50 < 0.05 and p99 < 0.25, (statistics.median(quiet), p50, p99)

@@ -90,9 +90,14 @@ def routes(
         if not isinstance(doc, dict):
             raise ValueError("expected a JSON object")
         run_id = str(doc.get("run_id") or "").lower()
+        reads: list[concurrent.futures.Future[Any]] = []  # what would block: on threads, at once
         if who is not None and run_id and scope.owners.owner(run_id) is None:
             # a run first heard of: the caller opens it, unless the store says another agent did
-            await blocking(scope.owners.claim, who.agent_id, [run_id])
+            reads.append(scope.owners.claim_later(who.agent_id, [run_id]))
+        if who is not None and not scope.trust.known(who.agent_id):
+            reads.append(scope.trust.prefetch(who.agent_id))  # its first score
+        if reads:
+            await asyncio.gather(*(asyncio.wrap_future(f) for f in reads))
         answer = scope.authorize(doc, who)
         return JSONResponse(answer, status_code=int(answer.pop("status", 200)))
 
@@ -105,6 +110,8 @@ def routes(
         if who is not None and request.query_params.get("agent") not in (None, "", agent):
             return JSONResponse({"error": f"the token is for agent {agent!r}"}, status_code=403)
         queue = scope.bus.subscribe(agent)
+        if agent and not scope.trust.known(agent):  # an agent starting: its score, before its first Authorize
+            scope.trust.prefetch(agent)
 
         async def lines() -> AsyncIterator[bytes]:
             try:
@@ -128,7 +135,7 @@ def routes(
         doc = json.loads(await request.body())
         kind, target = _target(doc)
         if kind == SCOPE_RUN:
-            await blocking(scope.owners.lookup, target)  # so that the halt reaches the run's agent
+            await asyncio.wrap_future(scope.owners.lookup_later(target))  # so that the halt reaches its agent
         made = scope.halt(
             kind,
             target,
@@ -144,7 +151,7 @@ def routes(
             return refused
         kind, target = _target(json.loads(await request.body()))
         if kind == SCOPE_RUN:
-            await blocking(scope.owners.lookup, target)
+            await asyncio.wrap_future(scope.owners.lookup_later(target))
         return JSONResponse(
             {"resumed": scope.resume(kind, target, actor="operator"), "scope": kind, "target": target}
         )
@@ -158,7 +165,7 @@ def routes(
         who = reader(request)
         run = request.query_params.get("run", "").lower()
         if not who.operator:
-            who.check_agent(await blocking(scope.owners.lookup, run))
+            who.check_agent(await asyncio.wrap_future(scope.owners.lookup_later(run)))
         if scope.store is None:
             return JSONResponse({"decisions": []})
         listed = await blocking(scope.store.decisions, run)

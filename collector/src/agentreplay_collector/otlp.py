@@ -194,6 +194,13 @@ def _array_string(values: Any) -> str:
     return json.dumps(items, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
+def span_days(request: ExportTraceServiceRequest) -> set[int]:
+    """The UTC days (since the epoch) the request's spans start on: a cheap look before converting."""
+    return {
+        sp.start_time_unix_nano // DAY_NS for rs in request.resource_spans for ss in rs.scope_spans for sp in ss.spans
+    }
+
+
 # --- conversion ---------------------------------------------------------------------------
 def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
     """Flatten a request into ``otel_traces`` columns (and run records), validating ids."""

@@ -14,6 +14,7 @@ never the span's.
 
 from __future__ import annotations
 
+import concurrent.futures
 import threading
 import time
 from collections import OrderedDict
@@ -42,6 +43,7 @@ class RunOwners:
         self.capacity = capacity
         self._claims: OrderedDict[str, _Claim] = OrderedDict()
         self._lock = threading.Lock()
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentreplay-owners")
 
     def owner(self, run_id: str) -> str | None:
         """The opener, if this process knows it (no store lookup: safe on the event loop)."""
@@ -85,6 +87,19 @@ class RunOwners:
                 f"run {run_id} belongs to the agent that opened it ({opener!r}), not to {agent_id!r}"
             )
         return arrivals
+
+    def claim_later(self, agent_id: str, run_ids: Iterable[str]) -> concurrent.futures.Future[list[RunArrival]]:
+        """:meth:`claim` on the owners' own thread (for callers on the event loop)."""
+        return self._pool.submit(self.claim, agent_id, list(run_ids))
+
+    def lookup_later(self, run_id: str) -> concurrent.futures.Future[str | None]:
+        """:meth:`lookup` on the owners' own thread."""
+        return self._pool.submit(self.lookup, run_id)
+
+    def warm(self) -> None:
+        """Open the owners' thread's store connection now, not on an agent's first Authorize."""
+        if self.store is not None:
+            self._pool.submit(self.store.check).result()
 
     def persisted(self, arrivals: Sequence[RunArrival]) -> None:
         """These arrivals are in the store now."""

@@ -7,7 +7,8 @@
       -> convert to Arrow rows + run records             MalformedRequest
       -> spans on at most MAX_EXPORT_DAYS days           ExportRejected
       -> run ownership: each run is the token agent's    PermissionDenied
-      -> [agentreplay_scope: RequestProcessor]           PermissionDenied       (on the event loop)
+      -> [agentreplay_scope: RequestProcessor]           PermissionDenied       (prepare: a parse thread;
+                                                                                 process: the event loop)
       -> batch -> ClickHouse insert                      StoreUnavailable / ExportRejected
       -> acknowledge; then agentreplay_chain sees the written records
 
@@ -50,7 +51,12 @@ T = TypeVar("T")
 
 
 class RequestProcessor(Protocol):
-    """A stage between conversion and the write; may raise a RequestError to refuse the export."""
+    """A stage between conversion and the write; may raise a RequestError to refuse the export.
+
+    ``prepare`` runs on a parse thread and may block (reads the store); ``process`` runs on the
+    event loop and must not."""
+
+    def prepare(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None: ...
 
     def process(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None: ...
 
@@ -131,16 +137,19 @@ class Pipeline:
             request = parse(body)
             if self.auth is not None:
                 self.auth.check(authorization, _resource_agents(request))
+            days = len(otlp.span_days(request))
+            if days > MAX_EXPORT_DAYS:  # refused before the costly conversion
+                raise ExportRejected(
+                    f"the spans start on {days} different days; one export may hold at most"
+                    f" {MAX_EXPORT_DAYS} (send them in several exports)"
+                )
             converted = otlp.convert(request)
         except RecursionError as exc:
             raise MalformedRequest("not an OTLP ExportTraceServiceRequest: nested too deep") from exc
-        if len(converted.days) > MAX_EXPORT_DAYS:
-            raise ExportRejected(
-                f"the spans start on {len(converted.days)} different days; one export may hold at most"
-                f" {MAX_EXPORT_DAYS} (send them in several exports)"
-            )
         if self.owners is not None and converted.records:
             converted.arrivals = self._claim(converted, identity)
+        for processor in self.processors:
+            processor.prepare(converted, identity)
         return converted
 
     def _claim(self, converted: otlp.ConvertedRequest, identity: AgentIdentity | None) -> list[RunArrival]:

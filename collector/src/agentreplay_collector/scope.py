@@ -290,6 +290,15 @@ class ScopeProcessor:
         self.halt(SCOPE_RUN, run_id, f"{decision.rule}: {decision.detail}", actor=ACTOR, agent_id=agent_id)
 
     # --- the pipeline stage -------------------------------------------------------------------
+    def prepare(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None:
+        """Off the event loop: what :meth:`process` would otherwise read from the store (trust scores)."""
+        agents = {identity.agent_id} if identity is not None else {
+            r.resource.get(semconv.AGENT_ID, "") for r in request.records
+        }
+        for agent in agents:
+            if not self.trust.known(agent):
+                self.trust.multiplier(agent)
+
     def process(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None:
         manifest = self.manifest_for(identity)
         if self.config.require_manifests and identity is not None and manifest is None:

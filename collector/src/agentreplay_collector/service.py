@@ -174,6 +174,9 @@ class Collector:
             self.chain.start()
         if self.scope is not None:
             self.scope.rebuild(self.store)
+            # the threads Authorize may wait on open their store connections now
+            self.owners.warm()
+            self.scope.trust.warm()
         if self.analysis is not None:
             self.analysis.start()
 

@@ -473,7 +473,7 @@ class Store:
         failed, regression replays (and passed), and runs with a denial that counts as a violation
         (any rule but ``not_violations``)."""
         db = self.database
-        counted = (
+        counted = (  # the agent's runs received live and verified, with when they arrived
             f"SELECT r.RunId AS RunId, r.StatusCode AS StatusCode, r.RunKind AS RunKind, r.ReplayOf AS ReplayOf,"
             f" a.Received AS Received FROM {db}.{schema.RUNS} AS r FINAL"
             f" INNER JOIN (SELECT RunId, min(ReceivedAt) AS Received FROM {db}.{schema.RUN_ARRIVALS}"
@@ -483,14 +483,13 @@ class Store:
             f" AND r.End <= r.UpdatedAt + {_LIVE_AFTER}"
         )
         sql = (
-            f"WITH counted AS ({counted})"
+            f"WITH (SELECT groupArray(RunId) FROM ({counted}) WHERE RunKind = {{record:String}}) AS recorded,"
+            f" (SELECT groupUniqArray(RunId) FROM {db}.{schema.DECISIONS} WHERE AgentId = {{a:String}}"
+            "   AND Decision = {deny:String} AND Rule NOT IN {skip:Array(String)}) AS violating"
             " SELECT count(), countIf(StatusCode = 'Error'), countIf(RunKind = {regression:String}),"
-            " countIf(RunKind = {regression:String} AND StatusCode != 'Error'),"
-            f" countIf(RunId IN (SELECT DISTINCT RunId FROM {db}.{schema.DECISIONS}"
-            "   WHERE AgentId = {a:String} AND Decision = {deny:String} AND Rule NOT IN {skip:Array(String)}))"
-            " FROM (SELECT RunId, StatusCode, RunKind FROM counted"
-            "  WHERE RunKind != {regression:String}"
-            "   OR ReplayOf IN (SELECT RunId FROM counted WHERE RunKind = {record:String})"
+            " countIf(RunKind = {regression:String} AND StatusCode != 'Error'), countIf(has(violating, RunId))"
+            f" FROM (SELECT RunId, StatusCode, RunKind FROM ({counted})"
+            "  WHERE RunKind != {regression:String} OR has(recorded, ReplayOf)"
             "  ORDER BY Received DESC LIMIT {window:UInt32})"
         )
         params = {

@@ -17,6 +17,7 @@ manifest's caps.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import threading
@@ -96,18 +97,76 @@ class TrustBook:
         self.refresh_s = refresh_s
         self._cache: dict[str, TrustScore] = {}
         self._lock = threading.Lock()
+        self._refreshing: set[str] = set()
+        self._prefetching: dict[str, concurrent.futures.Future[float]] = {}
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentreplay-trust")
 
     def multiplier(self, agent_id: str) -> float:
+        """The agent's spend multiplier. Past ``refresh_s`` the last score still answers while a new
+        one is computed on a thread of its own: callers on the event loop never wait for the store,
+        except for an agent's first score (see :meth:`known`)."""
         cached = self._cache.get(agent_id)
-        if cached is not None and time.time_ns() - cached.computed_ns < self.refresh_s * 1e9:
-            return cached.spend_multiplier
+        if cached is None:
+            return self._compute_or_prior(agent_id)
+        if time.time_ns() - cached.computed_ns >= self.refresh_s * 1e9:
+            self._refresh_later(agent_id)
+        return cached.spend_multiplier
+
+    def known(self, agent_id: str) -> bool:
+        """Whether the agent has a score already (else :meth:`multiplier` reads the store)."""
+        return agent_id in self._cache
+
+    def prefetch(self, agent_id: str) -> concurrent.futures.Future[float]:
+        """The agent's multiplier, computed on the book's own thread (for callers on the event loop);
+        one computation per agent at a time, however many ask."""
+        with self._lock:
+            pending = self._prefetching.get(agent_id)
+            if pending is None:
+                pending = self._prefetching[agent_id] = self._pool.submit(self._first_score, agent_id)
+        return pending
+
+    def _first_score(self, agent_id: str) -> float:
         try:
-            return self.compute(agent_id).spend_multiplier
+            if agent_id in self._cache:
+                return self._cache[agent_id].spend_multiplier
+            return self._compute_or_prior(agent_id, store_it=False)
+        finally:
+            with self._lock:
+                self._prefetching.pop(agent_id, None)
+
+    def warm(self) -> None:
+        """Open the book's thread's store connection now, not on an agent's first Authorize."""
+        if self.store is not None:
+            self._pool.submit(self.store.check).result()
+
+    def _compute_or_prior(self, agent_id: str, *, store_it: bool = True) -> float:
+        try:
+            result = self.compute(agent_id, store_it=store_it)
+            if not store_it:  # written after the caller has its answer
+                self._pool.submit(self._store, result)
+            return result.spend_multiplier
         except StoreError as exc:
             _log.warning("trust score of %s not computed: %s", agent_id, exc)
+            cached = self._cache.get(agent_id)
             return cached.spend_multiplier if cached else tier_for(PRIOR, self.tiers).spend_multiplier
 
-    def compute(self, agent_id: str) -> TrustScore:
+    def _refresh_later(self, agent_id: str) -> None:
+        with self._lock:
+            if agent_id in self._refreshing:
+                return
+            self._refreshing.add(agent_id)
+        self._pool.submit(self._refresh, agent_id)
+
+    def _refresh(self, agent_id: str) -> None:
+        try:
+            self.compute(agent_id)
+        except StoreError as exc:
+            _log.warning("trust score of %s not refreshed: %s", agent_id, exc)
+        finally:
+            with self._lock:
+                self._refreshing.discard(agent_id)
+
+    def compute(self, agent_id: str, *, store_it: bool = True) -> TrustScore:
         record = TrackRecord(runs=0, failures=0, regressions=0, regression_passes=0, violating_runs=0)
         if self.store is not None:
             record = self.store.track_record(agent_id, window=WINDOW, not_violations=NOT_VIOLATIONS)
@@ -134,12 +193,16 @@ class TrustBook:
         )
         with self._lock:
             self._cache[agent_id] = result
+        if store_it:
+            self._store(result)
+        return result
+
+    def _store(self, result: TrustScore) -> None:
         if self.store is not None:
             try:
                 self.store.insert_trust_scores([result])
             except StoreError as exc:
-                _log.warning("trust score of %s not stored: %s", agent_id, exc)
-        return result
+                _log.warning("trust score of %s not stored: %s", result.agent_id, exc)
 
     def agents(self) -> list[str]:
         if self.store is None:

@@ -39,6 +39,9 @@ _log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _DRAIN_FACTOR = 4
+_DISCARD_LIMIT = 256 * 1024
+"""At most this much of an unauthenticated body is read (so that a small export's sender reads its
+401); past it the connection is cut. An unauthenticated sender costs a header check, not its body."""
 _GRPC_CODES = {
     "INVALID_ARGUMENT": 3,
     "RESOURCE_EXHAUSTED": 8,
@@ -63,7 +66,7 @@ def build_app(pipeline: Pipeline, config: HttpReceiverConfig) -> Starlette:
             try:
                 pipeline.authenticate(authorization)  # before a byte of the body is parsed
             except RequestError:
-                await _discard_body(request, limit)  # so that the sender reads the answer
+                await _discard_body(request, min(limit, _DISCARD_LIMIT))  # the sender reads the 401
                 raise
             body = await _read_body(request, limit)
             if media == PROTOBUF:
@@ -118,8 +121,11 @@ async def _read_body(request: Request, limit: int) -> bytes:
 
 
 async def _discard_body(request: Request, limit: int) -> None:
-    """Read and drop at most ``limit`` bytes of a body that will not be used (past that, the
-    connection is cut)."""
+    """Read and drop at most ``limit`` bytes of a body that will not be used (past that, or when
+    the body says it is longer, the connection is cut after the answer)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
