@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from agentreplay_otel.core import KIND_LLM, KIND_TOOL, SpanRecord, json_or, semconv
+from agentreplay_otel.core import KIND_LLM, KIND_TOOL, SpanRecord, json_or, partition_chain, semconv
 
 _ACTION_VERBS = frozenset({"book", "buy", "purchase", "pay", "send", "transfer", "order", "reserve", "schedule",
                            "cancel", "delete", "remove", "submit", "charge", "refund", "wire", "email", "checkout"})
@@ -199,8 +199,9 @@ class Quote:
 
 
 def run_view(spans: Iterable[SpanRecord]) -> RunView:
-    """The analysis's view of a run from its stored spans (any order; a run still in flight too)."""
-    spans = list(spans)
+    """The analysis's view of a run from its stored spans (any order; a run still in flight too).
+    Only the chain's spans count: other services' spans in the trace vouch for nothing."""
+    spans, _attached = partition_chain(spans)
     roots = [s for s in spans if s.is_root]
     root = roots[-1] if roots else None
     steps = sorted((s for s in map(_step, spans) if s is not None), key=lambda s: s.step)
