@@ -189,7 +189,8 @@ def _start(env: Mapping[str, str]) -> None:
     meter_provider = exporters.meter_provider(env, tracer_provider.resource, token)
     logger_provider = exporters.logger_provider(env, tracer_provider.resource, token)
     trace.set_tracer_provider(tracer_provider)
-    metrics.set_meter_provider(meter_provider)
+    if meter_provider is not None:
+        metrics.set_meter_provider(meter_provider)
     if logger_provider is not None:
         _logs.set_logger_provider(logger_provider)
     if enforce:

@@ -136,12 +136,14 @@ def auth_headers(signal: Signal, env: Mapping[str, str], token: str | None, key:
     return headers
 
 
-def meter_provider(env: Mapping[str, str], resource: Resource, token: str | None) -> MeterProvider:
-    """Metrics where ``OTEL_METRICS_EXPORTER`` says (pushed every ``OTEL_METRIC_EXPORT_INTERVAL``, and at exit)."""
+def meter_provider(env: Mapping[str, str], resource: Resource, token: str | None) -> MeterProvider | None:
+    """Metrics where ``OTEL_METRICS_EXPORTER`` says (pushed every ``OTEL_METRIC_EXPORT_INTERVAL``, and at exit);
+    None when it names none: an SDK provider with no reader would still aggregate every record (a few µs
+    per stream chunk) for nobody, while the API's default provider drops them for free."""
     readers: list[MetricReader] = []
     for found in exporters("metrics", env, token):
         readers.append(found if isinstance(found, MetricReader) else PeriodicExportingMetricReader(found))
-    return MeterProvider(resource=resource, metric_readers=readers)
+    return MeterProvider(resource=resource, metric_readers=readers) if readers else None
 
 
 def logger_provider(env: Mapping[str, str], resource: Resource, token: str | None) -> LoggerProvider | None:
