@@ -92,7 +92,8 @@ def report(done: list[Judgement], wall_s: float, config: JudgeConfig, *, concurr
     latencies = [j.latency_ms for j in done]
     outcomes = Counter(j.verdict.outcome.value for j in done)
     answered = [j for j in done if j.verdict.outcome is not Outcome.JUDGE_ERROR]
-    right = sum((j.verdict.outcome is Outcome.FAILED) == j.subject.labelled_failed for j in answered)
+    decided = [j for j in answered if j.verdict.outcome is not Outcome.UNSURE]
+    right = sum((j.verdict.outcome is Outcome.FAILED) == j.subject.labelled_failed for j in decided)
     tokens = [j.verdict.prompt_tokens for j in answered]
     estimated = [build(s.view, context_tokens=config.context_tokens, answer_tokens=config.answer_tokens).tokens
                  for s in subjects]
@@ -114,7 +115,7 @@ def report(done: list[Judgement], wall_s: float, config: JudgeConfig, *, concurr
         "prompt_tokens": {"mean": sum(tokens) / len(tokens) if tokens else None, "max": max(tokens, default=None),
                           "source": "the endpoint's usage where it reports it, else estimated"},
         "prompt_tokens_estimated": {"mean": sum(estimated) / len(estimated), "max": max(estimated)},
-        "verdict_agrees_with_label": right / len(answered) if answered else None,
+        "verdict_agrees_with_label": right / len(decided) if decided else None,  # of failed/ok verdicts
         "note": "the labelled runs are built to show each mode; agreement with their labels says the judge reads "
                 "the transcript, not how it fares on runs from the field",
     }
