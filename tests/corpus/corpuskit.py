@@ -104,6 +104,7 @@ class Outcome:
 
 
 CHANGED_INSTRUCTIONS = "Answer in French."
+API_KEYS = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY")
 
 
 class CorpusWorld:
@@ -195,13 +196,15 @@ class CorpusWorld:
         raise TimeoutError(f"{program.name}: no judged run in time; see {self.collector.log_path}")
 
     def cli(
-        self, recorded: Recorded, *args: str, timeout_s: float = 180, **extra_env: str
+        self, recorded: Recorded, *args: str, timeout_s: float = 180, drop: tuple[str, ...] = (), **extra_env: str
     ) -> subprocess.CompletedProcess[str]:
-        """``agentreplay COMMAND --collector URL ARGS`` in the program's environment (its model stopped)."""
+        """``agentreplay COMMAND --collector URL ARGS`` in the program's environment (its model stopped),
+        without the variables named in ``drop``."""
         command, *rest = args
+        env = {k: v for k, v in self.env(recorded.program, recorded.base_urls, **extra_env).items() if k not in drop}
         return subprocess.run(
             [str(BIN / "agentreplay"), command, "--collector", self.collector.control, *rest],
-            env=self.env(recorded.program, recorded.base_urls, **extra_env),
+            env=env,
             capture_output=True,
             text=True,
             timeout=timeout_s,
@@ -215,8 +218,9 @@ class CorpusWorld:
         return report
 
     def replay(self, recorded: Recorded, **extra_env: str) -> Replayed:
-        """``agentreplay replay RUN --json``; ``extra_env`` changes the agent's environment (a new version)."""
-        done = self.cli(recorded, "replay", recorded.run_id, "--json", **extra_env)
+        """``agentreplay replay RUN --json``; ``extra_env`` changes the agent's environment (a new version).
+        No API key is set: a replay sends nothing, so it needs none."""
+        done = self.cli(recorded, "replay", recorded.run_id, "--json", drop=API_KEYS, **extra_env)
         try:
             doc = json.loads(done.stdout)
         except ValueError:
