@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -333,3 +334,59 @@ def log_checkpoint_row(signed: SignedCheckpoint) -> list[Any]:
 
 def log_checkpoint_from_row(signed: str) -> SignedCheckpoint:
     return SignedCheckpoint.from_json(json.loads(signed))
+
+
+# --- OTLP metrics and logs (read back for checks; the collector writes them as Arrow) ---------
+@dataclass(frozen=True, kw_only=True)
+class StoredMetricPoint:
+    """One data point of ``otel_metrics_*``: ``value`` is a gauge's or sum's value, or the sum of
+    a histogram or summary (whose ``count`` and ``bucket_counts`` say the rest)."""
+
+    table: str
+    service_name: str
+    name: str
+    unit: str
+    attributes: dict[str, str]
+    resource_attributes: dict[str, str]
+    start_ns: int
+    time_ns: int
+    value: float
+    count: int
+    bucket_counts: tuple[int, ...]
+    is_monotonic: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredLog:
+    """One row of ``otel_logs``; ``day`` is the partition it landed in (days since the epoch)."""
+
+    time_ns: int
+    day: int
+    trace_id: str
+    span_id: str
+    severity_text: str
+    severity_number: int
+    service_name: str
+    body: str
+    attributes: dict[str, str]
+    resource_attributes: dict[str, str]
+    scope_name: str
+    event_name: str
+
+
+def metric_point_from_row(table: str, r: Sequence[Any]) -> StoredMetricPoint:
+    service, name, unit, attrs, resource, start, time_, value, count, buckets, monotonic = r
+    return StoredMetricPoint(
+        table=table, service_name=service, name=name, unit=unit, attributes=dict(attrs),
+        resource_attributes=dict(resource), start_ns=int(start), time_ns=int(time_), value=float(value),
+        count=int(count), bucket_counts=tuple(int(b) for b in buckets), is_monotonic=bool(monotonic),
+    )
+
+
+def log_from_row(r: Sequence[Any]) -> StoredLog:
+    time_ns, day, trace_id, span_id, sev_text, sev_num, service, body, attrs, resource, scope, event = r
+    return StoredLog(
+        time_ns=int(time_ns), day=int(day), trace_id=trace_id, span_id=span_id, severity_text=sev_text,
+        severity_number=int(sev_num), service_name=service, body=body, attributes=dict(attrs),
+        resource_attributes=dict(resource), scope_name=scope, event_name=event,
+    )

@@ -422,3 +422,153 @@ def ddl(opts: SchemaOptions) -> list[str]:
         if table is _TRACE_ID_TS:
             statements.append(_trace_id_ts_view(opts))
     return statements
+
+
+# --- metrics and logs ---------------------------------------------------------------------------
+# The contrib exporter's tables, names and types as it creates them, so Grafana's ClickHouse plugin
+# (its logs view, its metric query builder) reads them as is. Plain MergeTree, as there: a retried
+# export is stored again (at least once); nothing is verified from these rows.
+METRICS_GAUGE = "otel_metrics_gauge"
+METRICS_SUM = "otel_metrics_sum"
+METRICS_HISTOGRAM = "otel_metrics_histogram"
+METRICS_EXP_HISTOGRAM = "otel_metrics_exponential_histogram"
+METRICS_SUMMARY = "otel_metrics_summary"
+LOGS = "otel_logs"
+METRIC_TABLES = (METRICS_GAUGE, METRICS_SUM, METRICS_HISTOGRAM, METRICS_EXP_HISTOGRAM, METRICS_SUMMARY)
+
+_MAP = "Map(LowCardinality(String), String) CODEC(ZSTD(1))"
+_METRIC_HEAD = f"""
+    ResourceAttributes {_MAP},
+    ResourceSchemaUrl String CODEC(ZSTD(1)),
+    ScopeName String CODEC(ZSTD(1)),
+    ScopeVersion String CODEC(ZSTD(1)),
+    ScopeAttributes {_MAP},
+    ScopeDroppedAttrCount UInt32 CODEC(ZSTD(1)),
+    ScopeSchemaUrl String CODEC(ZSTD(1)),
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    MetricName String CODEC(ZSTD(1)),
+    MetricDescription String CODEC(ZSTD(1)),
+    MetricUnit String CODEC(ZSTD(1)),
+    Attributes {_MAP},
+    StartTimeUnix DateTime64(9) CODEC(Delta, ZSTD(1)),
+    TimeUnix DateTime64(9) CODEC(Delta, ZSTD(1)),"""
+_EXEMPLARS = """
+    Exemplars Nested (
+        FilteredAttributes Map(LowCardinality(String), String),
+        TimeUnix DateTime64(9),
+        Value Float64,
+        SpanId String,
+        TraceId String
+    ) CODEC(ZSTD(1)),"""
+_METRIC_INDEXES = """
+    INDEX idx_res_attr_key mapKeys(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_res_attr_value mapValues(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_scope_attr_key mapKeys(ScopeAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_scope_attr_value mapValues(ScopeAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_attr_key mapKeys(Attributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_attr_value mapValues(Attributes) TYPE bloom_filter(0.01) GRANULARITY 1"""
+
+
+def _metric_table(name: str, body: str) -> _Table:
+    return _Table(
+        name=name,
+        columns=_METRIC_HEAD + body + _METRIC_INDEXES,
+        engine="MergeTree",
+        tail="PARTITION BY toDate(TimeUnix)\nORDER BY (ServiceName, MetricName, Attributes, toUnixTimestamp64Nano(TimeUnix))",
+        ttl_column="TimeUnix",
+        settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+    )
+
+
+_HISTOGRAM_TAIL = """
+    Flags UInt32 CODEC(ZSTD(1)),
+    Min Float64 CODEC(ZSTD(1)),
+    Max Float64 CODEC(ZSTD(1)),
+    AggregationTemporality Int32 CODEC(ZSTD(1)),"""
+
+_METRIC_TABLES = (
+    _metric_table(METRICS_GAUGE, "\n    Value Float64 CODEC(ZSTD(1)),\n    Flags UInt32 CODEC(ZSTD(1)),"
+                  + _EXEMPLARS),
+    _metric_table(
+        METRICS_SUM,
+        "\n    Value Float64 CODEC(ZSTD(1)),\n    Flags UInt32 CODEC(ZSTD(1)),"
+        + _EXEMPLARS
+        + "\n    AggregationTemporality Int32 CODEC(ZSTD(1)),\n    IsMonotonic Boolean CODEC(Delta, ZSTD(1)),",
+    ),
+    _metric_table(
+        METRICS_HISTOGRAM,
+        """
+    Count UInt64 CODEC(Delta, ZSTD(1)),
+    Sum Float64 CODEC(ZSTD(1)),
+    BucketCounts Array(UInt64) CODEC(ZSTD(1)),
+    ExplicitBounds Array(Float64) CODEC(ZSTD(1)),"""
+        + _EXEMPLARS
+        + _HISTOGRAM_TAIL,
+    ),
+    _metric_table(
+        METRICS_EXP_HISTOGRAM,
+        """
+    Count UInt64 CODEC(Delta, ZSTD(1)),
+    Sum Float64 CODEC(ZSTD(1)),
+    Scale Int32 CODEC(ZSTD(1)),
+    ZeroCount UInt64 CODEC(ZSTD(1)),
+    PositiveOffset Int32 CODEC(ZSTD(1)),
+    PositiveBucketCounts Array(UInt64) CODEC(ZSTD(1)),
+    NegativeOffset Int32 CODEC(ZSTD(1)),
+    NegativeBucketCounts Array(UInt64) CODEC(ZSTD(1)),"""
+        + _EXEMPLARS
+        + _HISTOGRAM_TAIL,
+    ),
+    _metric_table(
+        METRICS_SUMMARY,
+        """
+    Count UInt64 CODEC(Delta, ZSTD(1)),
+    Sum Float64 CODEC(ZSTD(1)),
+    ValueAtQuantiles Nested (
+        Quantile Float64,
+        Value Float64
+    ) CODEC(ZSTD(1)),
+    Flags UInt32 CODEC(ZSTD(1)),""",
+    ),
+)
+
+_LOGS = _Table(
+    name=LOGS,
+    columns=f"""
+    Timestamp DateTime64(9) CODEC(Delta(8), ZSTD(1)),
+    TimestampTime DateTime DEFAULT toDateTime(Timestamp),
+    TraceId String CODEC(ZSTD(1)),
+    SpanId String CODEC(ZSTD(1)),
+    TraceFlags UInt8,
+    SeverityText LowCardinality(String) CODEC(ZSTD(1)),
+    SeverityNumber UInt8,
+    ServiceName LowCardinality(String) CODEC(ZSTD(1)),
+    Body String CODEC(ZSTD(1)),
+    ResourceSchemaUrl LowCardinality(String) CODEC(ZSTD(1)),
+    ResourceAttributes {_MAP},
+    ScopeSchemaUrl LowCardinality(String) CODEC(ZSTD(1)),
+    ScopeName String CODEC(ZSTD(1)),
+    ScopeVersion LowCardinality(String) CODEC(ZSTD(1)),
+    ScopeAttributes {_MAP},
+    LogAttributes {_MAP},
+    EventName String CODEC(ZSTD(1)),
+    INDEX idx_trace_id TraceId TYPE bloom_filter(0.001) GRANULARITY 1,
+    INDEX idx_res_attr_key mapKeys(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_res_attr_value mapValues(ResourceAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_scope_attr_key mapKeys(ScopeAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_scope_attr_value mapValues(ScopeAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_log_attr_key mapKeys(LogAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_log_attr_value mapValues(LogAttributes) TYPE bloom_filter(0.01) GRANULARITY 1,
+    INDEX idx_body Body TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 8""",
+    engine="MergeTree",
+    tail=(
+        "PARTITION BY toDate(TimestampTime)\n"
+        "PRIMARY KEY (ServiceName, TimestampTime)\n"
+        "ORDER BY (ServiceName, TimestampTime, Timestamp)"
+    ),
+    ttl_column="TimestampTime",
+    settings="index_granularity = 8192, ttl_only_drop_parts = 1",
+    shard_key="cityHash64(TraceId)",
+)
+
+TABLES = (*TABLES, *_METRIC_TABLES, _LOGS)

@@ -22,7 +22,7 @@ import base64
 import logging
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import pyarrow as pa
@@ -766,6 +766,48 @@ class Store:
         rows = self._call("checkpoint read", "query", sql, parameters=params).result_rows
         return _rows.log_checkpoint_from_row(rows[0][0]) if rows else None
 
+    # --- OTLP metrics and logs (the contrib exporter's tables) ----------------------------------
+    def insert_metrics(self, tables: Mapping[str, pa.Table]) -> None:
+        """Data points as Arrow, one insert per ``otel_metrics_*`` table that has any."""
+        for name, table in tables.items():
+            if name not in schema.METRIC_TABLES:
+                raise ValueError(f"not a metrics table: {name!r}")
+            if table.num_rows:
+                self._call(f"{name} insert", "insert_arrow", f"{self.database}.{name}", table)
+
+    def insert_logs(self, table: pa.Table) -> None:
+        """Log records as Arrow, in one insert."""
+        if table.num_rows:
+            self._call("log records insert", "insert_arrow", f"{self.database}.{schema.LOGS}", table)
+
+    def metric_points(
+        self, *, service_name: str | None = None, name: str | None = None
+    ) -> list[_rows.StoredMetricPoint]:
+        """Stored data points of every metric type, by service and metric name, in time order."""
+        where = (
+            "({service:Nullable(String)} IS NULL OR ServiceName = {service:Nullable(String)})"
+            " AND ({name:Nullable(String)} IS NULL OR MetricName = {name:Nullable(String)})"
+        )
+        out: list[_rows.StoredMetricPoint] = []
+        for table, values in _METRIC_POINT_VALUES.items():
+            sql = (
+                f"SELECT {_METRIC_POINT_COLUMNS}, {values} FROM {self.database}.{table}"
+                f" WHERE {where} ORDER BY TimeUnix"
+            )
+            rows = self._call("metric read", "query", sql, parameters={"service": service_name, "name": name})
+            out.extend(_rows.metric_point_from_row(table, r) for r in rows.result_rows)
+        return out
+
+    def log_records(self, *, service_name: str | None = None, limit: int = 1000) -> list[_rows.StoredLog]:
+        """Stored log records, by service, in time order."""
+        sql = (
+            f"SELECT {_LOG_READ_COLUMNS} FROM {self.database}.{schema.LOGS}"
+            " WHERE {service:Nullable(String)} IS NULL OR ServiceName = {service:Nullable(String)}"
+            " ORDER BY Timestamp LIMIT {limit:UInt32}"
+        )
+        rows = self._call("log read", "query", sql, parameters={"service": service_name, "limit": limit})
+        return [_rows.log_from_row(r) for r in rows.result_rows]
+
 
 def open_reader(
     store: str | None = None,
@@ -787,3 +829,23 @@ def open_reader(
     opened = Store(target, database=database)
     opened._client()  # fail now (StoreUnavailable) rather than on the first read
     return opened
+
+
+_METRIC_POINT_COLUMNS = (
+    "ServiceName, MetricName, MetricUnit, Attributes, ResourceAttributes,"
+    " toUnixTimestamp64Nano(StartTimeUnix), toUnixTimestamp64Nano(TimeUnix)"
+)
+_METRIC_POINT_VALUES = {
+    schema.METRICS_GAUGE: "Value, 0, [], false",
+    schema.METRICS_SUM: "Value, 0, [], IsMonotonic",
+    schema.METRICS_HISTOGRAM: "Sum, Count, BucketCounts, false",
+    schema.METRICS_EXP_HISTOGRAM: "Sum, Count, PositiveBucketCounts, false",
+    schema.METRICS_SUMMARY: "Sum, Count, [], false",
+}
+"""What a StoredMetricPoint reads from each metric table, after _METRIC_POINT_COLUMNS: value, count,
+bucket counts, monotonic."""
+
+_LOG_READ_COLUMNS = (
+    "toUnixTimestamp64Nano(Timestamp), toUInt32(toDate(TimestampTime)), TraceId, SpanId, SeverityText,"
+    " SeverityNumber, ServiceName, Body, LogAttributes, ResourceAttributes, ScopeName, EventName"
+)
