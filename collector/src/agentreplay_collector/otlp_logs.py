@@ -50,7 +50,9 @@ def resource_agents(request: ExportLogsServiceRequest) -> list[str | None]:
     for rl in request.resource_logs:
         if not any(sl.log_records for sl in rl.scope_logs):
             continue
-        out.append(next((kv.value.string_value for kv in rl.resource.attributes if kv.key == semconv.AGENT_ID), None))
+        out.append(
+            next((kv.value.string_value for kv in rl.resource.attributes if kv.key == semconv.AGENT_ID), None)
+        )
     return out
 
 
@@ -66,7 +68,9 @@ def convert(request: ExportLogsServiceRequest) -> ConvertedSignal:
             scope_items = list(stored_attributes(scope.attributes).items())
             for record in sl.log_records:
                 if len(record.trace_id) not in (0, 16) or len(record.span_id) not in (0, 8):
-                    raise MalformedRequest("a log record's trace_id must be 16 bytes and its span_id 8 (or empty)")
+                    raise MalformedRequest(
+                        "a log record's trace_id must be 16 bytes and its span_id 8 (or empty)"
+                    )
                 time_ns = record.time_unix_nano or record.observed_time_unix_nano
                 days.add(time_ns // DAY_NS)
                 rows.rows.append(

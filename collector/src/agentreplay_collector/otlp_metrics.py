@@ -47,29 +47,60 @@ _EXEMPLARS = [
     ("Exemplars.SpanId", pa.list_(pa.string())),
     ("Exemplars.TraceId", pa.list_(pa.string())),
 ]
-_HISTOGRAM_TAIL = [("Flags", pa.uint32()), ("Min", pa.float64()), ("Max", pa.float64()),
-                   ("AggregationTemporality", pa.int32())]
+_HISTOGRAM_TAIL = [
+    ("Flags", pa.uint32()),
+    ("Min", pa.float64()),
+    ("Max", pa.float64()),
+    ("AggregationTemporality", pa.int32()),
+]
 
 SCHEMAS: dict[str, pa.Schema] = {
     schema.METRICS_GAUGE: pa.schema([*_HEAD, ("Value", pa.float64()), ("Flags", pa.uint32()), *_EXEMPLARS]),
     schema.METRICS_SUM: pa.schema(
-        [*_HEAD, ("Value", pa.float64()), ("Flags", pa.uint32()), *_EXEMPLARS,
-         ("AggregationTemporality", pa.int32()), ("IsMonotonic", pa.bool_())]
+        [
+            *_HEAD,
+            ("Value", pa.float64()),
+            ("Flags", pa.uint32()),
+            *_EXEMPLARS,
+            ("AggregationTemporality", pa.int32()),
+            ("IsMonotonic", pa.bool_()),
+        ]
     ),
     schema.METRICS_HISTOGRAM: pa.schema(
-        [*_HEAD, ("Count", pa.uint64()), ("Sum", pa.float64()), ("BucketCounts", pa.list_(pa.uint64())),
-         ("ExplicitBounds", pa.list_(pa.float64())), *_EXEMPLARS, *_HISTOGRAM_TAIL]
+        [
+            *_HEAD,
+            ("Count", pa.uint64()),
+            ("Sum", pa.float64()),
+            ("BucketCounts", pa.list_(pa.uint64())),
+            ("ExplicitBounds", pa.list_(pa.float64())),
+            *_EXEMPLARS,
+            *_HISTOGRAM_TAIL,
+        ]
     ),
     schema.METRICS_EXP_HISTOGRAM: pa.schema(
-        [*_HEAD, ("Count", pa.uint64()), ("Sum", pa.float64()), ("Scale", pa.int32()), ("ZeroCount", pa.uint64()),
-         ("PositiveOffset", pa.int32()), ("PositiveBucketCounts", pa.list_(pa.uint64())),
-         ("NegativeOffset", pa.int32()), ("NegativeBucketCounts", pa.list_(pa.uint64())),
-         *_EXEMPLARS, *_HISTOGRAM_TAIL]
+        [
+            *_HEAD,
+            ("Count", pa.uint64()),
+            ("Sum", pa.float64()),
+            ("Scale", pa.int32()),
+            ("ZeroCount", pa.uint64()),
+            ("PositiveOffset", pa.int32()),
+            ("PositiveBucketCounts", pa.list_(pa.uint64())),
+            ("NegativeOffset", pa.int32()),
+            ("NegativeBucketCounts", pa.list_(pa.uint64())),
+            *_EXEMPLARS,
+            *_HISTOGRAM_TAIL,
+        ]
     ),
     schema.METRICS_SUMMARY: pa.schema(
-        [*_HEAD, ("Count", pa.uint64()), ("Sum", pa.float64()),
-         ("ValueAtQuantiles.Quantile", pa.list_(pa.float64())), ("ValueAtQuantiles.Value", pa.list_(pa.float64())),
-         ("Flags", pa.uint32())]
+        [
+            *_HEAD,
+            ("Count", pa.uint64()),
+            ("Sum", pa.float64()),
+            ("ValueAtQuantiles.Quantile", pa.list_(pa.float64())),
+            ("ValueAtQuantiles.Value", pa.list_(pa.float64())),
+            ("Flags", pa.uint32()),
+        ]
     ),
 }
 """Each table's insert columns, in order (the Arrow tables' schemas)."""
@@ -89,7 +120,9 @@ def resource_agents(request: ExportMetricsServiceRequest) -> list[str | None]:
     for rm in request.resource_metrics:
         if not any(sm.metrics for sm in rm.scope_metrics):
             continue
-        out.append(next((kv.value.string_value for kv in rm.resource.attributes if kv.key == semconv.AGENT_ID), None))
+        out.append(
+            next((kv.value.string_value for kv in rm.resource.attributes if kv.key == semconv.AGENT_ID), None)
+        )
     return out
 
 
@@ -103,9 +136,16 @@ def convert(request: ExportMetricsServiceRequest) -> ConvertedSignal:
         service = resource.get(semconv.SERVICE_NAME, "")
         for sm in rm.scope_metrics:
             scope = sm.scope
-            head = (resource_items, rm.schema_url, scope.name, scope.version,
-                    list(stored_attributes(scope.attributes).items()), scope.dropped_attributes_count,
-                    sm.schema_url, service)
+            head = (
+                resource_items,
+                rm.schema_url,
+                scope.name,
+                scope.version,
+                list(stored_attributes(scope.attributes).items()),
+                scope.dropped_attributes_count,
+                sm.schema_url,
+                service,
+            )
             for metric in sm.metrics:
                 kind = metric.WhichOneof("data")
                 if kind is None:
@@ -115,9 +155,15 @@ def convert(request: ExportMetricsServiceRequest) -> ConvertedSignal:
                 out = rows[table].rows
                 for point in data.data_points:
                     days.add(point.time_unix_nano // DAY_NS)
-                    row = (*head, metric.name, metric.description, metric.unit,
-                           list(stored_attributes(point.attributes).items()),
-                           point.start_time_unix_nano, point.time_unix_nano)
+                    row = (
+                        *head,
+                        metric.name,
+                        metric.description,
+                        metric.unit,
+                        list(stored_attributes(point.attributes).items()),
+                        point.start_time_unix_nano,
+                        point.time_unix_nano,
+                    )
                     out.append(row + _point_columns(kind, data, point))
     return ConvertedSignal(tables=tables(rows), days=frozenset(days))
 
@@ -127,15 +173,48 @@ def _point_columns(kind: str, data: Any, p: Any) -> tuple[Any, ...]:
     if kind == "gauge":
         return (_number(p), p.flags, *_exemplars(p.exemplars))
     if kind == "sum":
-        return (_number(p), p.flags, *_exemplars(p.exemplars), data.aggregation_temporality, data.is_monotonic)
+        return (
+            _number(p),
+            p.flags,
+            *_exemplars(p.exemplars),
+            data.aggregation_temporality,
+            data.is_monotonic,
+        )
     if kind == "histogram":
-        return (p.count, p.sum, list(p.bucket_counts), list(p.explicit_bounds), *_exemplars(p.exemplars),
-                p.flags, p.min, p.max, data.aggregation_temporality)
+        return (
+            p.count,
+            p.sum,
+            list(p.bucket_counts),
+            list(p.explicit_bounds),
+            *_exemplars(p.exemplars),
+            p.flags,
+            p.min,
+            p.max,
+            data.aggregation_temporality,
+        )
     if kind == "exponential_histogram":
-        return (p.count, p.sum, p.scale, p.zero_count, p.positive.offset, list(p.positive.bucket_counts),
-                p.negative.offset, list(p.negative.bucket_counts), *_exemplars(p.exemplars),
-                p.flags, p.min, p.max, data.aggregation_temporality)
-    return (p.count, p.sum, [q.quantile for q in p.quantile_values], [q.value for q in p.quantile_values], p.flags)
+        return (
+            p.count,
+            p.sum,
+            p.scale,
+            p.zero_count,
+            p.positive.offset,
+            list(p.positive.bucket_counts),
+            p.negative.offset,
+            list(p.negative.bucket_counts),
+            *_exemplars(p.exemplars),
+            p.flags,
+            p.min,
+            p.max,
+            data.aggregation_temporality,
+        )
+    return (
+        p.count,
+        p.sum,
+        [q.quantile for q in p.quantile_values],
+        [q.value for q in p.quantile_values],
+        p.flags,
+    )
 
 
 def _number(point: Any) -> float:
@@ -151,7 +230,9 @@ def _exemplars(exemplars: Iterable[Any]) -> tuple[list[Any], ...]:
     trace_ids: list[str] = []
     for e in exemplars:
         if len(e.trace_id) not in (0, 16) or len(e.span_id) not in (0, 8):
-            raise MalformedRequest("an exemplar's trace_id must be 16 bytes and its span_id 8 (or both empty)")
+            raise MalformedRequest(
+                "an exemplar's trace_id must be 16 bytes and its span_id 8 (or both empty)"
+            )
         attrs.append(list(stored_attributes(e.filtered_attributes).items()))
         times.append(e.time_unix_nano)
         values.append(_number(e))

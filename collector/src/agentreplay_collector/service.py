@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from agentreplay_collector import schema
+from agentreplay_collector import otlp_logs, otlp_metrics, schema
 from agentreplay_collector.access import ReadAccess
 from agentreplay_collector.analysis import AnalysisWorker
 from agentreplay_collector.auth import AuthProcessor, KeyRing
@@ -30,6 +30,7 @@ from agentreplay_collector.readapi import build_app as build_read_app
 from agentreplay_collector.receivers.grpc import GrpcReceiver
 from agentreplay_collector.receivers.http import HttpReceiver
 from agentreplay_collector.scope import ScopeProcessor
+from agentreplay_collector.signals import SignalPipeline
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import TransparencyLog
 
@@ -81,8 +82,13 @@ class Collector:
             processors=[self.scope] if self.scope else (),
             owners=self.owners,
         )
-        self.grpc = GrpcReceiver(config.otlp.grpc, self.pipeline) if config.otlp.grpc else None
-        self.http = HttpReceiver(config.otlp.http, self.pipeline) if config.otlp.http else None
+        # OTLP metrics and logs: the same receivers and auth, into the contrib exporter's tables
+        self.signals = [
+            SignalPipeline(kind, auth=self.auth, store=store)
+            for kind in (otlp_metrics.SIGNAL, otlp_logs.SIGNAL)
+        ]
+        self.grpc = GrpcReceiver(config.otlp.grpc, self.pipeline, self.signals) if config.otlp.grpc else None
+        self.http = HttpReceiver(config.otlp.http, self.pipeline, self.signals) if config.otlp.http else None
         self._control = None
         if config.control is not None:
             from agentreplay_collector.asgi import AsgiServer
@@ -205,6 +211,8 @@ class Collector:
         if self.http:
             await self.http.stop()
         loop = asyncio.get_running_loop()
+        for signal_pipeline in self.signals:  # the metrics and logs being written
+            await loop.run_in_executor(None, signal_pipeline.shutdown)
         for stage in self._stages():  # in pipeline order: each finishes what the one before handed on
             await loop.run_in_executor(None, stage.shutdown)
         if self._control:
@@ -250,6 +258,7 @@ class Collector:
             "verified_runs": self.chain.verified_runs if self.chain else 0,
             "verified_spans": self.chain.verified_spans if self.chain else 0,
             "log_size": self.log.size if self.log else 0,
+            **{s.signal.name: s.stats() for s in self.signals},  # exports and rows written
             **({"scope": self.scope.stats()} if self.scope else {}),
             **({"analysis": self.analysis.stats()} if self.analysis else {}),
             # OS thread ids, for per-thread CPU accounting (/proc/PID/task/TID/stat)

@@ -145,8 +145,9 @@ class SignalPipeline:
     async def export_json(self, body: bytes, authorization: str | None) -> int:
         return await self._export(parse_json, body, authorization)
 
-    async def _export(self, parse: Callable[[type[Message], bytes], Message], body: bytes,
-                      authorization: str | None) -> int:
+    async def _export(
+        self, parse: Callable[[type[Message], bytes], Message], body: bytes, authorization: str | None
+    ) -> int:
         self.authenticate(authorization)
         written = await self._off_loop(self._store, parse, body, authorization)
         self.exports += 1
@@ -162,8 +163,9 @@ class SignalPipeline:
         finally:
             self._waiting -= 1
 
-    def _store(self, parse: Callable[[type[Message], bytes], Message], body: bytes,
-               authorization: str | None) -> int:
+    def _store(
+        self, parse: Callable[[type[Message], bytes], Message], body: bytes, authorization: str | None
+    ) -> int:
         """Parse, check each resource against the token, convert, write (a thread of the signal)."""
         request = parse(self.signal.message, body)
         if self.auth is not None:

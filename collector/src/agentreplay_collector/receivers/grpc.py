@@ -1,4 +1,5 @@
-"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``, and the
+``MetricsService`` and ``LogsService`` ``Export`` of each signal pipeline given, answered the same way.
 
 The method is registered with no deserializer, so the handler gets the raw bytes and a
 body that is not an ExportTraceServiceRequest is answered INVALID_ARGUMENT (grpcio
@@ -9,6 +10,7 @@ RESOURCE_EXHAUSTED before the handler runs.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 
 import grpc
 from grpc import aio
@@ -16,6 +18,7 @@ from grpc import aio
 from agentreplay_collector.config import GrpcReceiverConfig
 from agentreplay_collector.errors import CollectorError, RequestError, StoreUnavailable
 from agentreplay_collector.pipeline import Pipeline
+from agentreplay_collector.signals import SignalPipeline
 
 _log = logging.getLogger(__name__)
 
@@ -24,9 +27,12 @@ _EMPTY_RESPONSE = b""  # ExportTraceServiceResponse with no partial_success: zer
 
 
 class GrpcReceiver:
-    def __init__(self, config: GrpcReceiverConfig, pipeline: Pipeline) -> None:
+    def __init__(
+        self, config: GrpcReceiverConfig, pipeline: Pipeline, signals: Sequence[SignalPipeline] = ()
+    ) -> None:
         self.config = config
         self.pipeline = pipeline
+        self.signals = tuple(signals)
         self.server: aio.Server | None = None
         self.port = 0
 
@@ -41,9 +47,12 @@ class GrpcReceiver:
             maximum_concurrent_rpcs=None,
         )
         handler = grpc.unary_unary_rpc_method_handler(self._export)  # raw bytes in and out
-        self.server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(SERVICE, {"Export": handler}),)
-        )
+        handlers = [grpc.method_handlers_generic_handler(SERVICE, {"Export": handler})]
+        for signal in self.signals:
+            export = grpc.unary_unary_rpc_method_handler(self._signal_export(signal))
+            service = signal.signal.grpc_service
+            handlers.append(grpc.method_handlers_generic_handler(service, {"Export": export}))
+        self.server.add_generic_rpc_handlers(tuple(handlers))
         address = str(self.config.endpoint)
         self.port = self.server.add_insecure_port(address)
         if not self.port:
@@ -54,13 +63,25 @@ class GrpcReceiver:
         if self.server is not None:
             await self.server.stop(grace_s)
 
-    async def _export(self, body: bytes, context: aio.ServicerContext) -> bytes:
+    def _signal_export(
+        self, signal: SignalPipeline
+    ) -> Callable[[bytes, aio.ServicerContext], Awaitable[bytes]]:
+        async def export(body: bytes, context: aio.ServicerContext) -> bytes:
+            return await self._export(body, context, signal)
+
+        return export
+
+    async def _export(
+        self, body: bytes, context: aio.ServicerContext, target: Pipeline | SignalPipeline | None = None
+    ) -> bytes:
+        """Store one export (traces unless ``target`` is a signal's pipeline) and answer it."""
+        target = self.pipeline if target is None else target
         authorization = None
         for key, value in context.invocation_metadata() or ():
             if key == "authorization":
                 authorization = value if isinstance(value, str) else value.decode("latin-1")
         try:
-            await self.pipeline.export_protobuf(body, authorization)
+            await target.export_protobuf(body, authorization)
             return _EMPTY_RESPONSE
         except RequestError as exc:
             code, message = getattr(grpc.StatusCode, exc.grpc_code), str(exc)

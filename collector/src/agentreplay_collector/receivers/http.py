@@ -1,4 +1,5 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` with a protobuf or JSON body (optionally gzip or deflate).
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with a protobuf or JSON body (optionally gzip or deflate),
+and the same for each signal pipeline given (``/v1/metrics``, ``/v1/logs``), answered the same way.
 
 Statuses follow the OTLP/HTTP spec: 200 with an ExportTraceServiceResponse in the
 request's encoding; 400 for a body that does not parse (a compressed body must decompress
@@ -15,6 +16,7 @@ import json
 import logging
 import math
 import zlib
+from collections.abc import Sequence
 
 from google.rpc import status_pb2
 from starlette.applications import Starlette
@@ -33,6 +35,7 @@ from agentreplay_collector.errors import (
     UnsupportedMediaType,
 )
 from agentreplay_collector.pipeline import Pipeline
+from agentreplay_collector.signals import SignalPipeline
 
 _log = logging.getLogger(__name__)
 
@@ -52,10 +55,14 @@ _GRPC_CODES = {
 }
 
 
-def build_app(pipeline: Pipeline, config: HttpReceiverConfig) -> Starlette:
+def build_app(
+    pipeline: Pipeline, config: HttpReceiverConfig, signals: Sequence[SignalPipeline] = ()
+) -> Starlette:
     limit = config.max_request_body_size
+    by_path = {s.signal.http_path: s for s in signals}
 
-    async def traces(request: Request) -> Response:
+    async def export(request: Request) -> Response:
+        target = by_path.get(request.url.path, pipeline)  # the traces pipeline unless a signal's path
         media = request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
         try:
             if media not in (PROTOBUF, JSON):
@@ -64,15 +71,15 @@ def build_app(pipeline: Pipeline, config: HttpReceiverConfig) -> Starlette:
                 )
             authorization = request.headers.get("authorization")
             try:
-                pipeline.authenticate(authorization)  # before a byte of the body is parsed
+                target.authenticate(authorization)  # before a byte of the body is parsed
             except RequestError:
                 await _discard_body(request, min(limit, _DISCARD_LIMIT))  # the sender reads the 401
                 raise
             body = await _read_body(request, limit)
             if media == PROTOBUF:
-                await pipeline.export_protobuf(body, authorization)
+                await target.export_protobuf(body, authorization)
                 return Response(b"", media_type=PROTOBUF)
-            await pipeline.export_json(body, authorization)
+            await target.export_json(body, authorization)
             return Response(b"{}", media_type=JSON)
         except StoreUnavailable as exc:
             retry = str(max(1, math.ceil(exc.retry_after_s)))
@@ -85,7 +92,8 @@ def build_app(pipeline: Pipeline, config: HttpReceiverConfig) -> Starlette:
             _log.exception("OTLP/HTTP export failed")
             return _error(media, 500, "INTERNAL", f"internal error: {type(exc).__name__}")
 
-    return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"])])
+    paths = ["/v1/traces", *by_path]
+    return Starlette(routes=[Route(path, export, methods=["POST"]) for path in paths])
 
 
 async def _read_body(request: Request, limit: int) -> bytes:
@@ -177,9 +185,11 @@ def _error(
 
 
 class HttpReceiver:
-    def __init__(self, config: HttpReceiverConfig, pipeline: Pipeline) -> None:
+    def __init__(
+        self, config: HttpReceiverConfig, pipeline: Pipeline, signals: Sequence[SignalPipeline] = ()
+    ) -> None:
         self.config = config
-        self._server = AsgiServer(build_app(pipeline, config), config.endpoint, "otlp-http")
+        self._server = AsgiServer(build_app(pipeline, config, signals), config.endpoint, "otlp-http")
 
     @property
     def port(self) -> int:
