@@ -691,18 +691,21 @@ class Store:
     def insert_log_entries(
         self, nodes: Sequence[tuple[merkle.Node, bytes]], entries: Sequence[LogEntry], logged_ns: int
     ) -> None:
-        """Append to the log: the perfect subtrees the new leaves complete, then the leaves. In that
-        order, so that a crash between the two leaves nodes beyond the log's size (written again,
-        and replaced, when those positions are filled) and never a leaf without its nodes."""
+        """Append to the log: the perfect subtrees the new leaves complete, where each run's leaves are,
+        then the leaves. In that order, so that a crash in between leaves rows beyond the log's size
+        (written again, and replaced, when those positions are filled) and never a leaf without its
+        nodes or its run's entry."""
         rows = [_rows.log_node_row(node, digest, logged_ns) for node, digest in nodes]
         self._insert(schema.LOG_NODES, _rows.LOG_NODE_COLUMNS, rows)
+        self._insert(schema.LOG_RUNS, _rows.LOG_RUN_COLUMNS, [_rows.log_run_row(e) for e in entries])
         self._insert(schema.LOG_LEAVES, _rows.LOG_LEAF_COLUMNS, [_rows.log_leaf_row(e) for e in entries])
 
     def log_size(self) -> int:
-        """How many leaves the log holds: one past the highest position written."""
-        sql = f"SELECT count(), max(LeafIndex) FROM {self.database}.{schema.LOG_LEAVES}"
-        count, highest = self._call("log size", "query", sql).result_rows[0]
-        return int(highest) + 1 if int(count) else 0
+        """How many leaves the log holds: one past the highest position written (read from the end of
+        the primary key, not a scan)."""
+        sql = f"SELECT LeafIndex FROM {self.database}.{schema.LOG_LEAVES} ORDER BY LeafIndex DESC LIMIT 1"
+        rows = self._call("log size", "query", sql).result_rows
+        return int(rows[0][0]) + 1 if rows else 0
 
     def log_nodes(self, nodes: Sequence[merkle.Node]) -> dict[merkle.Node, bytes]:
         """The stored hashes of these perfect subtrees (those missing are left out), by primary key."""
@@ -734,7 +737,7 @@ class Store:
         sql = (
             "SELECT LeafIndex, argMax(Leaf, LoggedAt), toUnixTimestamp64Nano(max(LoggedAt))"
             f" FROM {self.database}.{schema.LOG_LEAVES} WHERE LeafIndex IN ("
-            f"  SELECT LeafIndex FROM {self.database}.{schema.LOG_LEAVES} WHERE RunId IN {{ids:Array(String)}})"
+            f"  SELECT LeafIndex FROM {self.database}.{schema.LOG_RUNS} WHERE RunId IN {{ids:Array(String)}})"
             " GROUP BY LeafIndex ORDER BY LeafIndex"
         )
         rows = self._call("log lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows
