@@ -156,9 +156,10 @@ def main() -> None:
             opener.open(req, timeout=5).read()
 
         halt_latency = []
+        for i in range(args.halts):  # runs the agent opened: a run's halts reach the agent that opened it
+            client.authorize(request | {"run_id": f"{i:032x}"}, timeout_s=2)
         for i in range(args.halts):
             target = f"{i:032x}"
-            client.authorize(request | {"run_id": target}, timeout_s=2)  # the agent's run: its halts reach it
             t0 = time.perf_counter()
             admin("/v1/halts", {"scope": "run", "target": target, "reason": "bench"})
             while g.halted(target) is None:

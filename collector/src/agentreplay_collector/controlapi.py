@@ -134,7 +134,7 @@ def routes(
             return refused
         doc = json.loads(await request.body())
         kind, target = _target(doc)
-        if kind == SCOPE_RUN:
+        if kind == SCOPE_RUN and scope.owners.owner(target) is None:
             await asyncio.wrap_future(scope.owners.lookup_later(target))  # so that the halt reaches its agent
         made = scope.halt(
             kind,
@@ -150,7 +150,7 @@ def routes(
         if refused is not None:
             return refused
         kind, target = _target(json.loads(await request.body()))
-        if kind == SCOPE_RUN:
+        if kind == SCOPE_RUN and scope.owners.owner(target) is None:
             await asyncio.wrap_future(scope.owners.lookup_later(target))
         return JSONResponse(
             {"resumed": scope.resume(kind, target, actor="operator"), "scope": kind, "target": target}
