@@ -69,6 +69,7 @@ PINNED = [
     "ChainHead",
     "Checkpoint",
     "CheckpointError",
+    "InclusionProof",
     "LogLeaf",
     "SignedCheckpoint",
     "certify_log_key",

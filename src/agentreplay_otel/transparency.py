@@ -29,7 +29,7 @@ from agentreplay_otel import semconv
 from agentreplay_otel.canonical import SpanRecord, canonical_json
 from agentreplay_otel.errors import IdentityError
 from agentreplay_otel.identity import key_id, public_key_bytes, sign, verify_signature
-from agentreplay_otel.merkle import HASH_SIZE, leaf_hash
+from agentreplay_otel.merkle import HASH_SIZE, ProofError, leaf_hash, verify_inclusion
 
 LEAF_TYPE = "agentreplay.log.leaf/v1"
 CHECKPOINT_TYPE = "agentreplay.log.checkpoint/v1"
@@ -238,3 +238,51 @@ def sign_checkpoint(
     if checkpoint.kid != key_id(log_key):
         raise ValueError("a checkpoint names the key that signs it")
     return SignedCheckpoint(checkpoint=checkpoint, signature=sign(log_key, checkpoint.payload()), certificate=certificate)
+
+
+# --- a proof to carry ----------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class InclusionProof:
+    """A leaf, its inclusion proof and the signed checkpoint it leads to: everything needed to show,
+    offline and with the org public key alone, that the run was in the log when the checkpoint was
+    signed (what a case file or a packet carries)."""
+
+    checkpoint: SignedCheckpoint
+    index: int
+    leaf: bytes
+    proof: tuple[bytes, ...]
+
+    def verify(self, org_public_key: Ed25519PublicKey) -> LogLeaf:
+        """The leaf, if every part checks; else :class:`CheckpointError` (the checkpoint or its key)
+        or :class:`~agentreplay_otel.merkle.ProofError` (the leaf or the proof)."""
+        cp = self.checkpoint.verify(org_public_key)
+        try:
+            leaf = decode_leaf(self.leaf)
+        except ValueError as exc:
+            raise ProofError(str(exc)) from exc
+        verify_inclusion(leaf_hash(self.leaf), self.index, cp.size, self.proof, cp.root)
+        return leaf
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.checkpoint.to_json(),
+            "index": self.index,
+            "leaf": self.leaf.decode("utf-8"),
+            "proof": [p.hex() for p in self.proof],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> InclusionProof:
+        """Parse (not verify); :class:`ProofError` for anything that is not an inclusion proof."""
+        try:
+            index = doc["index"]
+            if isinstance(index, bool) or not isinstance(index, int):
+                raise ValueError("index must be an integer")
+            return cls(
+                checkpoint=SignedCheckpoint.from_json(doc["checkpoint"]),
+                index=index,
+                leaf=str(doc["leaf"]).encode("utf-8"),
+                proof=tuple(bytes.fromhex(str(p)) for p in doc["proof"]),
+            )
+        except (KeyError, TypeError, ValueError, CheckpointError) as exc:
+            raise ProofError(f"not an inclusion proof: {exc}") from exc

@@ -11,6 +11,7 @@ from agentreplay_otel.core import (
     ChainHead,
     Checkpoint,
     CheckpointError,
+    InclusionProof,
     LogLeaf,
     SignedCheckpoint,
     SpanRecord,
@@ -110,3 +111,31 @@ def test_a_leaf_is_the_chain_head_and_verdict_in_one_canonical_form():
             continue
         with pytest.raises(ValueError):
             decode_leaf(bad)
+
+
+def test_an_inclusion_proof_carried_in_a_file_checks_offline_and_refuses_any_change():
+    leaves = [LogLeaf(run_id=f"{i:032x}", agent_id="a", run_kind="record", replay_of="",
+                      head=ChainHead(seq=i, hash=f"{i:064x}", seal="", kid=""), verdict="intact", problem="",
+                      received_ns=i) for i in range(5)]
+    frontier, nodes = merkle.Frontier(), {}
+    for leaf in leaves:
+        nodes.update(frontier.append(leaf.leaf_hash()))
+    signed = sign_checkpoint(checkpoint(size=5, root=frontier.root()), LOG, CERT)
+    proof = merkle.inclusion_proof(3, 5, lambda s, e: merkle.subtree_from_nodes(s, e, nodes.__getitem__))
+    carried = InclusionProof(checkpoint=signed, index=3, leaf=leaves[3].encode(), proof=tuple(proof))
+    doc = json.loads(json.dumps(carried.to_json()))
+    assert InclusionProof.from_json(doc).verify(ORG.public_key()) == leaves[3]
+    changes = [
+        {**doc, "index": 2},
+        {**doc, "leaf": leaves[2].encode().decode()},
+        {**doc, "leaf": doc["leaf"].replace("intact", "broken")},
+        {**doc, "proof": doc["proof"][:-1]},
+        {**doc, "checkpoint": {**doc["checkpoint"], "root": "00" * 32}},
+    ]
+    for changed in changes:
+        with pytest.raises((merkle.ProofError, CheckpointError)):
+            InclusionProof.from_json(changed).verify(ORG.public_key())
+    with pytest.raises(CheckpointError):  # another org's key
+        InclusionProof.from_json(doc).verify(generate_key().public_key())
+    with pytest.raises(merkle.ProofError):
+        InclusionProof.from_json({"index": "3"})

@@ -18,7 +18,7 @@ import pytest
 from logkit import DEAD, KINDS, Org, attack, cli, copy_store, log_config, said, send_runs, wait_for_checkpoint
 
 from agentreplay_dev.collector import CollectorProcess, IssuedAgent
-from agentreplay_otel.core import semconv
+from agentreplay_otel.core import InclusionProof, semconv
 
 pytestmark = pytest.mark.e2e
 
@@ -95,7 +95,10 @@ def test_every_kind_of_run_is_a_leaf_proven_against_the_signed_head(recorded: Re
         result = _json(done)
         assert result["ok"] and result["size"] == len(recorded.runs)
         [leaf] = result["leaves"]
-        assert leaf["verdict"] == "intact" and leaf["sealed"] and len(leaf["proof"]) >= 1
+        assert leaf["verdict"] == "intact" and leaf["sealed"]
+        # what a case file carries: checked offline, with the org public key alone
+        carried = InclusionProof.from_json(json.loads(json.dumps(leaf["inclusion"])))
+        assert carried.verify(recorded.org.key.public_key()).run_id == run_id
         indices.append(leaf["index"])
     assert sorted(indices) == list(range(len(recorded.runs)))
     human = cli("log", "prove", recorded.runs[1][:10], *_on(store, recorded.org))  # a prefix will do

@@ -28,6 +28,7 @@ from agentreplay_otel.core import (
     Checkpoint,
     CheckpointError,
     IdentityError,
+    InclusionProof,
     SignedCheckpoint,
     chain_head,
     decode_leaf,
@@ -243,7 +244,9 @@ def prove(
     now still ends where its leaf says.
 
     Exit 0 when every check passes, 1 when one fails (not in the log, a proof that does not lead
-    to the checkpoint's root, a stored run that no longer matches its leaf).
+    to the checkpoint's root, a stored run that no longer matches its leaf). With --json, each
+    leaf's "inclusion" (the leaf, its proof, the signed checkpoint) is checkable offline with the
+    org public key alone (agentreplay_otel.core.InclusionProof).
 
     \b
     Examples:
@@ -263,30 +266,35 @@ def prove(
             return
         proven = log.run_proofs(full, cp.size)
         spans = runs.get_run_spans(full)
-    result = _prove(full, cp, proven, chain_head(spans) if spans else None)
+    result = _prove(full, signed, cp, proven, chain_head(spans) if spans else None, org)
     if not json_:
         out.print(f"checkpoint: {_describe(cp)} (certified by org key {core.key_id(org)})", soft_wrap=True)
     _answer(json_, result)
 
 
 def _prove(
-    run_id: str, cp: Checkpoint, proven: list[tuple[LogEntry, list[bytes]]], head: core.ChainHead | None
+    run_id: str,
+    signed: SignedCheckpoint,
+    cp: Checkpoint,
+    proven: list[tuple[LogEntry, list[bytes]]],
+    head: core.ChainHead | None,
+    org: Ed25519PublicKey,
 ) -> dict[str, Any]:
     if not proven:
         return {"run_id": run_id, "ok": False, "problem": f"not among the {cp.size} leaves of the checkpoint "
                 "(not judged yet, judged after it, or its leaf was removed)"}
     leaves = []
     for entry, proof in proven:
+        carried = InclusionProof(checkpoint=signed, index=entry.index, leaf=entry.leaf, proof=tuple(proof))
         try:
-            leaf = decode_leaf(entry.leaf)
+            leaf = carried.verify(org)
             if leaf.run_id != run_id:
-                raise ValueError(f"leaf {entry.index} is run {leaf.run_id}'s")
-            merkle.verify_inclusion(merkle.leaf_hash(entry.leaf), entry.index, cp.size, proof, cp.root)
-        except (ValueError, merkle.ProofError) as exc:
+                raise merkle.ProofError(f"it is run {leaf.run_id}'s")
+        except (merkle.ProofError, CheckpointError) as exc:
             return {"run_id": run_id, "ok": False, "problem": f"leaf {entry.index}: {exc}"}
         leaves.append({"index": entry.index, "verdict": leaf.verdict, "seq": leaf.head.seq, "head": leaf.head.hash,
                        "sealed": bool(leaf.head.seal), "received_ns": str(leaf.received_ns),
-                       "logged_ns": str(entry.logged_ns), "proof": [p.hex() for p in proof]})
+                       "logged_ns": str(entry.logged_ns), "inclusion": carried.to_json()})
     latest = decode_leaf(proven[-1][0].leaf)
     doc: dict[str, Any] = {"run_id": run_id, "size": cp.size, "root": cp.root.hex(), "leaves": leaves}
     if head is None:
