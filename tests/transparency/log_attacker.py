@@ -3,6 +3,7 @@
     python log_attacker.py STORE delete-run RUN_ID        the run's spans, its row and its leaf
     python log_attacker.py STORE edit-leaf RUN_ID         its leaf says another verdict
     python log_attacker.py STORE truncate K               leaves from K on, their tree hashes, later checkpoints
+    python log_attacker.py STORE roll-back K              leaves from K on and their tree hashes (an old backup)
     python log_attacker.py STORE rewrite-without RUN_ID   the log rebuilt without the run, as the project's
                                                           own code would build it (no checkpoints kept)
     python log_attacker.py STORE forge-checkpoint         a larger checkpoint, signed by a key of its own
@@ -34,12 +35,13 @@ SYNC = " SETTINGS mutations_sync = 2"
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("store")
-    parser.add_argument("attack", choices=["delete-run", "edit-leaf", "truncate", "rewrite-without", "forge-checkpoint", "cut-tail"])
+    parser.add_argument("attack", choices=["delete-run", "edit-leaf", "truncate", "roll-back", "rewrite-without", "forge-checkpoint",
+                                           "cut-tail"])
     parser.add_argument("target", nargs="?", default="")
     args = parser.parse_args()
     store = Store(f"chdb://{args.store}", database=DB)
     {"delete-run": delete_run, "edit-leaf": edit_leaf, "truncate": truncate, "rewrite-without": rewrite_without,
-     "forge-checkpoint": forge_checkpoint, "cut-tail": cut_tail}[args.attack](store, args.target)
+     "forge-checkpoint": forge_checkpoint, "cut-tail": cut_tail, "roll-back": roll_back}[args.attack](store, args.target)
     store.close()
 
 
@@ -61,10 +63,14 @@ def edit_leaf(store: Store, run_id: str) -> None:
 
 
 def truncate(store: Store, size: str) -> None:
+    roll_back(store, size)
+    store.command(f"ALTER TABLE {table(schema.LOG_CHECKPOINTS)} DELETE WHERE TreeSize > {int(size)}{SYNC}")
+
+
+def roll_back(store: Store, size: str) -> None:
     k = int(size)
     store.command(f"ALTER TABLE {table(schema.LOG_LEAVES)} DELETE WHERE LeafIndex >= {k}{SYNC}")
     store.command(f"ALTER TABLE {table(schema.LOG_NODES)} DELETE WHERE bitShiftLeft(Idx + 1, Level) > {k}{SYNC}")
-    store.command(f"ALTER TABLE {table(schema.LOG_CHECKPOINTS)} DELETE WHERE TreeSize > {k}{SYNC}")
 
 
 def rewrite_without(store: Store, run_id: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,6 +172,27 @@ def test_a_rolled_back_log_is_found_and_the_first_lost_position_named(recorded: 
         audit = cli("log", "audit", "--since", str(recorded.head), "--json", "--quick", env=env)
         assert audit.returncode == 1 and _json(audit)["findings"][0]["kind"] == "rewritten", said(audit)
         assert _json(audit)["first_inconsistent_position"] == 3  # the first leaf the rollback took
+
+
+def test_a_collector_does_not_sign_a_store_rolled_back_under_it(recorded: Recorded, store: Path, tmp_path: Path):
+    """Restarted on a store put back to an older state (its checkpoints left as they were), the
+    collector will not sign a tree that does not extend the one it signed last: the log stops."""
+    attack(store, "roll-back", "3")
+    with _restarted(recorded, store, tmp_path) as collector:
+        send_runs(collector, recorded.agent, (semconv.RUN_KIND_RECORD,) * 4)
+        with collector.client() as client:
+            deadline = time.monotonic() + 30
+            while client.stats()["verified_runs"] < 4:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            stats = client.stats()
+        assert stats["log_size"] == 0 and "rolled back" in stats["log_damaged"]
+        env = _through(collector, recorded.org)
+        latest = _json(cli("log", "checkpoint", "--json", env=env))
+        assert latest["size"] == 6  # still the last honest one: nothing newer was signed
+        audit = cli("log", "audit", "--since", str(recorded.head), "--json", env=env)
+        assert audit.returncode == 1 and _json(audit)["first_inconsistent_position"] == 3, said(audit)
+    assert "will be appended or signed" in (tmp_path / "again.log").read_text()
 
 
 def test_a_history_rewritten_without_a_run_is_found(recorded: Recorded, store: Path, tmp_path: Path):

@@ -258,6 +258,7 @@ class Collector:
             "verified_runs": self.chain.verified_runs if self.chain else 0,
             "verified_spans": self.chain.verified_spans if self.chain else 0,
             "log_size": self.log.size if self.log else 0,
+            "log_damaged": self.log.damaged if self.log else "",
             **{s.signal.name: s.stats() for s in self.signals},  # exports and rows written
             **({"scope": self.scope.stats()} if self.scope else {}),
             **({"analysis": self.analysis.stats()} if self.analysis else {}),

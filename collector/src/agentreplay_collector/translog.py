@@ -180,21 +180,45 @@ class TransparencyLog:
 
     # --- opening -----------------------------------------------------------------------------
     def open(self) -> None:
-        """Load the frontier from the store (O(log n) rows). A store whose tree hashes are missing
-        is damaged: nothing more is appended or signed (the log says so; auditors find out)."""
+        """Load the frontier from the store (O(log n) rows). A log that is damaged (tree hashes
+        missing) or no longer extends the last checkpoint this log key signed (the store was rolled
+        back or edited while the collector was away) is not appended to or signed again: a log
+        never signs a tree inconsistent with one it signed before. It says why, in its own log
+        and in the stats; the store must be restored for it to go on."""
         size = self.store.log_size()
         nodes = merkle.Frontier.nodes(size)
         found = self.store.log_nodes(nodes)
         missing = [n for n in nodes if n not in found]
+        last = self.store.log_checkpoint()
         with self._lock:
             if missing:
                 self.damaged = f"the store lacks {len(missing)} of the tree hashes of its {size} leaves"
+            else:
+                self._frontier = merkle.Frontier(size, [found[n] for n in nodes])
+                self.damaged = self._diverged(last, size)
+            if self.damaged:
+                self._frontier = None
                 _log.error("transparency log: %s; nothing will be appended or signed", self.damaged)
                 return
-            self._frontier = merkle.Frontier(size, [found[n] for n in nodes])
-            last = self.store.log_checkpoint()
             self._signed = (last.checkpoint.size, last.checkpoint.time_ns) if last is not None else (-1, 0)
         _log.info("transparency log: %d leaves", size)
+
+    def _diverged(self, last: SignedCheckpoint | None, size: int) -> str:
+        """Why the stored tree does not extend the latest checkpoint this log key signed ("" if it does).
+        Ed25519 signatures are deterministic: signing the stored checkpoint again tells whether it is ours."""
+        if last is None or self.signer is None:
+            return ""
+        cp = last.checkpoint
+        ours = cp.kid == key_id(self.signer.key)
+        if not ours or self.signer.sign(cp.size, cp.root, cp.time_ns).signature != last.signature:
+            return ""  # another key's (rotated), or not a checkpoint this key signed: nothing to hold it to
+        if cp.size > size:
+            return f"the store holds {size} leaves, but this log key signed a checkpoint of {cp.size}: it was rolled back"
+        then = self.store.log_nodes(merkle.Frontier.nodes(cp.size))
+        hashes = [then.get(n) for n in merkle.Frontier.nodes(cp.size)]
+        if cp.size and (None in hashes or merkle.fold([h for h in hashes if h is not None]) != cp.root):
+            return f"the store's first {cp.size} leaves are not the ones this log key signed: the store was edited"
+        return ""
 
     @property
     def size(self) -> int:
