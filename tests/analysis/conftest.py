@@ -12,6 +12,8 @@ from agentreplay_otel.canonical import SpanRecord
 
 @pytest.fixture(scope="session")
 def recorded() -> Iterator[dict[str, tuple[Case, list[SpanRecord]]]]:
-    """Every case of the labelled set by name: the case and its recorded spans."""
+    """Every case of the labelled set by name: the case and its recorded spans. The instrumentors are
+    off again before any test runs: other modules' tests instrument with providers of their own."""
     with recorder() as rec:
-        yield {case.name: (case, rec.record(case)) for case in CASES}
+        cases = {case.name: (case, rec.record(case)) for case in CASES}
+    yield cases
