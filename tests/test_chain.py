@@ -209,3 +209,12 @@ def test_chaining_exporter_behind_a_batch_processor_seals_intact_runs():
         run = [s for s in spans if s.context.trace_id == trace_id]
         report = verify(run, keys={identity.key_id(key): key.public_key()}, require_seal=True)
         assert report.intact and report.sealed and report.span_count == 11
+
+
+def test_spans_reusing_one_span_id_are_forged(recorder):
+    """An agent sending three calls of a max-1 tool under one span id (each well linked) is caught."""
+    records = _record_run(recorder)
+    same = records[0].span_id
+    records = [dataclasses.replace(r, span_id=same) if i < 3 else r for i, r in enumerate(records)]
+    report = verify(_rehash_from(records, 0), keys=recorder.keys)
+    assert report.problem == ChainProblem.FORGED and "reuses the span id" in report.detail

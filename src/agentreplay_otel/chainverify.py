@@ -246,7 +246,12 @@ class _Verifier:
             if seq in by_seq:
                 return self.fail(ChainProblem.FORGED, r, f"two spans claim seq {seq}")
             by_seq[seq] = r
-        chain_ids = {r.span_id: _seq(r) for r in self.records}
+        chain_ids: dict[str, int | None] = {}
+        for r in self.records:  # a retried export is deduplicated above; different spans under one id are not
+            if r.span_id in chain_ids:
+                return self.fail(ChainProblem.FORGED, r,
+                                 f"seq {_seq(r)} reuses the span id of seq {chain_ids[r.span_id]}: one id, two spans")
+            chain_ids[r.span_id] = _seq(r)
         for r in self.attached:
             if r.span_id in chain_ids:
                 return self.fail(
