@@ -118,7 +118,7 @@ def _parse_json(body: bytes) -> ExportTraceServiceRequest:
         raise MalformedRequest(f"not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise MalformedRequest("an OTLP/JSON request is a JSON object")
-    _hex_ids_to_base64(doc)
+    hex_ids_to_base64(doc)
     request = ExportTraceServiceRequest()
     try:
         json_format.ParseDict(doc, request, ignore_unknown_fields=True)
@@ -127,7 +127,8 @@ def _parse_json(body: bytes) -> ExportTraceServiceRequest:
     return request
 
 
-def _hex_ids_to_base64(node: Any) -> None:
+def hex_ids_to_base64(node: Any) -> None:
+    """OTLP/JSON writes ids as hex; protobuf's JSON mapping wants base64 (every signal's request alike)."""
     if isinstance(node, dict):
         for key, value in node.items():
             if key in _ID_FIELDS and isinstance(value, str):
@@ -136,10 +137,10 @@ def _hex_ids_to_base64(node: Any) -> None:
                 except ValueError as exc:
                     raise MalformedRequest(f"{key} must be hex: {value!r}") from exc
             else:
-                _hex_ids_to_base64(value)
+                hex_ids_to_base64(value)
     elif isinstance(node, list):
         for item in node:
-            _hex_ids_to_base64(item)
+            hex_ids_to_base64(item)
 
 
 # --- attribute values ----------------------------------------------------------------------

@@ -24,7 +24,6 @@ Each signal is a :class:`Signal`: its message types, its conversion (:mod:`.otlp
 from __future__ import annotations
 
 import asyncio
-import base64
 import concurrent.futures
 import json
 from collections.abc import Callable, Mapping
@@ -37,6 +36,7 @@ from google.protobuf.message import DecodeError, Message
 
 from agentreplay_collector.auth import AuthProcessor
 from agentreplay_collector.errors import ExportRejected, MalformedRequest, StoreUnavailable
+from agentreplay_collector.otlp import hex_ids_to_base64
 from agentreplay_collector.pipeline import MAX_EXPORT_DAYS
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import AgentIdentity
@@ -73,7 +73,6 @@ class Signal:
 
 
 # --- parsing -----------------------------------------------------------------------------------
-_ID_FIELDS = frozenset({"traceId", "spanId", "trace_id", "span_id"})
 
 
 def parse_protobuf(message: type[M], body: bytes) -> M:
@@ -93,7 +92,7 @@ def parse_json(message: type[M], body: bytes) -> M:
         doc = json.loads(body)
         if not isinstance(doc, dict):
             raise MalformedRequest(f"an OTLP/JSON {message.__name__} is a JSON object")
-        _hex_ids_to_base64(doc)
+        hex_ids_to_base64(doc)
         request = message()
         json_format.ParseDict(doc, request, ignore_unknown_fields=True)
     except (ValueError, UnicodeDecodeError, TypeError, json_format.ParseError) as exc:
@@ -101,21 +100,6 @@ def parse_json(message: type[M], body: bytes) -> M:
     except RecursionError as exc:
         raise MalformedRequest(f"not an OTLP/JSON {message.__name__}: nested too deep") from exc
     return request
-
-
-def _hex_ids_to_base64(node: Any) -> None:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key in _ID_FIELDS and isinstance(value, str):
-                try:
-                    node[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
-                except ValueError as exc:
-                    raise MalformedRequest(f"{key} must be hex: {value!r}") from exc
-            else:
-                _hex_ids_to_base64(value)
-    elif isinstance(node, list):
-        for item in node:
-            _hex_ids_to_base64(item)
 
 
 # --- the pipeline ------------------------------------------------------------------------------
