@@ -172,3 +172,17 @@ def test_concurrent_calls_match_their_own_steps_whatever_order_they_are_sent_in(
                                      recording)
     assert replayed == recorded == ["re: first", "re: second"]
     assert report.outcome == "matched" and report.steps_matched == 2
+
+
+def test_the_guard_refuses_an_unwrapped_call_with_its_reason_and_sends_nothing(instrumented):
+    g = guard.Guard(manifest=None, agent_id="agent-test")
+    previous = guard.install(g)
+    try:
+        with LLMServer([ScriptedReply(text="never")]) as server:
+            with agentreplay_otel.run("agent") as handle:
+                g.halt_locally(handle.run_id, "operator kill")
+                with pytest.raises(openai.BadRequestError, match="halted"):
+                    oai(server).embeddings.create(model="text-embedding-3-small", input="hello")
+            assert server.request_count == 0
+    finally:
+        guard.install(previous)

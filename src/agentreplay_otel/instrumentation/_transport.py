@@ -190,13 +190,20 @@ class _HTTPError(Exception):
 
 
 # --- the patch ------------------------------------------------------------------------------
-def _call_for(request: Any) -> tuple[LLMCall | None, bool]:
-    """The call this exchange belongs to, and whether the transport opened it (no wrapper did)."""
+def _call_for(request: Any) -> tuple[LLMCall | None, bool, Any | None]:
+    """The call this exchange belongs to, whether the transport opened it (no wrapper did), and the
+    response that refuses it when the guard does: a 400 the library raises, with the guard's reason
+    (an exception raised here would be retried by the library, then reported as a connection error)."""
     call = _in_flight.get()
     if call is not None:
-        return call, False
+        return call, False, None
     provider = _client_provider(request)
-    return (_unwrapped_call(request, provider), True) if provider is not None else (None, False)
+    if provider is None:
+        return None, False, None
+    try:
+        return _unwrapped_call(request, provider), True, None
+    except AgentReplayError as refused:
+        return None, False, _refusal(request, refused)
 
 
 def _prepared(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
@@ -231,9 +238,9 @@ def _received(call: LLMCall, response: Any, own: bool) -> Any:
 
 def _send(original: Callable[..., Any]) -> Callable[..., Any]:
     def send(client: Any, request: Any, **kwargs: Any) -> Any:
-        call, own = _call_for(request)
+        call, own, refused = _call_for(request)
         if call is None:
-            return original(client, request, **kwargs)
+            return refused if refused is not None else original(client, request, **kwargs)
         request, response = _prepared(call, request)
         if response is None:
             with _live(call, own):
@@ -245,9 +252,9 @@ def _send(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
     async def send(client: Any, request: Any, **kwargs: Any) -> Any:
-        call, own = _call_for(request)
+        call, own, refused = _call_for(request)
         if call is None:
-            return await original(client, request, **kwargs)
+            return refused if refused is not None else await original(client, request, **kwargs)
         request, response = _prepared(call, request)
         if response is None:
             with _live(call, own):
