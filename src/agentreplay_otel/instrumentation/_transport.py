@@ -98,7 +98,7 @@ def _before_send(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
 def _refusal(request: Any, error: AgentReplayError) -> Any:
     import httpx2
 
-    doc = {"type": "error", "error": {"type": "agentreplay_replay", "message": str(error)}}
+    doc = {"type": "error", "error": {"type": "agentreplay_refused", "message": str(error)}}
     return httpx2.Response(_REFUSED, json=doc, request=request, headers={"x-should-retry": "false"})
 
 
