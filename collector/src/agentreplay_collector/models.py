@@ -4,7 +4,7 @@ Runs and their chain status are shared by the read API and its client; the contr
 plane's records (halts, alerts, policy decisions, manifests, trust scores) by the scope
 processor, the control API and the store. Nanosecond times travel as decimal strings in
 JSON (as OTLP/JSON does with 64-bit integers) so that no reader in between rounds them to
-a float.
+a float. Longer than most modules because every record lives here, once.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Every DDL statement of the store, in one module.
+"""Every DDL statement of the store, in one module (hence its length: one place to read the schema).
 
 ``otel_traces``, ``otel_traces_trace_id_ts`` and its materialized view keep the column
 names and types of the OpenTelemetry Collector (contrib) ClickHouse exporter, so

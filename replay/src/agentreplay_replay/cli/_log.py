@@ -4,6 +4,8 @@ Every answer is checked here, with the org public key the user brings: a checkpo
 a log key the org certified signed it, a run is in the log only if its inclusion proof leads to a
 checkpoint's root, and today's log extends a saved head only if the consistency proof says so.
 What the collector (or the store) serves is never taken on its word. See docs/transparency.md.
+Longer than the other command groups: five commands, each verifying its proofs here and
+explaining a failure by position, which is what an auditor reads.
 """
 
 from __future__ import annotations
