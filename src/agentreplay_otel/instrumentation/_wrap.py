@@ -109,10 +109,10 @@ def begin(endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: Mapping
         return None
 
 
-def enforce(kwargs: Mapping[str, Any]) -> None:
+def enforce(kwargs: Mapping[str, Any], tracer: trace.Tracer | None = None) -> None:
     """The interceptor's verdict before anything is sent: the guard raises RunHalted if the run is
     halted, ScopeViolation if the model is not allowed or the run has already spent its cap."""
-    state = _run_for_call(None)  # opens the auto run if none is open: a refusal is recorded on it
+    state = _run_for_call(tracer)  # opens the auto run if none is open (on the call's tracer): a refusal is recorded on it
     model = kwargs.get("model")
     intercept.current().before_llm(state.span, model if isinstance(model, str) else None)
 
@@ -130,7 +130,7 @@ class CallScope:
 
     def __init__(self, endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: dict[str, Any]) -> None:
         read_once_arguments(kwargs)
-        enforce(kwargs)
+        enforce(kwargs, recorder.tracer)
         self.call = begin(endpoint, recorder, instance, kwargs)
 
     def __enter__(self) -> CallScope:
