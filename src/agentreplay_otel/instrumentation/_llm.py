@@ -105,8 +105,10 @@ class LLMCall:
             if key in attributes:
                 self.metric_attributes[key] = attributes[key]
         attributes.update(self.metric_attributes)
+        # The kwargs stand for the request only if the transport never sees the body as sent: serialised
+        # at the end, then, and not at all otherwise (a long conversation is not encoded twice).
+        self._kwargs: Mapping[str, Any] | None = request
         if settings.current().capture_content:
-            attributes[semconv.REQUEST] = to_json(request)  # until the transport sees the body as sent
             if input_messages is not None:
                 attributes[semconv.GEN_AI_INPUT_MESSAGES] = to_json(input_messages)
             if system_instructions is not None:
@@ -158,8 +160,8 @@ class LLMCall:
     def _response_attributes(self, result: LLMResult) -> dict[str, Any]:
         """The response as replay needs it: what the transport saw, else what the library parsed."""
         ex, attrs = self.exchange, {}
-        if ex.request is not None:
-            attrs[semconv.REQUEST] = to_json(ex.request)
+        if ex.request is not None or self._kwargs is not None:
+            attrs[semconv.REQUEST] = to_json(ex.request if ex.request is not None else self._kwargs)
         if ex.status is not None:
             attrs[semconv.RESPONSE_HTTP] = to_json({"status": ex.status, "headers": ex.headers or {}})
         if ex.events is not None:
