@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.resources import Resource
@@ -11,9 +12,14 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+import agentreplay_otel
 from agentreplay_dev.providers import swap_global_tracer_provider
-from agentreplay_otel import identity, semconv
-from agentreplay_otel.chain import ChainSpanProcessor
+from agentreplay_otel import identity, replay, semconv
+from agentreplay_otel.canonical import SpanRecord
+from agentreplay_otel.chain import ChainSpanProcessor, record_from_span
+from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
+from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
+from agentreplay_otel.recording import Recording, recording_from_spans
 
 
 @dataclass
@@ -30,6 +36,14 @@ class Recorder:
         self.provider.force_flush()
         return list(self.exporter.get_finished_spans())
 
+    def record_run(self, fn: Callable[[], Any], name: str = "agent") -> tuple[Any, Recording, list[SpanRecord]]:
+        """``fn`` inside a run of its own: what it returned, the run as replay reads it, its stored spans."""
+        self.exporter.clear()
+        with agentreplay_otel.run(name):
+            result = fn()
+        spans = [record_from_span(s) for s in self.spans()]
+        return result, recording_from_spans(spans), spans
+
 
 @pytest.fixture
 def recorder() -> Iterator[Recorder]:
@@ -44,3 +58,15 @@ def recorder() -> Iterator[Recorder]:
     finally:
         swap_global_tracer_provider(previous)
         provider.shutdown()
+
+
+@pytest.fixture
+def instrumented(recorder: Recorder) -> Iterator[Recorder]:
+    """The OpenAI and Anthropic instrumentors on the test's recorder; any replay installed is undone."""
+    instrumentors = [OpenAIInstrumentor(), AnthropicInstrumentor()]
+    for i in instrumentors:
+        i.instrument(tracer_provider=recorder.provider)
+    yield recorder
+    for i in instrumentors:
+        i.uninstrument()
+    replay.uninstall()

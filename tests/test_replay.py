@@ -13,10 +13,6 @@ import pytest
 import agentreplay_otel
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv
-from agentreplay_otel.chain import record_from_span
-from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
-from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
-from agentreplay_otel.recording import recording_from_spans
 from agentreplay_otel.replay import (
     Mode,
     Plan,
@@ -24,7 +20,6 @@ from agentreplay_otel.replay import (
     ReplayNetworkBlocked,
     ReplaySession,
     install,
-    uninstall,
 )
 
 BODY_RUNS = {"book": 0}
@@ -85,23 +80,8 @@ SCRIPT = [
 ]
 
 
-@pytest.fixture
-def instrumented(recorder):
-    instrumentors = [OpenAIInstrumentor(), AnthropicInstrumentor()]
-    for i in instrumentors:
-        i.instrument(tracer_provider=recorder.provider)
-    yield recorder
-    for i in instrumentors:
-        i.uninstrument()
-    uninstall()
-
-
 def record(recorder, fn):
-    recorder.exporter.clear()
-    with agentreplay_otel.run("booker"):
-        result = fn()
-    spans = [record_from_span(s) for s in recorder.spans()]
-    return result, recording_from_spans(spans), spans
+    return recorder.record_run(fn, "booker")
 
 
 def test_strict_replay_returns_identical_objects_with_zero_live_calls(instrumented):

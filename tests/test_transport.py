@@ -13,31 +13,12 @@ import pytest
 import agentreplay_otel
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import guard, semconv
-from agentreplay_otel.chain import record_from_span
 from agentreplay_otel.errors import ReplayDivergence, RunHalted
-from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor
-from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
-from agentreplay_otel.recording import recording_from_spans
-from agentreplay_otel.replay import Plan, ReplaySession, install, uninstall
-
-
-@pytest.fixture
-def instrumented(recorder):
-    instrumentors = [OpenAIInstrumentor(), AnthropicInstrumentor()]
-    for i in instrumentors:
-        i.instrument(tracer_provider=recorder.provider)
-    yield recorder
-    for i in instrumentors:
-        i.uninstrument()
-    uninstall()
+from agentreplay_otel.replay import Plan, ReplaySession, install
 
 
 def record(recorder, fn):
-    recorder.exporter.clear()
-    with agentreplay_otel.run("agent"):
-        result = fn()
-    spans = [record_from_span(s) for s in recorder.spans()]
-    return result, recording_from_spans(spans), spans
+    return recorder.record_run(fn, "agent")
 
 
 def replay(recorder, fn, recording):
