@@ -22,11 +22,19 @@ test: venv
 	$(BIN)/lint-imports
 	$(BIN)/python -m pytest -q
 
-# The official OpenAI instrumentor is installed beside, not into, the venv: its entry point
-# would otherwise double-instrument every agent run under opentelemetry-instrument.
+# The peers' OpenAI instrumentors are installed beside, not into, the venv (each in its own folder:
+# two need different versions of one package): their entry points would otherwise double-instrument
+# every agent run under opentelemetry-instrument.
+PEER = $(BIN)/pip install -q --no-deps --target
 bench: venv
-	test -d bench/.deps || $(BIN)/pip install -q --no-deps --target bench/.deps \
+	test -d bench/.deps/official || $(PEER) bench/.deps/official \
 		opentelemetry-instrumentation-genai-openai opentelemetry-util-genai
+	test -d bench/.deps/openai-v2 || $(PEER) bench/.deps/openai-v2 \
+		opentelemetry-instrumentation-openai-v2 'opentelemetry-util-genai==1.1b0'
+	test -d bench/.deps/openinference || $(PEER) bench/.deps/openinference \
+		openinference-instrumentation-openai openinference-instrumentation openinference-semantic-conventions
+	test -d bench/.deps/openllmetry || $(PEER) bench/.deps/openllmetry \
+		opentelemetry-instrumentation-openai opentelemetry-semantic-conventions-ai
 	$(BIN)/python bench/instrumentation_bench.py
 
 clean:

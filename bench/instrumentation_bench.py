@@ -1,21 +1,28 @@
-"""Per-call cost of recording an OpenAI chat call: ours against the official instrumentor.
+"""Per-call cost of recording an OpenAI chat call: ours against the peers' OpenAI instrumentors.
 
 The real ``openai`` client, ~2 KB of messages, a local model server in its own process
-(so it does not compete with the client for the GIL).
-Three configurations, measured in interleaved rounds so drift hits all alike:
+(so it does not compete with the client for the GIL). The configurations:
 
 * ``baseline``: no instrumentation;
 * ``agentreplay``: our instrumentor, content captured, hash chain and Ed25519 seal on;
-* ``official``: the OpenTelemetry GenAI OpenAI instrumentor, content capture ``SPAN_ONLY``.
+* ``official``: the OpenTelemetry GenAI OpenAI instrumentor, content capture ``SPAN_ONLY``;
+* ``openai-v2``: the contrib ``opentelemetry-instrumentation-openai-v2``, latest conventions, ``SPAN_ONLY``;
+* ``openinference``: Arize's OpenInference OpenAI instrumentor (content on by default);
+* ``openllmetry``: Traceloop's ``opentelemetry-instrumentation-openai`` (content on by default).
 
-Both instrumented configurations export through a ``BatchSpanProcessor`` to an exporter
-that discards, so the figure is what the agent's own thread pays: wall time, and the
-calling thread's CPU time (steadier on a shared machine; it leaves out the export thread,
-where our chain is computed, and the server process). Prints JSON (and writes
-``bench/results/instrumentation.json``): median µs per call, µs added over the baseline,
-and the ratio of what we add to what the official instrumentor adds.
+Each peer is installed in its own folder under ``bench/.deps/`` (``make bench`` does it: two of
+them need different versions of one shared package), and each configuration runs in a fresh
+process of its own, one after the other in interleaved rounds, so drift on a shared machine
+hits all alike. A peer that is not installed is left out. Every instrumented configuration
+exports through a ``BatchSpanProcessor`` to an exporter that discards, with the meter provider
+``opentelemetry-instrument`` leaves when ``OTEL_METRICS_EXPORTER=none`` (the API's default), so
+the figure is what the agent's own thread pays: wall time, and the calling thread's CPU time
+(steadier on a shared machine; it leaves out the export thread, where our chain is computed).
 
-    python bench/instrumentation_bench.py [--calls 300] [--rounds 6] [--official-deps DIR]
+Prints JSON (and writes ``bench/results/instrumentation.json``): median µs per call, µs added
+over the baseline, and the ratio of what we add to what each peer adds, plain and streamed.
+
+    python bench/instrumentation_bench.py [--calls 300] [--rounds 6] [--deps DIR] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -29,82 +36,104 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import openai
-from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-
-from agentreplay_dev.providers import swap_global_tracer_provider
-from agentreplay_otel import identity, semconv
-from agentreplay_otel.chain import ChainingSpanExporter
-from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
-
 RESULTS = Path(__file__).parent / "results" / "instrumentation.json"
+DEPS = Path(__file__).parent / ".deps"
 REPLY = " ".join(["The Friday flight TP123 to Lisbon leaves at 09:40 and arrives at 11:15."] * 8)
-
-
-class DiscardExporter(SpanExporter):
-    def export(self, spans: Any) -> SpanExportResult:
-        return SpanExportResult.SUCCESS
-
-    def shutdown(self) -> None:
-        pass
+MODES = ("plain", "stream")
+# name -> (its folder under the deps folder, or None for ours; the module its instrumentor is in)
+PEERS: dict[str, tuple[str | None, str | None]] = {
+    "baseline": (None, None),
+    "agentreplay": (None, "agentreplay_otel.instrumentation.openai"),
+    "official": ("official", "opentelemetry.instrumentation.genai.openai"),
+    "openai-v2": ("openai-v2", "opentelemetry.instrumentation.openai_v2"),
+    "openinference": ("openinference", "openinference.instrumentation.openai"),
+    "openllmetry": ("openllmetry", "opentelemetry.instrumentation.openai"),
+}
 
 
 def messages() -> list[dict[str, str]]:
     """About 2 KB of conversation, like a short agent turn."""
     system = "You are a travel agent. Book exactly what the customer asks for, nothing else. " * 10
-    history = [
+    return [
         {"role": "system", "content": system},
         {"role": "user", "content": "I need a flight to Lisbon on Friday morning, one adult, aisle seat. " * 4},
         {"role": "assistant", "content": "I found TP123 at 09:40 and FR456 at 12:10. Which one do you prefer? " * 3},
         {"role": "user", "content": "TP123 please, and send the confirmation to my usual address. " * 4},
     ]
-    return history
 
 
-class Config:
-    """One way of running the call: instrument, measure, uninstrument."""
+# --- one configuration, in a worker process --------------------------------------------------
+def _instrument(name: str) -> None:
+    """Set up ``name`` in this (fresh) process: a provider batching into a discarding exporter."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-    def __init__(self, name: str, setup: Callable[[], Callable[[], None]] | None) -> None:
-        self.name = name
-        self.setup = setup
-        self.samples: dict[str, list[float]] = {"plain": [], "stream": []}
-        self.cpu: dict[str, list[float]] = {"plain": [], "stream": []}
+    class DiscardExporter(SpanExporter):
+        def export(self, spans: Any) -> SpanExportResult:
+            return SpanExportResult.SUCCESS
 
+        def shutdown(self) -> None:
+            pass
 
-def ours() -> Callable[[], None]:
-    provider = TracerProvider(resource=Resource.create({semconv.AGENT_ID: "bench"}))
-    # As the launcher sets it up: the chain is computed on the export thread.
-    exporter = ChainingSpanExporter(DiscardExporter(), signing_key=identity.generate_key())
-    return instrumented(provider, exporter, OpenAIInstrumentor())
+    exporter: SpanExporter = DiscardExporter()
+    if name == "agentreplay":
+        from agentreplay_otel import identity, semconv
+        from agentreplay_otel.chain import ChainingSpanExporter
 
-
-def official() -> Callable[[], None]:
-    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
-    os.environ.setdefault("OTEL_SEMCONV_STABILITY_OPT_IN", "gen_ai_latest_experimental")
-    module = importlib.import_module("opentelemetry.instrumentation.genai.openai")
-    return instrumented(TracerProvider(), DiscardExporter(), module.OpenAIInstrumentor())
-
-
-def instrumented(provider: TracerProvider, exporter: SpanExporter, instrumentor: Any) -> Callable[[], None]:
-    """Install ``provider`` (batching into ``exporter``) and ``instrumentor``; returns the undo."""
+        provider = TracerProvider(resource=Resource.create({semconv.AGENT_ID: "bench"}))
+        # As the launcher sets it up: the chain is computed on the export thread.
+        exporter = ChainingSpanExporter(exporter, signing_key=identity.generate_key())
+    else:
+        provider = TracerProvider()
+    if name in ("official", "openai-v2"):  # content on the span, in the latest conventions
+        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
     provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
-    previous = swap_global_tracer_provider(provider)
-    instrumentor.instrument(tracer_provider=provider)
-
-    def teardown() -> None:
-        instrumentor.uninstrument()
-        provider.shutdown()
-        swap_global_tracer_provider(previous)
-
-    return teardown
+    trace.set_tracer_provider(provider)
+    module = importlib.import_module(PEERS[name][1] or "")
+    module.OpenAIInstrumentor().instrument(tracer_provider=provider)
 
 
+def measure(client: Any, calls: int, stream: bool) -> tuple[list[float], list[float]]:
+    """Wall time and the calling thread's CPU time of each call (CPU time ignores the neighbours)."""
+    msgs = messages()
+    out, cpu = [], []
+    create = client.chat.completions.create
+    for _ in range(calls):
+        start, start_cpu = time.perf_counter(), time.thread_time()
+        if stream:
+            for _chunk in create(model="gpt-4o-mini", messages=msgs, stream=True,
+                                 stream_options={"include_usage": True}):
+                pass
+        else:
+            create(model="gpt-4o-mini", messages=msgs)
+        out.append(time.perf_counter() - start)
+        cpu.append(time.thread_time() - start_cpu)
+    return out, cpu
+
+
+def worker(name: str, base_url: str, calls: int, warm: int) -> dict[str, Any]:
+    import openai
+
+    if PEERS[name][1] is not None:
+        _instrument(name)
+    client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    samples: dict[str, Any] = {}
+    for mode in MODES:
+        measure(client, warm, stream=mode == "stream")  # warm the connection, the client, the caches
+    for mode in MODES:
+        wall, cpu = measure(client, calls, stream=mode == "stream")
+        samples[mode] = {"wall": wall, "cpu": cpu}
+    return samples
+
+
+# --- the driver ---------------------------------------------------------------------------------
 @contextlib.contextmanager
 def model_server() -> Iterator[str]:
     """The scripted model server as a subprocess; yields its OpenAI base URL."""
@@ -123,76 +152,84 @@ def model_server() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def measure(client: openai.OpenAI, calls: int, stream: bool) -> tuple[list[float], list[float]]:
-    """Wall time and the calling thread's CPU time of each call (CPU time ignores the neighbours)."""
-    msgs = messages()
-    out, cpu = [], []
-    for _ in range(calls):
-        start, start_cpu = time.perf_counter(), time.thread_time()
-        if stream:
-            for _chunk in client.chat.completions.create(
-                model="gpt-4o-mini", messages=msgs, stream=True, stream_options={"include_usage": True}
-            ):
-                pass
-        else:
-            client.chat.completions.create(model="gpt-4o-mini", messages=msgs)
-        out.append(time.perf_counter() - start)
-        cpu.append(time.thread_time() - start_cpu)
-    return out, cpu
+def _env_for(name: str, deps: Path) -> dict[str, str] | None:
+    """The worker's environment: its peer's folder on the path; None when the peer is not installed."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_", "TRACELOOP_"))}
+    folder = PEERS[name][0]
+    if folder is not None:
+        path = deps / folder
+        if not path.is_dir():
+            return None
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
+    return env
+
+
+def _run_worker(name: str, env: dict[str, str], base_url: str, calls: int, warm: int) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--worker", name, "--base-url", base_url, "--calls", str(calls),
+         "--warm", str(warm)],
+        env=env, capture_output=True, text=True, check=False,
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"{name} worker failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summarise(samples: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, Any]:
+    """Medians, µs added over the baseline, and our added µs as a ratio of each peer's."""
+    result: dict[str, Any] = {}
+    for mode in MODES:
+        entry: dict[str, Any] = {}
+        for kind, label in (("wall", ""), ("cpu", "thread_cpu_")):
+            medians = {n: statistics.median(s[mode][kind]) * 1e6 for n, s in samples.items()}
+            added = {n: medians[n] - medians["baseline"] for n in medians if n != "baseline"}
+            entry[f"{label}median_us"] = {k: round(v, 1) for k, v in medians.items()}
+            entry[f"{label}added_us"] = {k: round(v, 1) for k, v in added.items()}
+            if "agentreplay" in added:
+                entry[f"{label}ratio_added_agentreplay_to"] = {
+                    n: round(added["agentreplay"] / v, 3) for n, v in added.items() if n != "agentreplay" and v > 0
+                }
+        result[mode] = entry
+    return result
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=300, help="calls per configuration per round")
+    parser.add_argument("--calls", type=int, default=300, help="calls per configuration, mode and round")
     parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
-    parser.add_argument("--official-deps", default=str(Path(__file__).parent / ".deps"),
-                        help="folder where the official instrumentor is installed (pip --target)")
+    parser.add_argument("--warm", type=int, default=40, help="unmeasured calls per mode before measuring")
+    parser.add_argument("--deps", default=str(DEPS), help="folder with one folder per peer (pip --target)")
+    parser.add_argument("--only", nargs="*", help="configurations to run (the baseline always runs)")
+    parser.add_argument("--out", default=str(RESULTS), help="where the JSON result is written")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--base-url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if Path(args.official_deps).is_dir():
-        sys.path.append(args.official_deps)
-    configs = [Config("baseline", None), Config("agentreplay", ours)]
-    try:
-        importlib.import_module("opentelemetry.instrumentation.genai.openai")
-        configs.append(Config("official", official))
-    except ImportError:
-        print("official instrumentor not installed: measuring baseline and agentreplay only", file=sys.stderr)
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.base_url, args.calls, args.warm)))
+        return {}
 
+    names = ["baseline"] + [n for n in PEERS if n != "baseline" and (not args.only or n in args.only)]
+    envs = {n: env for n in names if (env := _env_for(n, Path(args.deps))) is not None}
+    for missing in set(names) - set(envs):
+        print(f"{missing}: not installed under {args.deps}: left out", file=sys.stderr)
+    samples = {n: {m: {"wall": [], "cpu": []} for m in MODES} for n in envs}
     with model_server() as base_url:
-        client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
-        measure(client, 50, stream=False)  # warm the connection and the client
+        order = list(envs)
         for round_no in range(args.rounds):
-            for config in configs:
-                teardown = config.setup() if config.setup else None
-                try:
-                    for mode in ("plain", "stream"):
-                        wall, cpu = measure(client, args.calls, stream=mode == "stream")
-                        config.samples[mode] += wall
-                        config.cpu[mode] += cpu
-                finally:
-                    if teardown:
-                        teardown()
+            for name in order:
+                got = _run_worker(name, envs[name], base_url, args.calls, args.warm)
+                for mode in MODES:
+                    for kind in ("wall", "cpu"):
+                        samples[name][mode][kind] += got[mode][kind]
+            order = order[1:] + order[:1]  # no configuration always runs first or last
             print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
 
-    result: dict[str, Any] = {"calls_per_config": args.calls * args.rounds, "message_bytes": len(json.dumps(messages()))}
-    for mode in ("plain", "stream"):
-        medians = {c.name: statistics.median(c.samples[mode]) * 1e6 for c in configs}
-        added = {name: medians[name] - medians["baseline"] for name in medians if name != "baseline"}
-        entry: dict[str, Any] = {
-            "median_us": {k: round(v, 1) for k, v in medians.items()},
-            "added_us": {k: round(v, 1) for k, v in added.items()},
-        }
-        if "official" in added and added["official"] > 0:
-            entry["ratio_added_agentreplay_to_official"] = round(added["agentreplay"] / added["official"], 3)
-        cpu = {c.name: statistics.median(c.cpu[mode]) * 1e6 for c in configs}
-        cpu_added = {name: cpu[name] - cpu["baseline"] for name in cpu if name != "baseline"}
-        entry["thread_cpu_median_us"] = {k: round(v, 1) for k, v in cpu.items()}
-        entry["thread_cpu_added_us"] = {k: round(v, 1) for k, v in cpu_added.items()}
-        if "official" in cpu_added and cpu_added["official"] > 0:
-            entry["ratio_thread_cpu_added_agentreplay_to_official"] = round(
-                cpu_added["agentreplay"] / cpu_added["official"], 3)
-        result[mode] = entry
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
+    result: dict[str, Any] = {"calls_per_config": args.calls * args.rounds,
+                              "message_bytes": len(json.dumps(messages())), "configs": list(envs)}
+    result.update(summarise(samples))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return result
 
