@@ -120,7 +120,7 @@ def build_tracer_provider(
     agent_id = resource.attributes.get(semconv.AGENT_ID)
     redactor = redaction.load(env)
     # Whatever the exporter, it is behind the chain, computed on its batcher's export thread.
-    for exporter in exporters.exporters("traces", env, creds.token):
+    for exporter in [*exporters.exporters("traces", env, creds.token), *replay.spool_exporters(env)]:
         chained = ChainingSpanExporter(exporter, signing_key=creds.signing_key,
                                        agent_id=str(agent_id) if agent_id is not None else None, redactor=redactor)
         provider.add_span_processor(_batcher(chained, env))

@@ -44,12 +44,14 @@ from agentreplay_otel.core import (
 from agentreplay_otel.replay import (
     ENV_REPLAY,
     ENV_REPLAY_REPORT,
+    ENV_REPLAY_SPOOL,
     Divergence,
     Outcome,
     Plan,
     Reason,
     Report,
     bundle,
+    read_spool,
 )
 
 STDERR_TAIL_LINES = 20
@@ -80,6 +82,7 @@ class ReplayOutcome:
     recorded_end: RunEnd  # how the recorded process ended, as far as the recording shows
     exception: RunEnd | None  # the uncaught exception the agent's stderr ends in, if any
     stderr_tail: tuple[str, ...]  # the last lines the agent wrote to stderr
+    spans: tuple[SpanRecord, ...] = ()  # the replay's own spans, chained, as the agent exported them
 
     @property
     def diverged(self) -> bool:
@@ -226,23 +229,30 @@ def run(
     timeout_s: float = 600.0,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> ReplayOutcome:
-    """Replay ``run_id``; the agent's output goes to ``stdout`` and ``stderr`` (default: ours) as it runs."""
+    """Replay ``run_id``; the agent's output goes to ``stdout`` and ``stderr`` (default: ours) as it runs.
+
+    ``env``: the environment the agent starts from (default: ours), e.g. where its live calls go.
+    """
     recording, chain, end = load(source, run_id, allow_unverified=allow_unverified)
     cmd = agent_command(recording, command)
     plan = Plan(**{**plan.__dict__, "allow": [*plan.allow, *allowed_endpoints(otlp)]})
     with tempfile.TemporaryDirectory(prefix="agentreplay-") as tmp:
         bundle_path, report_path = Path(tmp) / "bundle.json", Path(tmp) / "report.json"
         bundle_path.write_text(bundle(recording, plan))
-        env = replay_env(os.environ, bundle_path, report_path, otlp)
+        env = replay_env(os.environ if env is None else env, bundle_path, report_path, otlp)
+        env[ENV_REPLAY_SPOOL] = str(Path(tmp) / "spans.jsonl")  # read back: no collector needed
         exit_code, lines = run_passing_through(cmd, env, timeout_s=timeout_s,
                                                stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
         report = read_report(report_path)
+        spans = tuple(read_spool(env[ENV_REPLAY_SPOOL]))
     exception = exception_in(lines)
     if report is not None:
         report = judge_exit(report, end, exit_code, exception)
     return ReplayOutcome(recording=recording, chain=chain, command=cmd, exit_code=exit_code, report=report,
-                         recorded_end=end, exception=exception, stderr_tail=tuple(lines[-STDERR_TAIL_LINES:]))
+                         recorded_end=end, exception=exception, stderr_tail=tuple(lines[-STDERR_TAIL_LINES:]),
+                         spans=spans)
 
 
 def run_passing_through(cmd: Sequence[str], env: Mapping[str, str], *, timeout_s: float, stdout: TextIO,

@@ -37,10 +37,12 @@ from agentreplay_otel.replay._model import (
     Report,
 )
 from agentreplay_otel.replay._session import ReplaySession, recorded_failure
+from agentreplay_otel.replay._spool import ENV_REPLAY_SPOOL, read_spool, spool_exporters
 
 __all__ = [
     "ENV_REPLAY",
     "ENV_REPLAY_REPORT",
+    "ENV_REPLAY_SPOOL",
     "Divergence",
     "FieldDiff",
     "ForkComplete",
@@ -62,7 +64,9 @@ __all__ = [
     "install_from_env",
     "merge_patch",
     "mock_result",
+    "read_spool",
     "recorded_failure",
+    "spool_exporters",
     "text_diff",
     "uninstall",
     "write_report",
