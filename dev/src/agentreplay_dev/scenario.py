@@ -1,106 +1,227 @@
-"""The misbooking scenario: a scripted model that books the cheaper Saturday flight when the
-customer asked for Friday, unless its instructions say to keep the customer's day.
+"""The flight scenario: a scripted model that misbooks, and the world it runs in.
 
-Used by the demo and the replay tests. Only the model and the airline are simulated; the
-agent (``data/flight_agent.py``, also ``examples/flight_agent.py`` in a checkout), the client
-libraries, recording, replay and fork are real. The agent and its manifest are this package's data.
+Used by the demo and the tests. Only the model and the airline are simulated; the agent
+(``data/flight_agent.py``, also ``examples/flight_agent.py`` in a checkout), the client libraries,
+recording, replay and fork are real. The agent and its manifest are this package's data.
+
+The model's rules (:func:`airline_model`), the same for the OpenAI chat shape and the Anthropic
+Messages shape:
+
+- With no tool results yet, it searches the asked-for day and the cheaper one (two calls at once).
+- Then it books the cheapest flight found (Saturday's TP125 when Friday was asked for), unless it
+  keeps to the customer's day: the instructions contain :data:`FIX` (or the fix ``agentreplay analyze``
+  proposes: "Keep to what the user asked for ..."), or the model id contains ``careful``.
+- The story (a request that asks for the best price, as :data:`STORY_REQUEST`): before booking it
+  haggles (``negotiate_fare`` at 80% of the listed price; the airline counter-offers its floor) and
+  books at the negotiated price; after a booking on another day than asked, it notices and buys a
+  second ticket for the asked-for day, which the manifest (one booking per run) refuses: the run is
+  halted. Kept to the day, it books once and completes.
+- Asked for several days ("Friday and Saturday"), it books one flight per day (the second is refused).
+- Once booked, it answers in text; a streamed request gets the confirmation ("Flight TP125 on Saturday.").
+- An Anthropic request that carries no tools (and no tool blocks) gets a summary of its last user text;
+  one that does follows the rules above (system prompt in ``system``, tool_use and tool_result blocks).
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_otel import identity, semconv
 
 FIX = "Book the day the customer asked for, even when another day is cheaper."
-"""The one-line prompt fix that makes the model book Friday."""
+"""The one-line prompt fix that makes the model keep the customer's day."""
+STORY_REQUEST = "Book me a flight to Lisbon on Friday, at the best price you can get."
+"""The request that tells the whole story: negotiate, misbook, try a second ticket, halted."""
+CAREFUL = "careful"
+"""A model id containing this behaves as if its instructions contained :data:`FIX`."""
+
+_HAGGLE = ("best price", "negotiate", "haggle")
+_OFFER = 0.8  # the model's opening offer, as a fraction of the listed price
+_DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+_KNOWN_FLIGHTS = (  # what the model falls back on when a search result cannot be read
+    {"flight": "TP123", "day": "Friday", "price_eur": 129},
+    {"flight": "TP125", "day": "Saturday", "price_eur": 99},
+)
 
 
-def _tool_results(request: Request) -> list[dict]:
-    out = []
-    for message in request.body.get("messages", []) or []:
-        if isinstance(message, dict) and message.get("role") == "tool":
-            try:
-                out.append(json.loads(message.get("content") or "null"))
-            except ValueError:
-                continue
-    return out
+@dataclass(frozen=True)
+class _Call:
+    """One tool call the agent already made, with its result (None until it came back)."""
+
+    name: str
+    arguments: Mapping[str, Any]
+    result: Any = None
+
+
+@dataclass(frozen=True)
+class _Conversation:
+    """What the model reads from a request, whichever provider's shape it came in."""
+
+    instructions: str
+    request: str
+    calls: tuple[_Call, ...] = ()
+    careful: bool = False
+
+    @property
+    def asked_days(self) -> list[str]:
+        return [d for d in _DAYS if d in self.request]
+
+    @property
+    def keeps_the_day(self) -> bool:
+        """:data:`FIX`, the fix ``agentreplay analyze`` proposes ("Keep to what the user asked for"), or a
+        careful model."""
+        return self.careful or FIX in self.instructions or "asked for" in self.instructions
+
+    @property
+    def haggles(self) -> bool:
+        return any(word in self.request.lower() for word in _HAGGLE)
+
+    def named(self, tool: str) -> list[_Call]:
+        return [c for c in self.calls if c.name == tool]
+
+    def flights(self) -> list[dict]:
+        """Every flight the searches returned (the known ones if none can be read)."""
+        found = [f for c in self.named("search_flights") if isinstance(c.result, list)
+                 for f in c.result if isinstance(f, dict) and {"flight", "day", "price_eur"} <= f.keys()]
+        return found or list(_KNOWN_FLIGHTS)
 
 
 def airline_model(request: Request) -> ScriptedReply:
-    """Search both days, then book: the cheaper day, or the asked-for day when told to keep it."""
-    if request.provider == "anthropic":
+    """The scripted model of the flight scenario; its rules are in this module's docstring."""
+    conversation = _read(request)
+    if conversation is None:
         return ScriptedReply(text=f"Summary for the customer: {request.last_user_text}")
     if request.stream:
-        return ScriptedReply(text="Your booking is confirmed. " + _booked_text(request))
-    results = _tool_results(request)
-    days = _requested_days(request)
-    if len(days) > 1 and results:  # "Friday and Saturday": one booking per day asked for
-        booked = {b.get("day") for b in _bookings(request)}
+        return ScriptedReply(text="Your booking is confirmed. " + _booked_text(conversation))
+    return _decide(conversation)
+
+
+def _decide(c: _Conversation) -> ScriptedReply:
+    days, bookings = c.asked_days, c.named("book_flight")
+    if len(days) > 1 and c.calls:  # "Friday and Saturday": one booking per day asked for
+        booked = {b.arguments.get("day") for b in bookings}
         todo = [d for d in days if d not in booked]
         if todo:
-            flight = {"Friday": "TP123", "Saturday": "TP125"}.get(todo[0], "TP199")
-            return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": flight, "day": todo[0]})])
+            return _book(_flight_on(c, todo[0]))
         return ScriptedReply(text="Booked " + " and ".join(days) + ".")
-    booking = _booking(request)
-    if booking:
-        return ScriptedReply(text=f"Booked {booking['flight']} on {booking['day']}.")
-    if not results:
-        return ScriptedReply(tool_calls=[
-            ToolCallSpec("search_flights", {"destination": "Lisbon", "day": "Friday"}),
-            ToolCallSpec("search_flights", {"destination": "Lisbon", "day": "Saturday"}),
-        ])
-    if _told_to_keep_the_day(request):
-        return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": "TP123", "day": "Friday"})])
-    return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {"flight": "TP125", "day": "Saturday"})])
+    if bookings:
+        asked = days[0] if days else None
+        if c.haggles and asked and len(bookings) == 1 and bookings[0].arguments.get("day") != asked:
+            return _book(_flight_on(c, asked))  # noticed the wrong day: a second ticket, for the asked one
+        first = bookings[0].arguments
+        return ScriptedReply(text=f"Booked {first.get('flight')} on {first.get('day')}.")
+    if not c.calls:
+        asked = days[0] if days else "Friday"
+        other = "Saturday" if asked != "Saturday" else "Friday"
+        return ScriptedReply(tool_calls=[ToolCallSpec("search_flights", {"destination": "Lisbon", "day": d})
+                                         for d in (asked, other)])
+    flights = c.flights()
+    kept = [f for f in flights if f["day"] in days] if c.keeps_the_day else []
+    choice = min(kept or flights, key=lambda f: f["price_eur"])
+    if not c.haggles:
+        return _book(choice)
+    quote = next((q.result for q in c.named("negotiate_fare") if isinstance(q.result, dict)
+                  and q.result.get("flight") == choice["flight"] and "price_eur" in q.result), None)
+    if quote is None:
+        offer = round(choice["price_eur"] * _OFFER)
+        return ScriptedReply(tool_calls=[ToolCallSpec(
+            "negotiate_fare", {"flight": choice["flight"], "day": choice["day"], "offer_eur": offer})])
+    return _book(choice, price_eur=quote["price_eur"])
 
 
-def _told_to_keep_the_day(request: Request) -> bool:
-    """Whether the instructions say to keep to what the customer asked for: :data:`FIX`, or the fix
-    ``agentreplay analyze`` proposes ("Keep to what the user asked for (Friday): ...")."""
-    system = " ".join(str(m.get("content") or "") for m in request.body.get("messages", []) or []
-                      if isinstance(m, dict) and m.get("role") == "system")
-    return FIX in request.prompt_text or "asked for" in system
+def _flight_on(c: _Conversation, day: str) -> dict:
+    on_day = [f for f in c.flights() if f["day"] == day]
+    return min(on_day, key=lambda f: f["price_eur"]) if on_day else {"flight": "TP199", "day": day}
 
 
-def _bookings(request: Request) -> list[dict]:
-    """The arguments of every booking the agent already asked for in this conversation."""
-    found = []
-    for message in request.body.get("messages", []) or []:
-        for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
-            if call.get("function", {}).get("name") == "book_flight":
-                try:
-                    found.append(json.loads(call["function"].get("arguments") or "{}"))
-                except ValueError:
-                    found.append({})
-    return found
+def _book(flight: Mapping[str, Any], *, price_eur: float | None = None) -> ScriptedReply:
+    arguments: dict[str, Any] = {"flight": flight["flight"], "day": flight["day"]}
+    if price_eur is not None:
+        arguments["price_eur"] = price_eur
+    return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", arguments)])
 
 
-def _booking(request: Request) -> dict | None:
-    bookings = _bookings(request)
-    return bookings[0] if bookings else None
+def _booked_text(c: _Conversation) -> str:
+    bookings = c.named("book_flight")
+    if not bookings:
+        return ""
+    first = bookings[0].arguments
+    return f"Flight {first.get('flight')} on {first.get('day')}."
 
 
-def _requested_days(request: Request) -> list[str]:
-    first = next((m.get("content", "") for m in request.body.get("messages", []) or []
-                  if isinstance(m, dict) and m.get("role") == "user"), "")
-    return [d for d in ("Friday", "Saturday", "Sunday") if d in str(first)]
+# --- reading a request: OpenAI chat or Anthropic Messages ----------------------------------------
+def _read(request: Request) -> _Conversation | None:
+    """The conversation in a request; None for an Anthropic request with no tools (a summary)."""
+    body = request.body
+    careful = CAREFUL in (request.model or "")
+    if request.provider == "anthropic":
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        uses_tools = bool(body.get("tools")) or any(
+            isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result")
+            for m in messages for b in (m.get("content") if isinstance(m.get("content"), list) else []))
+        if not uses_tools:
+            return None
+        return _Conversation(instructions=_text(body.get("system")), request=_first_user_text(messages),
+                             calls=_anthropic_calls(messages), careful=careful)
+    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    return _Conversation(
+        instructions=" ".join(_text(m.get("content")) for m in messages if m.get("role") in ("system", "developer")),
+        request=_first_user_text(messages), calls=_openai_calls(messages), careful=careful)
 
 
-def _booked_text(request: Request) -> str:
-    booking = _booking(request)
-    return f"Flight {booking.get('flight')} on {booking.get('day')}." if booking else ""
+def _openai_calls(messages: list[dict]) -> tuple[_Call, ...]:
+    results = {m.get("tool_call_id"): _json(_text(m.get("content"))) for m in messages if m.get("role") == "tool"}
+    return tuple(
+        _Call(fn.get("name", ""), _arguments(fn.get("arguments")), results.get(call.get("id")))
+        for m in messages if m.get("role") == "assistant"
+        for call in m.get("tool_calls") or [] if isinstance(call, dict)
+        for fn in [call.get("function") or {}])
+
+
+def _anthropic_calls(messages: list[dict]) -> tuple[_Call, ...]:
+    blocks = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"] if isinstance(b, dict)]
+    results = {b.get("tool_use_id"): _json(_text(b.get("content"))) for b in blocks if b.get("type") == "tool_result"}
+    return tuple(_Call(b.get("name", ""), _arguments(b.get("input")), results.get(b.get("id")))
+                 for b in blocks if b.get("type") == "tool_use")
+
+
+def _first_user_text(messages: list[dict]) -> str:
+    """The customer's request: the first user message's text (tool results are not text)."""
+    return next((_text(m.get("content")) for m in messages if m.get("role") == "user"), "")
+
+
+def _text(content: Any) -> str:
+    """A message's text: a string, or its text blocks / parts joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and p.get("type") == "text")
+    return ""
+
+
+def _arguments(raw: Any) -> dict[str, Any]:
+    value = _json(raw) if isinstance(raw, str) else raw
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
 
 
 def airline_server() -> LLMServer:
@@ -121,9 +242,12 @@ class FlightWorld:
     env: dict[str, str]
     ledger: Path
 
-    def record(self, *args: str, check: bool = True, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
-        """Run the flight agent under ``opentelemetry-instrument``; with ``check``, fail loudly if it fails."""
-        done = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT), *args],
+    def record(self, *args: str, agent: Path | None = None, check: bool = True,
+               timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
+        """Run the flight agent (or ``agent``, e.g. :func:`fixed_agent`'s copy) under
+        ``opentelemetry-instrument``; with ``check``, fail loudly if it fails."""
+        program = str(agent or AGENT)
+        done = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, program, *args],
                               env=self.env, capture_output=True, text=True, timeout=timeout_s, cwd=self.root)
         if check and done.returncode != 0:
             raise RuntimeError(f"the agent failed:\n{done.stderr[-4000:]}")
@@ -160,6 +284,21 @@ def _data(name: str) -> Path:
 BIN = Path(sys.executable).parent
 AGENT = _data("flight_agent.py")
 MANIFEST = _data("flight-agent.manifest.json")
+
+
+def fixed_agent(dest: Path) -> Path:
+    """Write the flight agent with the one-line fix: its ``POLICY`` line, and nothing else, gains :data:`FIX`.
+
+    ``dest`` is a file, or a folder to write ``flight_agent.py`` into; returns the file written. The
+    fixed agent is made, not kept, so the repository holds one agent.
+    """
+    target = dest / AGENT.name if dest.is_dir() else dest
+    lines = AGENT.read_text().splitlines(keepends=True)
+    [at] = [i for i, line in enumerate(lines) if line.startswith("POLICY = ")]
+    policy = ast.literal_eval(lines[at].removeprefix("POLICY = ").strip())
+    lines[at] = f"POLICY = {json.dumps(f'{policy} {FIX}')}\n"
+    target.write_text("".join(lines))
+    return target
 
 
 def issue_identity(root: Path, agent_id: str = "flight-booker") -> dict[str, str]:
