@@ -2,6 +2,7 @@
 
     POST /v1/authorize     agent token  {kind, tool, arguments, cost_usd, run_id, ...} -> Decision + spend
     POST /v1/manifests     (signed)     a signed manifest; verified against the org key -> {"sha256"}
+    GET  /v1/manifests/SHA read token   a registered manifest: {"sha256", "signed" (its JSON text as registered)}
     GET  /v1/watch?agent=  agent token  JSON lines: a snapshot of its halts, then halt/resume as they happen
     POST /v1/halts         admin token  {scope: run|agent, target, reason}: the kill switch
     POST /v1/resume        admin token  {scope, target}
@@ -104,6 +105,15 @@ def routes(
     async def manifests(request: Request) -> JSONResponse:
         return JSONResponse({"sha256": scope.register(json.loads(await request.body()))})
 
+    async def manifest(request: Request) -> JSONResponse:
+        reader(request)  # any reader: a manifest says what agents may do, not what they did
+        digest = request.path_params["sha256"].lower()
+        stored = await blocking(scope.store.manifests) if scope.store is not None else []
+        found = next((m for m in stored if m.sha256 == digest), None)
+        if found is None:
+            return JSONResponse({"error": f"no manifest {digest} is registered"}, status_code=404)
+        return JSONResponse({"sha256": found.sha256, "signed": found.signed})
+
     async def watch(request: Request) -> Any:
         who = identity(request)
         agent = who.agent_id if who is not None else request.query_params.get("agent", "")
@@ -175,6 +185,7 @@ def routes(
                 "decisions": [
                     {
                         "time": time_text,
+                        "time_ns": str(d.time_ns),
                         "run_id": d.run_id,
                         "span_id": d.span_id,
                         "agent_id": d.agent_id,
@@ -227,6 +238,7 @@ def routes(
     return [
         Route("/v1/authorize", guarded(authorize), methods=["POST"]),
         Route("/v1/manifests", guarded(manifests), methods=["POST"]),
+        Route("/v1/manifests/{sha256}", guarded(manifest), methods=["GET"]),
         Route("/v1/watch", guarded(watch)),
         Route("/v1/halts", guarded(halt), methods=["POST"]),
         Route("/v1/halts", guarded(halts), methods=["GET"]),

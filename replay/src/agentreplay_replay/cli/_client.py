@@ -18,7 +18,7 @@ from typing import Any
 
 from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import RunSummary, StoredClassification
+from agentreplay_collector.models import DecisionRecord, RunSummary, StoredClassification
 from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
 from agentreplay_replay.cli._common import CLIError
 
@@ -48,6 +48,24 @@ class Collector(CollectorClient):
 
     def decisions(self, run_id: str) -> dict[str, Any]:
         return self._send("GET", "/v1/decisions", params={"run": run_id})
+
+    def decision_records(self, run_id: str) -> list[DecisionRecord]:
+        """A run's decisions as records (what a case carries)."""
+        doc = self.decisions(run_id)
+        try:
+            return [
+                DecisionRecord(time_ns=int(d["time_ns"]), run_id=d["run_id"], span_id=d["span_id"],
+                               agent_id=d["agent_id"], tool=d["tool"], decision=d["decision"], rule=d["rule"],
+                               manifest_sha256=d["manifest_sha256"], detail=d["detail"], source=d["source"])
+                for d in doc["decisions"]
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CLIError(f"the collector at {self.url} answers decisions without their times: upgrade it") from exc
+
+    def manifest(self, sha256: str) -> str | None:
+        """A registered signed manifest's JSON text, as registered; None if the collector has none of it."""
+        doc = self._get(f"/v1/manifests/{urllib.parse.quote(sha256)}", missing_ok=True)
+        return None if doc is None else str(doc["signed"])
 
     def alerts(self, limit: int) -> dict[str, Any]:
         return self._send("GET", "/v1/alerts", params={"limit": limit})
