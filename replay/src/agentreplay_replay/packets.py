@@ -1,0 +1,431 @@
+"""A failed run told to whoever pays for it: a dispute packet for the counterparty (the airline,
+the payment rail) and an insurance-claim packet for the insurer, as JSON documents and as
+self-contained HTML.
+
+Both are pure functions of a case (:mod:`agentreplay_replay.case`: the run's spans, chain, seal,
+certificates, manifest and decisions) and an analysis verdict: no store, no network. Each packet
+carries its proof (the chain head, the seal, the agent key the org certified, the transparency-log
+inclusion when the case has one) and the one command that checks it offline with the org's public
+key. Amounts are the recorded ones (``agentreplay.cost.usd`` on each span, so US dollars); the
+model spend is priced again from the price table so an insurer can see how it was computed.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentreplay_collector.models import TrustScore
+from agentreplay_otel.core import SpanRecord, json_or, semconv
+from agentreplay_otel.pricing import Prices, cost_usd, load_prices
+from agentreplay_replay.analysis import Outcome, Verdict, run_view
+from agentreplay_replay.analysis.transcript import chain_head
+from agentreplay_replay.narrative import (
+    Contradiction,
+    ToldStep,
+    contradictions,
+    past_tense,
+    request_of,
+    tell,
+    usd,
+    utc,
+)
+
+if TYPE_CHECKING:
+    from agentreplay_replay.case import Case
+
+DISPUTE = "agentreplay-dispute/1"
+CLAIM = "agentreplay-claim/1"
+"""Each packet's ``format``: what the document is, and the version of its shape."""
+
+CASE_FILE = "CASE.json"
+ORG_KEY = "ORG.pub"
+"""The names the verify command uses when the caller does not say where the case and the key lie."""
+
+CURRENCY = "USD"  # every recorded cost is agentreplay.cost.usd
+
+
+def verify_command(case_file: str = CASE_FILE, org_key: str = ORG_KEY) -> str:
+    return f"agentreplay verify {case_file} --org-key {org_key}"
+
+
+# --- the packets ----------------------------------------------------------------------------------
+def dispute_packet(case: Case, verdict: Verdict | None, *, case_file: str = CASE_FILE,
+                   org_key: str = ORG_KEY) -> dict[str, Any]:
+    """For the counterparty: what the user asked, what the agent did and when, what it was allowed,
+    every policy decision, the amounts, and the proof with the command that verifies it."""
+    told = _told(case)
+    return {
+        "format": DISPUTE,
+        "title": f"Dispute packet for run {case.run_id}",
+        "run": _run(case),
+        "asked": request_of(case.spans),
+        "finding": _finding(verdict),
+        "contradictions": [_contradiction_json(c) for c in contradictions(verdict, told, request_of(case.spans))],
+        "actions": [_action_json(s) for s in told],
+        "allowed": _allowed(case),
+        "decisions": _decisions(case, told),
+        "amounts": _amounts(told),
+        "proof": _proof(case, case_file=case_file, org_key=org_key),
+    }
+
+
+def insurance_packet(case: Case, verdict: Verdict | None, *, trust: TrustScore | None = None,
+                     prices: Prices | None = None, case_file: str = CASE_FILE,
+                     org_key: str = ORG_KEY) -> dict[str, Any]:
+    """For the insurer: the loss (the wrong charges, the model spend, what the manifest prevented),
+    the cause, the limits in force, the timeline, and the same proof. A run the analysis found no
+    failure in has nothing to claim: said in ``claim``, not raised."""
+    told = _told(case)
+    failed = verdict is not None and verdict.outcome is Outcome.FAILED
+    loss = _loss(case, verdict, told, prices) if failed else None
+    return {
+        "format": CLAIM,
+        "title": f"Insurance claim for run {case.run_id}",
+        "run": _run(case),
+        "claim": _claim(verdict, loss),
+        "loss": loss,
+        "cause": _cause(verdict),
+        "limits": _limits(case, trust),
+        "timeline": [_action_json(s) for s in told],
+        "proof": _proof(case, case_file=case_file, org_key=org_key),
+    }
+
+
+def _told(case: Case) -> tuple[ToldStep, ...]:
+    return tell(case.spans, halted=case.summary.halted)
+
+
+def _run(case: Case) -> dict[str, Any]:
+    s = case.summary
+    return {
+        "run_id": case.run_id, "agent_id": s.agent_id, "agent": s.agent_name, "service": s.service_name,
+        "kind": s.run_kind, "started": utc(s.start_ns), "ended": utc(s.end_ns),
+        "outcome": "halted" if s.halted else ("error" if s.status_code == "Error" else "ok"),
+        "chain": s.chain.status.value, "recorded_cost_usd": round(s.cost_usd, 6),
+        "exported": utc(case.exported_ns),
+    }
+
+
+def _finding(verdict: Verdict | None) -> dict[str, Any]:
+    if verdict is None:
+        return {"verdict": "not analysed", "root_cause": "", "culprit_step": None, "modes": []}
+    return {
+        "verdict": str(verdict.outcome), "judge": verdict.judge, "root_cause": verdict.root_cause,
+        "culprit_step": verdict.culprit.step if verdict.culprit else None,
+        "modes": [{"mode": h.mode, "name": h.failure_mode.name, "explanation": h.explanation} for h in verdict.modes],
+    }
+
+
+def _contradiction_json(c: Contradiction) -> dict[str, Any]:
+    def side(s: Any) -> dict[str, Any]:
+        return {"label": s.label, "value": s.value, "step": s.step, "path": s.path, "context": s.context}
+
+    return {"mode": c.mode, "name": c.mode_name, "explanation": c.explanation, "left": side(c.left),
+            "right": side(c.right)}
+
+
+def _action_json(s: ToldStep) -> dict[str, Any]:
+    doc: dict[str, Any] = {"step": s.step, "time": s.when, "kind": s.kind, "name": s.name, "span_id": s.span_id,
+                           "caption": s.caption, "cost_usd": s.cost_usd}
+    if s.kind == "tool":
+        doc |= {"arguments": dict(s.arguments), "result": s.result, "side_effect": s.side_effect,
+                "refused": s.refused}
+    else:
+        doc |= {"asked_for": list(s.asked_for), "said": s.said}
+    if s.failed:
+        doc["error"] = s.error
+    return doc
+
+
+def _manifest_doc(case: Case) -> dict[str, Any] | None:
+    doc = json_or(case.manifest, None) if case.manifest else None
+    return doc if isinstance(doc, dict) and isinstance(doc.get("manifest"), dict) else None
+
+
+def _allowed(case: Case) -> dict[str, Any]:
+    """The signed manifest in force, as signed (so it can be checked), and its rules in short."""
+    signed = _manifest_doc(case)
+    if signed is None:
+        return {"manifest": None, "note": "no signed manifest was in force for this run"}
+    body = signed["manifest"]
+    return {
+        "sha256": case.manifest_sha256, "signed_by": signed.get("kid", ""),
+        "tools": body.get("tools", {}), "unlisted_tools": body.get("unlisted_tools", "deny"),
+        "models": body.get("models"), "spend": body.get("spend", {}), "fail_mode": body.get("fail_mode", "closed"),
+        "manifest": signed,
+    }
+
+
+def _decisions(case: Case, told: Sequence[ToldStep]) -> list[dict[str, Any]]:
+    """Every stored policy decision, with the step it was on; the span events when none were stored."""
+    step_of = {s.span_id: s.step for s in told}
+    if case.decisions:
+        return [{"time": utc(d.time_ns), "step": step_of.get(d.span_id), "tool": d.tool, "decision": d.decision,
+                 "rule": d.rule, "detail": d.detail, "source": d.source, "manifest_sha256": d.manifest_sha256}
+                for d in sorted(case.decisions, key=lambda d: d.time_ns)]
+    return [{"time": s.when, "step": s.step, "tool": s.name, "decision": d.outcome, "rule": d.rule,
+             "detail": d.detail, "source": "span event", "manifest_sha256": case.manifest_sha256}
+            for s in told for d in s.decisions]
+
+
+def _amounts(told: Sequence[ToldStep]) -> dict[str, Any]:
+    charges = [_charge(s) for s in told if s.kind == "tool" and s.cost_usd and not s.refused]
+    refused = [_charge(s) for s in told if s.kind == "tool" and s.refused]
+    model = sum(s.cost_usd or 0.0 for s in told if s.kind == "llm")
+    return {
+        "currency": CURRENCY, "charges": charges, "charged_usd": round(sum(c["amount_usd"] for c in charges), 6),
+        "refused": refused, "model_spend_usd": round(model, 6),
+    }
+
+
+def _charge(s: ToldStep) -> dict[str, Any]:
+    return {"step": s.step, "time": s.when, "tool": s.name, "what": past_tense(s.name), "arguments": dict(s.arguments),
+            "amount_usd": s.cost_usd}
+
+
+# --- the claim ------------------------------------------------------------------------------------
+def _claim(verdict: Verdict | None, loss: Mapping[str, Any] | None) -> dict[str, Any]:
+    if loss is None:
+        why = ("the run was not analysed" if verdict is None else
+               f"the analysis found no failure (verdict: {verdict.outcome})")
+        return {"nothing_to_claim": True, "reason": f"Nothing to claim: {why}.", "amount_usd": 0.0}
+    return {"nothing_to_claim": False, "reason": "The run failed; the loss below is what it cost.",
+            "amount_usd": loss["total_usd"]}
+
+
+def _blamed_steps(verdict: Verdict) -> set[int]:
+    """The steps a failure mode names: its culprit and every step its evidence quotes."""
+    steps = {e.step for h in verdict.modes for e in h.evidence if e.step is not None}
+    steps |= {h.culprit.step for h in verdict.modes if h.culprit and h.culprit.step is not None}
+    if verdict.culprit and verdict.culprit.step is not None:
+        steps.add(verdict.culprit.step)
+    return steps
+
+
+def _loss(case: Case, verdict: Verdict, told: Sequence[ToldStep], prices: Prices | None) -> dict[str, Any]:
+    """Wrong charges: side effects the analysis blames (named in its evidence, or asked for by a
+    culprit step); the model spend of the failed run, priced from the price table; and what the
+    manifest refused (prevented: not charged)."""
+    blamed = _blamed_steps(verdict)
+    view = run_view(case.spans)
+    steps = {s.step: s for s in view.steps}
+    wrong, other = [], []
+    for s in told:
+        if s.kind != "tool" or s.refused or not s.cost_usd:
+            continue
+        issuer = view.issuer(steps[s.step]) if s.step in steps else None
+        (wrong if s.step in blamed or (issuer is not None and issuer.step in blamed) else other).append(_charge(s))
+    model = _model_spend(case.spans, prices)
+    prevented = [_charge(s) | {"amount_usd": None, "at_most_usd": _cap(case, s.name),
+                               "why": next((d.detail or d.rule for d in s.decisions if d.outcome == "deny"), "")}
+                 for s in told if s.kind == "tool" and s.refused]
+    wrong_usd = round(sum(c["amount_usd"] for c in wrong), 6)
+    return {
+        "currency": CURRENCY,
+        "wrong_charges": wrong, "wrong_charges_usd": wrong_usd,
+        "other_charges": other, "other_charges_usd": round(sum(c["amount_usd"] for c in other), 6),
+        "model_spend": model,
+        "prevented": prevented,
+        "total_usd": round(wrong_usd + model["priced_usd"], 6),
+    }
+
+
+def _cap(case: Case, tool: str) -> float | None:
+    """The most one call of ``tool`` could have cost under the manifest (a cap, not a price)."""
+    signed = _manifest_doc(case)
+    rule = ((signed or {}).get("manifest", {}).get("tools") or {}).get(tool) or {}
+    cap = rule.get("max_cost_usd") if isinstance(rule, dict) else None
+    return float(cap) if isinstance(cap, int | float) else None
+
+
+def _model_spend(spans: Sequence[SpanRecord], prices: Prices | None) -> dict[str, Any]:
+    """Each LLM call priced from its recorded tokens and the price table, beside its recorded cost."""
+    table = prices if prices is not None else load_prices()
+    calls, unpriced = [], []
+    for s in spans:
+        a = s.attributes
+        if a.get(semconv.GEN_AI_OPERATION_NAME) == semconv.OP_EXECUTE_TOOL or semconv.STEP not in a:
+            continue
+        model = a.get(semconv.GEN_AI_RESPONSE_MODEL) or a.get(semconv.GEN_AI_REQUEST_MODEL, "")
+        tokens_in, tokens_out = _int(a.get(semconv.GEN_AI_USAGE_INPUT_TOKENS)), _int(a.get(semconv.GEN_AI_USAGE_OUTPUT_TOKENS))
+        priced = cost_usd(model, tokens_in, tokens_out, table)
+        if priced is None:
+            unpriced.append(model)
+        recorded = a.get(semconv.COST_USD)
+        calls.append({"step": int(a[semconv.STEP]), "model": model, "input_tokens": tokens_in,
+                      "output_tokens": tokens_out, "priced_usd": priced,
+                      "recorded_usd": float(recorded) if recorded else None})
+    calls.sort(key=lambda c: c["step"])
+    return {"calls": calls, "priced_usd": round(sum(c["priced_usd"] or 0.0 for c in calls), 10),
+            "unpriced_models": sorted(set(unpriced)), "price_table": "USD per million tokens, by model prefix"}
+
+
+def _int(raw: str | None) -> int | None:
+    return int(raw) if raw and raw.isdigit() else None
+
+
+def _cause(verdict: Verdict | None) -> dict[str, Any]:
+    if verdict is None:
+        return {"classification": [], "root_cause": "not analysed", "culprit": None}
+    return {
+        "verdict": str(verdict.outcome), "judge": verdict.judge, "root_cause": verdict.root_cause,
+        "classification": [{"mode": h.mode, "name": h.failure_mode.name, "category": str(h.failure_mode.category),
+                            "detector": h.detector, "explanation": h.explanation,
+                            "culprit_step": h.culprit.step if h.culprit else None} for h in verdict.modes],
+        "culprit": verdict.culprit.to_json() if verdict.culprit else None,
+        "fork_command": verdict.fork_command(),
+    }
+
+
+def _limits(case: Case, trust: TrustScore | None) -> dict[str, Any]:
+    allowed = _allowed(case)
+    caps = {name: {k: rule[k] for k in ("max_per_run", "max_cost_usd", "side_effect") if k in rule}
+            for name, rule in (allowed.get("tools") or {}).items() if isinstance(rule, dict)}
+    return {
+        "manifest_sha256": allowed.get("sha256"), "tool_caps": caps, "spend": allowed.get("spend"),
+        "fail_mode": allowed.get("fail_mode"),
+        "trust": {"known": True, "score": trust.score, "tier": trust.tier,
+                  "spend_multiplier": trust.spend_multiplier, "runs": trust.runs} if trust else {"known": False},
+    }
+
+
+# --- the proof ------------------------------------------------------------------------------------
+def _proof(case: Case, *, case_file: str, org_key: str) -> dict[str, Any]:
+    """What anyone can check offline with the org's public key, and the command that does."""
+    root = next((s for s in case.spans if s.is_root and semconv.CHAIN_SEAL in s.attributes), None)
+    seqs = [int(s.attributes[semconv.CHAIN_SEQ]) for s in case.spans
+            if s.attributes.get(semconv.CHAIN_SEQ, "").isdigit()]
+    root_attrs: Mapping[str, str] = root.attributes if root else {}
+    return {
+        "run_id": case.run_id,
+        "chain_head": chain_head(list(case.spans)),
+        "last_seq": max(seqs) if seqs else None,
+        "spans": len(case.spans),
+        "chain_state": case.summary.chain.status.value,
+        "seal": root_attrs.get(semconv.CHAIN_SEAL, ""),
+        "agent_key_id": root_attrs.get(semconv.IDENTITY_KID, ""),
+        "manifest_sha256": case.manifest_sha256,
+        "certificates": dict(case.certificates),
+        "transparency_log": list(case.inclusion),
+        "verify": verify_command(case_file, org_key),
+        "how": "The seal is the agent's Ed25519 signature over (run, agent, last seq, chain head, manifest); "
+               "the certificate is the org's token for that agent key; the command recomputes every link "
+               "from the spans, checks the seal with the certified key, the manifest's signature and each "
+               "log inclusion proof, with the org's public key alone.",
+    }
+
+
+# --- HTML -----------------------------------------------------------------------------------------
+_CSS = """
+body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem auto;max-width:60rem;color:#1b1f24;
+padding:0 1rem}
+h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #d0d7de}
+table{border-collapse:collapse;width:100%;margin:.5rem 0}td,th{border:1px solid #d0d7de;padding:.3rem .5rem;
+text-align:left;vertical-align:top}th{background:#f6f8fa}
+code,pre{font:13px ui-monospace,monospace;background:#f6f8fa;border-radius:4px}pre{padding:.6rem;overflow:auto;
+white-space:pre-wrap;word-break:break-all}
+.deny{color:#b42318;font-weight:600}.allow{color:#1a7f37}.big{font-size:1.3rem;font-weight:600}
+.vs{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.vs div{border:2px solid #d0d7de;border-radius:6px;
+padding:.6rem}.vs .right{border-color:#b42318}
+"""
+
+
+def render_html(packet: Mapping[str, Any]) -> str:
+    """The packet as one self-contained HTML document (no script, no network); every recorded
+    string is escaped."""
+    parts = [f"<h1>{_e(packet.get('title', 'Packet'))}</h1>", _kv_table(packet.get("run") or {})]
+    for key, value in packet.items():
+        if key in ("format", "title", "run"):
+            continue
+        parts.append(f"<h2>{_e(_heading(key))}</h2>")
+        parts.append(_section(key, value))
+    body = "\n".join(parts)
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+            f"<title>{_e(packet.get('title', 'Packet'))}</title><style>{_CSS}</style></head>"
+            f"<body data-format=\"{_e(packet.get('format', ''))}\">\n{body}\n</body></html>\n")
+
+
+_HEADINGS = {"asked": "What the user asked", "finding": "What went wrong", "contradictions": "The contradiction",
+             "actions": "What the agent did, and when", "allowed": "What the agent was allowed (signed manifest)",
+             "decisions": "Every policy decision", "amounts": "Amounts", "proof": "Proof",
+             "claim": "Claim", "loss": "Loss", "cause": "Cause", "limits": "Limits in force", "timeline": "Timeline"}
+
+
+def _heading(key: str) -> str:
+    return _HEADINGS.get(key, key.replace("_", " ").capitalize())
+
+
+def _section(key: str, value: Any) -> str:
+    if key == "asked":
+        return f"<blockquote class=\"big\">{_e(value)}</blockquote>"
+    if key == "contradictions":
+        return "".join(_vs(c) for c in value) or "<p>None recorded.</p>"
+    if key in ("actions", "timeline"):
+        return _rows(value, ("step", "time", "caption", "cost_usd"))
+    if key == "decisions":
+        return _rows(value, ("time", "step", "tool", "decision", "rule", "detail", "source"))
+    if key == "claim":
+        return f"<p class=\"big\">{_e(value.get('reason', ''))}</p>" + _kv_table(value)
+    if key == "proof":
+        verify = f"<p>Verify it yourself:</p><pre>{_e(value.get('verify', ''))}</pre>"
+        return verify + _kv_table(value)
+    if isinstance(value, Mapping):
+        return _kv_table(value)
+    if isinstance(value, list):
+        return _rows(value, tuple(value[0].keys())) if value and isinstance(value[0], Mapping) else _pre(value)
+    return f"<p>{_e(value)}</p>"
+
+
+def _vs(c: Mapping[str, Any]) -> str:
+    def side(s: Mapping[str, Any], cls: str) -> str:
+        where = f"step {s['step']}" if s.get("step") is not None else ""
+        context = f"<p><small>{_e(s.get('context', ''))}</small></p>" if s.get("context") else ""
+        return (f"<div class=\"{cls}\"><div>{_e(s.get('label', ''))}</div><div class=\"big\">{_e(s.get('value', ''))}"
+                f"</div>{context}<small>{_e(where)} <code>{_e(s.get('path', ''))}</code></small></div>")
+
+    return (f"<p><b>{_e(c.get('mode', ''))} {_e(c.get('name', ''))}</b>: {_e(c.get('explanation', ''))}</p>"
+            f"<div class=\"vs\">{side(c['left'], 'left')}{side(c['right'], 'right')}</div>")
+
+
+def _kv_table(doc: Mapping[str, Any]) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_cell(v, str(k))}</td></tr>" for k, v in doc.items())
+    return f"<table>{rows}</table>"
+
+
+def _rows(items: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    if not items:
+        return "<p>None.</p>"
+    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td{_cls(c, i.get(c))}>{_cell(i.get(c), c)}</td>" for c in columns) + "</tr>"
+                   for i in items)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _cls(column: str, value: Any) -> str:
+    return f" class=\"{_e(value)}\"" if column == "decision" and value in ("allow", "deny") else ""
+
+
+def _cell(value: Any, key: str = "") -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and key.endswith("_usd"):
+        return _e(usd(value))
+    if isinstance(value, str | int | bool):
+        return _e(value)
+    if isinstance(value, Mapping) and value and all(not isinstance(v, Mapping | list) for v in value.values()):
+        return _kv_table(value)
+    if isinstance(value, list) and value and all(isinstance(i, Mapping) for i in value):
+        return _rows(value, tuple(dict.fromkeys(k for i in value for k in i)))
+    return _pre(value)
+
+
+def _pre(value: Any) -> str:
+    return f"<pre>{_e(json.dumps(value, ensure_ascii=False, indent=1))}</pre>"
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
