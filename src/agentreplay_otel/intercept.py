@@ -30,6 +30,7 @@ class Answer:
     live: bool = True  # sent to the model (a recording, or a fork's live step)
     body: dict[str, Any] | None = None  # send this body instead of the client's (a fork's fix)
     error: AgentReplayError | None = None  # refused: raised into the agent
+    route: Any = None  # a fork onto another provider or endpoint (replay._translate.Route)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,6 +38,7 @@ _log = logging.getLogger(__name__)
 
 _in_flight: contextvars.ContextVar[LLMCall | None] = contextvars.ContextVar("agentreplay_llm_call", default=None)
 _sending: contextvars.ContextVar[bool] = contextvars.ContextVar("agentreplay_sending", default=False)
+CROSSING = "agentreplay.crossing"  # a translated request's way back (replay/_translate.py)
 _REFUSED = 400  # not retried by either library with x-should-retry: false
 
 
@@ -89,6 +90,9 @@ def _before_send(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
         call.span.set_attribute(semconv.REPLAY_SOURCE, "live" if answer.live else "recorded")
     if answer.recorded is not None:
         return request, recorded_response(answer.recorded, request)
+    if answer.route is not None:  # a fork onto another provider or endpoint (replay/_translate.py)
+        call.exchange.request = answer.body
+        return answer.route.outgoing(request, answer.body)
     if answer.body is not None and answer.body != body:
         call.exchange.request = answer.body
         return _with_body(request, answer.body), None
@@ -245,6 +249,8 @@ def _send(original: Callable[..., Any]) -> Callable[..., Any]:
         if response is None:
             with _live(call, own):
                 response = original(client, request, **kwargs)
+            if CROSSING in request.extensions:  # the answer back in the agent's API
+                response = request.extensions[CROSSING].incoming(response)
         return _received(call, response, own)
 
     return send
@@ -259,6 +265,8 @@ def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
         if response is None:
             with _live(call, own):
                 response = await original(client, request, **kwargs)
+            if CROSSING in request.extensions:
+                response = await request.extensions[CROSSING].aincoming(response)
         return _received(call, response, own)
 
     return send

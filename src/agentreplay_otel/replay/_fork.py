@@ -10,6 +10,9 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
+from agentreplay_otel.recording import Recording
+from agentreplay_otel.replay._translate import Route
+
 
 def apply_fix(body: Mapping[str, Any], fix: Mapping[str, Any]) -> dict[str, Any]:
     """The request with the fork's fix: system prompt, an added message, model, temperature, patch."""
@@ -29,6 +32,25 @@ def apply_fix(body: Mapping[str, Any], fix: Mapping[str, Any]) -> dict[str, Any]
     if fix.get("patch"):
         out = merge_patch(out, fix["patch"])
     return out
+
+
+def fork_route(recording: Recording, fix: Mapping[str, Any], fork_at: int | None, step: int, provider: str,
+               body: dict[str, Any]) -> tuple[dict[str, Any], Route | None]:
+    """The fix's model on every live call the recorded model answered, from the fork on, and the
+    route to it when it is another provider's (``fix["provider"]``) or endpoint (``fix["base_url"]``).
+
+    The agent's other models (a summariser on another provider) answer as they did."""
+    model = fix.get("model")
+    if not model or fork_at is None or fork_at >= len(recording.steps):
+        return body, None
+    forked = recording.steps[fork_at]
+    if step != fork_at and (provider != forked.provider or body.get("model") != forked.request.get("model")):
+        return body, None
+    body = {**body, "model": model}
+    target = str(fix.get("provider") or provider)
+    if target == provider and not fix.get("base_url"):
+        return body, None
+    return body, Route(source=provider, target=target, model=str(model), base_url=fix.get("base_url"))
 
 
 def _set_system(body: dict[str, Any], text: str) -> None:

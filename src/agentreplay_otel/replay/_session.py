@@ -24,7 +24,7 @@ from agentreplay_otel.errors import (
 from agentreplay_otel.intercept import Answer, Sandboxed, ToolCall
 from agentreplay_otel.recording import KIND_LLM, KIND_TOOL, RecordedStep, Recording, request_fingerprint
 from agentreplay_otel.replay._diff import decode, field_diff, mock_result, text_diff
-from agentreplay_otel.replay._fork import apply_fix
+from agentreplay_otel.replay._fork import apply_fix, fork_route
 from agentreplay_otel.replay._model import Divergence, Mode, OnDivergence, Outcome, Plan, Reason, Report
 
 
@@ -125,10 +125,13 @@ class ReplaySession:
             return Answer(live=False, error=ForkComplete(
                 f"the fork made its {self.plan.fork_steps} live step(s); stopping at step {step}"))
         self.live_calls += 1
+        route = None
+        if self.plan.mode is Mode.FORK:  # the fix's model from the fork on, perhaps another provider's
+            body, route = fork_route(self.recording, self.plan.fix, self.plan.fork_at, step, provider, body)
         # Forks are deterministic where the API lets them be (Anthropic's current API has no temperature).
         if self.plan.mode is Mode.FORK and "temperature" not in body and provider == semconv.PROVIDER_OPENAI:
             body = {**body, "temperature": 0}
-        return Answer(live=True, body=body)
+        return Answer(live=True, body=body, route=route)
 
     def _diverge(self, body: dict[str, Any], divergence: Divergence, step: int, provider: str) -> Answer:
         first = self.divergence is None
