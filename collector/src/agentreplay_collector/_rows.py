@@ -21,6 +21,7 @@ from agentreplay_collector.models import (
     DecisionRecord,
     Halt,
     LogEntry,
+    ModelTrial,
     RunArrival,
     RunSummary,
     StoredClassification,
@@ -395,3 +396,22 @@ def log_from_row(r: Sequence[Any]) -> StoredLog:
         severity_number=int(sev_num), service_name=service, body=body, attributes=dict(attrs),
         resource_attributes=dict(resource), scope_name=scope, event_name=event,
     )
+
+
+# --- multi-model replay ---------------------------------------------------------------------------
+MODEL_TRIAL_COLUMNS = (
+    "RunId", "ForkRunId", "AgentId", "Task", "TaskText", "Step", "Provider", "Model", "Outcome", "FailureModes",
+    "Detail", "CreatedAt",
+)
+
+
+def model_trial_row(t: ModelTrial) -> list[Any]:
+    return [t.run_id, t.fork_run_id, t.agent_id, t.task, t.task_text, int(t.step), t.provider, t.model, t.outcome,
+            list(t.failure_modes), t.detail, dt(t.time_ns)]
+
+
+def model_trial_from_row(r: Sequence[Any]) -> ModelTrial:
+    run_id, fork, agent, task, text, step, provider, model, outcome, modes, detail, created = r
+    return ModelTrial(run_id=run_id, fork_run_id=fork, agent_id=agent, task=task, task_text=text, step=int(step),
+                      provider=provider, model=model, outcome=outcome, failure_modes=tuple(modes), detail=detail,
+                      time_ns=int(created))

@@ -523,3 +523,80 @@ class LogEntry:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> LogEntry:
         return cls(index=int(doc["index"]), leaf=str(doc["leaf"]).encode("utf-8"), logged_ns=int(doc["logged_ns"]))
+
+
+# --- multi-model replay ---------------------------------------------------------------------------
+TRIAL_REPEATED = "repeated"  # the fork failed again, the same way (a mode or violated value in common)
+TRIAL_FIXED = "fixed"  # the fork's analysis found nothing wrong
+TRIAL_FAILED_OTHERWISE = "failed-otherwise"  # the fork failed, another way
+TRIAL_ERRORED = "errored"  # the fork could not run to a verdict (the endpoint, the agent)
+
+@dataclass(frozen=True, kw_only=True)
+class ModelTrial:
+    """One model tried at a failed run's culprit step (``agentreplay models``): the run forked there
+    onto that model, tools sandboxed, and what the fork's analysis found."""
+
+    run_id: str  # the failed run
+    fork_run_id: str  # the fork ("" when it could not run)
+    agent_id: str
+    task: str  # what the run was asked, as a key: the agent and a hash of its first user request
+    task_text: str  # that request, for reading (cut short)
+    step: int  # the step forked at
+    provider: str  # the provider that answered ("openai", "anthropic")
+    model: str
+    outcome: str  # TRIAL_REPEATED, TRIAL_FIXED, TRIAL_FAILED_OTHERWISE or TRIAL_ERRORED
+    failure_modes: tuple[str, ...]  # the fork's MAST ids
+    detail: str  # why: the repeated evidence, the fork's root cause, or the error
+    time_ns: int = field(default_factory=time.time_ns)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "fork_run_id": self.fork_run_id, "agent_id": self.agent_id,
+                "task": self.task, "task_text": self.task_text, "step": self.step, "provider": self.provider,
+                "model": self.model, "outcome": self.outcome, "failure_modes": list(self.failure_modes),
+                "detail": self.detail, "time_ns": str(self.time_ns)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ModelTrial:
+        return cls(run_id=str(doc["run_id"]).lower(), fork_run_id=str(doc.get("fork_run_id") or "").lower(),
+                   agent_id=str(doc.get("agent_id") or ""), task=str(doc["task"]),
+                   task_text=str(doc.get("task_text") or ""), step=int(doc["step"]),
+                   provider=str(doc.get("provider") or ""), model=str(doc["model"]), outcome=str(doc["outcome"]),
+                   failure_modes=tuple(str(m) for m in doc.get("failure_modes") or ()),
+                   detail=str(doc.get("detail") or ""), time_ns=int(doc.get("time_ns") or time.time_ns()))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelAccuracy:
+    """How often one model fixed one task's failure, over every trial stored."""
+
+    task: str
+    task_text: str
+    agent_id: str
+    provider: str
+    model: str
+    trials: int
+    fixed: int
+    repeated: int
+    failed_otherwise: int
+    errored: int
+    last_ns: int
+
+    @property
+    def accuracy(self) -> float | None:
+        """Fixed among the trials that ran to a verdict (an endpoint's error says nothing of the model)."""
+        judged = self.trials - self.errored
+        return self.fixed / judged if judged else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "task_text": self.task_text, "agent_id": self.agent_id,
+                "provider": self.provider, "model": self.model, "trials": self.trials, "fixed": self.fixed,
+                "repeated": self.repeated, "failed_otherwise": self.failed_otherwise, "errored": self.errored,
+                "accuracy": self.accuracy, "last_ns": str(self.last_ns)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ModelAccuracy:
+        return cls(task=str(doc["task"]), task_text=str(doc.get("task_text") or ""),
+                   agent_id=str(doc.get("agent_id") or ""), provider=str(doc.get("provider") or ""),
+                   model=str(doc["model"]), trials=int(doc["trials"]), fixed=int(doc["fixed"]),
+                   repeated=int(doc["repeated"]), failed_otherwise=int(doc["failed_otherwise"]),
+                   errored=int(doc["errored"]), last_ns=int(doc.get("last_ns") or 0))

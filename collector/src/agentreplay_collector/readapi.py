@@ -15,6 +15,9 @@
     GET /v1/runs/{run_id}/classifications  {"run_id", "classifications": [...]}  every verdict, newest first
     GET /v1/classifications?run=ID&run=ID  {"classifications": [...]}  each judge's latest verdict per run
     POST /v1/classifications            {"classifications": [...]} -> {"stored": n}  admin token only
+    GET /v1/runs/{run_id}/model-trials  {"run_id", "trials": [ModelTrial...]}  every model tried on it, newest first
+    GET /v1/model-accuracy?agent=A      {"accuracy": [ModelAccuracy...]}  per task and model; admin token only
+    POST /v1/model-trials               {"trials": [...]} -> {"stored": n}  admin token only
     GET /v1/log/checkpoint?size=N       the latest signed checkpoint (of N leaves)  404 if none
     GET /v1/log/runs/{run_id}?size=N    {"run_id", "size", "entries": [{"index", "leaf", "logged_ns", "proof"}]}
     GET /v1/log/consistency?old=&new=   {"old", "new", "proof": [hex]}
@@ -48,7 +51,7 @@ from starlette.routing import Route
 
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.errors import RequestError, StoreUnavailable
-from agentreplay_collector.models import RunSummary, StoredClassification, span_to_json
+from agentreplay_collector.models import ModelTrial, RunSummary, StoredClassification, span_to_json
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import LogDamaged, LogView
@@ -250,6 +253,26 @@ def build_app(
         found = await call("latest_classifications", ids)
         return JSONResponse({"classifications": [c.to_json() for c in found]})
 
+    # --- multi-model replay: trials on runs, read as the runs are; accuracy across runs, by an operator ---
+    async def run_model_trials(request: Request) -> JSONResponse:
+        rid = await readable_run(request)
+        found = await call("model_trials", rid)
+        return JSONResponse({"run_id": rid, "trials": [t.to_json() for t in found]})
+
+    async def model_trials(request: Request) -> JSONResponse:
+        if not caller(request).operator:
+            return JSONResponse({"error": "storing a trial takes the admin token"}, status_code=403)
+        trials = _model_trials_in(await request.body())
+        await call("insert_model_trials", trials)
+        return JSONResponse({"stored": len(trials)})
+
+    async def model_accuracy(request: Request) -> JSONResponse:
+        if not caller(request).operator:
+            return JSONResponse({"error": "accuracy spans every agent's runs: the admin token reads it"},
+                                status_code=403)
+        found = await call("model_accuracy", agent=request.query_params.get("agent") or None)
+        return JSONResponse({"accuracy": [a.to_json() for a in found]})
+
     # --- the transparency log: what it serves proves nothing alone, a reader checks it with the org key ---
     log = LogView(store) if store is not None else None
 
@@ -327,6 +350,9 @@ def build_app(
         Route("/v1/stats", guarded(stats_endpoint)),
         Route("/v1/runs/{run_id}/classifications", guarded(run_classifications)),
         Route("/v1/classifications", guarded(classifications), methods=["GET", "POST"]),
+        Route("/v1/runs/{run_id}/model-trials", guarded(run_model_trials)),
+        Route("/v1/model-trials", guarded(model_trials), methods=["POST"]),
+        Route("/v1/model-accuracy", guarded(model_accuracy)),
         Route("/v1/log/checkpoint", damaged(log_checkpoint)),
         Route("/v1/log/runs/{run_id}", damaged(log_run)),
         Route("/v1/log/consistency", damaged(log_consistency)),
@@ -348,6 +374,17 @@ def _classifications_in(body: bytes) -> list[StoredClassification]:
     if not all(_RUN_ID.fullmatch(r.run_id) for r in records):
         raise BadQuery("a classification's run_id is a trace id: 32 hex digits")
     return records
+
+
+def _model_trials_in(body: bytes) -> list[ModelTrial]:
+    """``{"trials": [ModelTrial...]}``, each for a run id; else :class:`BadQuery`."""
+    try:
+        trials = [ModelTrial.from_json(t) for t in json.loads(body)["trials"]]
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BadQuery(f'expected {{"trials": [...]}}: {exc}') from exc
+    if not all(_RUN_ID.fullmatch(t.run_id) for t in trials):
+        raise BadQuery("a trial's run_id is a trace id: 32 hex digits")
+    return trials
 
 
 def _range(value: str) -> tuple[int, int]:

@@ -10,8 +10,9 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
   the merge happens). Two *different* spans claiming one span id are both kept, so the
   verifier sees a forgery instead of the store hiding it.
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
-  trust_scores, agent_keys, agent_certificates, manifests, and the transparency log's
-  log_leaves, log_nodes, log_runs, log_checkpoints) sit beside them.
+  trust_scores, agent_keys, agent_certificates, manifests, the transparency log's
+  log_leaves, log_nodes, log_runs, log_checkpoints, and multi-model replay's
+  model_trials) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
 ``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
@@ -41,6 +42,7 @@ LOG_LEAVES = "log_leaves"  # the transparency log: each judged run, at its posit
 LOG_NODES = "log_nodes"  # the hash of every perfect subtree of the log's Merkle tree
 LOG_RUNS = "log_runs"  # where each run's leaves are in the log
 LOG_CHECKPOINTS = "log_checkpoints"  # the log's signed checkpoints
+MODEL_TRIALS = "model_trials"  # multi-model replay: each model tried at a failed run's culprit step
 
 CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
 """Part of the span identity: the same span retried is one row, a forged twin is another."""
@@ -355,6 +357,29 @@ _LOG_CHECKPOINTS = _Table(
     tail="ORDER BY (TreeSize, Timestamp)",
 )
 
+# Multi-model replay (``agentreplay models``): every trial is kept, so per-task accuracy accumulates;
+# readers group by task and model. A task is the agent and a hash of the run's first user request.
+_MODEL_TRIALS = _Table(
+    name=MODEL_TRIALS,
+    columns="""
+    RunId String,
+    ForkRunId String,
+    AgentId LowCardinality(String),
+    Task String,
+    TaskText String CODEC(ZSTD(1)),
+    Step Int32,
+    Provider LowCardinality(String),
+    Model LowCardinality(String),
+    Outcome LowCardinality(String),
+    FailureModes Array(LowCardinality(String)),
+    Detail String CODEC(ZSTD(1)),
+    CreatedAt DateTime64(9) CODEC(Delta, ZSTD(1))""",
+    engine="MergeTree",
+    tail="PARTITION BY toYYYYMM(CreatedAt)\nORDER BY (Task, Model, CreatedAt)",
+    ttl_column="CreatedAt",
+    shard_key="cityHash64(Task)",
+)
+
 TABLES: tuple[_Table, ...] = (
     _TRACES,
     _TRACE_ID_TS,
@@ -372,6 +397,7 @@ TABLES: tuple[_Table, ...] = (
     _LOG_NODES,
     _LOG_RUNS,
     _LOG_CHECKPOINTS,
+    _MODEL_TRIALS,
 )
 
 

@@ -36,6 +36,10 @@ from agentreplay_collector.models import (
     SCOPE_RUN,
     TOOL_ATTRIBUTES,
     TOOL_SPAN_PREFIX,
+    TRIAL_ERRORED,
+    TRIAL_FAILED_OTHERWISE,
+    TRIAL_FIXED,
+    TRIAL_REPEATED,
     Alert,
     AlertState,
     ChainState,
@@ -43,6 +47,8 @@ from agentreplay_collector.models import (
     DecisionRecord,
     Halt,
     LogEntry,
+    ModelAccuracy,
+    ModelTrial,
     RunArrival,
     RunMarks,
     RunSummary,
@@ -134,6 +140,10 @@ _SPAN_COLUMNS = (
 )
 
 
+_MODEL_TRIAL_COLUMNS = (
+    "RunId, ForkRunId, AgentId, Task, TaskText, Step, Provider, Model, Outcome, FailureModes, Detail,"
+    " toUnixTimestamp64Nano(CreatedAt)"
+)
 _CLASSIFICATION_COLUMNS = (
     "RunId, Classifier, Model, PromptSha256, ChainHash, Verified, Verdict, FailureModes, CulpritStep,"
     " CulpritSpanId, VerdictJson, toUnixTimestamp64Nano(CreatedAt)"
@@ -686,6 +696,37 @@ class Store:
         if int(self._call("schema check", "query", sql, parameters=params).result_rows[0][0]):
             table = f"{opts.database}.{schema.CLASSIFICATIONS}"
             self._call("DDL", "command", f"RENAME TABLE {table} TO {table}_first")
+
+    # --- multi-model replay: each model tried at a failed run's culprit step ---------------------
+    def insert_model_trials(self, trials: Sequence[ModelTrial]) -> None:
+        """Trials of ``agentreplay models``; each is kept, so accuracy accumulates run after run."""
+        self._insert(schema.MODEL_TRIALS, _rows.MODEL_TRIAL_COLUMNS, [_rows.model_trial_row(t) for t in trials])
+
+    def model_trials(self, run_id: str) -> list[ModelTrial]:
+        """Every trial on one run, newest first."""
+        sql = (
+            f"SELECT {_MODEL_TRIAL_COLUMNS} FROM {self.database}.{schema.MODEL_TRIALS}"
+            " WHERE RunId = {run:String} ORDER BY CreatedAt DESC"
+        )
+        rows = self._call("model trial list", "query", sql, parameters={"run": run_id}).result_rows
+        return [_rows.model_trial_from_row(r) for r in rows]
+
+    def model_accuracy(self, *, agent: str | None = None) -> list[ModelAccuracy]:
+        """Per task and model: trials, and how many fixed, repeated, failed otherwise or errored."""
+        sql = (
+            "SELECT Task, any(TaskText), any(AgentId), Provider, Model, count(), countIf(Outcome = {fixed:String}),"
+            " countIf(Outcome = {repeated:String}), countIf(Outcome = {other:String}),"
+            " countIf(Outcome = {errored:String}),"
+            f" toUnixTimestamp64Nano(max(CreatedAt)) FROM {self.database}.{schema.MODEL_TRIALS}"
+            " WHERE {agent:String} = '' OR AgentId = {agent:String}"
+            " GROUP BY Task, Provider, Model ORDER BY Task, Provider, Model"
+        )
+        params = {"agent": agent or "", "fixed": TRIAL_FIXED, "repeated": TRIAL_REPEATED,
+                  "other": TRIAL_FAILED_OTHERWISE, "errored": TRIAL_ERRORED}
+        rows = self._call("model accuracy", "query", sql, parameters=params).result_rows
+        return [ModelAccuracy(task=r[0], task_text=r[1], agent_id=r[2], provider=r[3], model=r[4], trials=int(r[5]),
+                              fixed=int(r[6]), repeated=int(r[7]), failed_otherwise=int(r[8]), errored=int(r[9]),
+                              last_ns=int(r[10])) for r in rows]
 
     # --- the transparency log (see translog.py for the tree; here, its rows) --------------------------
     def insert_log_entries(
