@@ -1,14 +1,25 @@
-"""Collector benchmark: spans/s stored per collector core, the receive-only ceiling, p99 export
-latency, and the time to fetch one run from a store holding >= 1,000,000 spans.
+"""Collector benchmark in the production configuration: spans/s stored and verified per collector
+core, the receive-only ceiling, p99 export latency, where the time goes (µs a span for each
+stage), and the time to fetch one run from a large store.
 
-    python bench/collector_bench.py [--quick] [--generators 4] [--spans 200000]
+    python bench/collector_bench.py [--quick] [--baseline REV] [--generators 4] [--spans 200000]
 
-Load generators are separate processes that build their OTLP requests (chained, sealed
-runs, encoded once) before the clock starts, then send them over OTLP/gRPC with a few
-exports in flight each. Spans stored are counted in the store afterwards. "Per core"
-divides by the CPU time the collector process itself used (user + system, all threads)
-over the same interval, so generators sharing the machine do not flatter or hurt it.
-Prints one JSON document and writes it to bench/results/collector.json.
+The production configuration: ``agentreplay_auth`` with an org key (every export carries its
+agent's identity token), ``agentreplay_chain`` checking each run's seal against the org's
+certificate of the agent key (and appending each verdict to the transparency log), and
+``agentreplay_scope`` with a signed manifest bound to every agent's token.
+
+Load generators are separate processes, one agent each, that build their OTLP requests
+(chained, sealed runs, encoded once) before the clock starts, then send them over OTLP/gRPC
+with a few exports in flight each. Spans stored are counted in the store afterwards, with the
+runs whose chain is intact and seal valid. "Per core" divides by the CPU time the collector
+process itself used (user + system, all threads) over the same interval, so generators
+sharing the machine do not flatter or hurt it.
+
+``--baseline REV`` runs the collector of that git revision (its ``collector/src``, taken with
+``git archive``) on the same workload, interleaved with this tree's, and reports the ratios:
+a machine shared with other work moves both alike. Prints one JSON document and writes it to
+bench/results/collector.json.
 """
 
 from __future__ import annotations
@@ -21,9 +32,11 @@ import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +46,51 @@ import pyarrow.compute as pc
 from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.otlp import convert, parse_protobuf
 from agentreplay_collector.store import Store
-from agentreplay_dev.collector import CollectorProcess
-from agentreplay_otel import semconv
+from agentreplay_dev.collector import CollectorProcess, IssuedAgent, write_config
+from agentreplay_otel import identity, semconv
 from agentreplay_otel.canonical import GENESIS_HASH, SpanRecord, stored_string
-from agentreplay_otel.chain import link_hash, verify
-from agentreplay_otel.identity import generate_key, key_id, seal_payload, sign
+from agentreplay_otel.chain import link_hash
+from agentreplay_otel.identity import key_id, seal_payload, sign
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 RESULTS = Path(__file__).resolve().parent / "results" / "collector.json"
+REPO = Path(__file__).resolve().parent.parent
 GOAL_SPANS_PER_CORE = 40_000
 GOAL_FETCH_MS = 50.0
+MANIFEST = {
+    "version": 1,
+    "tools": {"lookup": {}},
+    "models": ["gpt-4o-mini"],
+    "spend": {"per_run_usd": 1e9, "per_day_usd": 1e12},
+}
+
+
+@dataclass(frozen=True)
+class Agent:
+    """One load generator's agent as the org issued it (picklable: the key as raw bytes)."""
+
+    agent_id: str
+    private_key: bytes
+    token: str
+
+    @classmethod
+    def issue(cls, org: Any, agent_id: str) -> Agent:
+        from cryptography.hazmat.primitives import serialization
+
+        issued = IssuedAgent.issue(org, agent_id, MANIFEST)
+        raw = issued.key.private_bytes(
+            serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+        )
+        return cls(agent_id=agent_id, private_key=raw, token=issued.token)
+
+    def key(self) -> Any:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        return Ed25519PrivateKey.from_private_bytes(self.private_key)
+
+    @property
+    def metadata(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.token}")]
 
 
 # --- workload ---------------------------------------------------------------------------------
@@ -53,13 +101,17 @@ def _messages(rng: random.Random, n: int) -> str:
     return json.dumps([{"role": "user", "content": words}])
 
 
-def build_runs(seed: int, runs: int, spans_per_run: int) -> list[list[tuple[SpanRecord, dict[str, Any]]]]:
-    """Chained, sealed runs as (record, python attribute values) in seq order (end order)."""
+def build_runs(
+    seed: int, runs: int, spans_per_run: int, agent: Agent
+) -> list[list[tuple[SpanRecord, dict[str, Any]]]]:
+    """Chained runs sealed with the agent's key, as (record, python attribute values) in seq order."""
     rng = random.Random(seed)
-    key = generate_key()
+    key = agent.key()
     kid = key_id(key)
-    agent = f"bench-agent-{seed % 7}"
-    resource = {semconv.SERVICE_NAME: "bench-agent", semconv.AGENT_ID: agent, semconv.AGENT_VERSION: "1.4.2"}
+    manifest = identity.manifest_sha256(MANIFEST)
+    resource = {
+        semconv.SERVICE_NAME: "bench-agent", semconv.AGENT_ID: agent.agent_id, semconv.AGENT_VERSION: "1.4.2",
+    }
     out = []
     # Every generator records "now" (one partition per day, as concurrent agents would).
     clock = time.time_ns() - 3600 * 10**9 + seed * 10**6
@@ -78,6 +130,7 @@ def build_runs(seed: int, runs: int, spans_per_run: int) -> list[list[tuple[Span
                     semconv.GEN_AI_AGENT_NAME: "booker",
                     semconv.RUN_KIND: "record",
                     semconv.RUN_INPUT: "book me a flight to Paris",
+                    semconv.MANIFEST_SHA256: manifest,
                 }
                 name, kind, span_id, parent, s, e = (
                     "invoke_agent booker",
@@ -122,7 +175,7 @@ def build_runs(seed: int, runs: int, spans_per_run: int) -> list[list[tuple[Span
             values.update({semconv.CHAIN_SEQ: step, semconv.CHAIN_PREV: prev, semconv.CHAIN_HASH: digest})
             if is_root:
                 payload = seal_payload(
-                    run_id=trace_id, agent_id=agent, seq=step, last_hash=digest, manifest_sha256=""
+                    run_id=trace_id, agent_id=agent.agent_id, seq=step, last_hash=digest, manifest_sha256=manifest
                 )
                 values.update({semconv.CHAIN_SEAL: sign(key, payload), semconv.IDENTITY_KID: kid})
             prev = digest
@@ -165,6 +218,7 @@ def encode_requests(runs: list[list[tuple[SpanRecord, dict[str, Any]]]], per_req
 def _generator(
     index: int,
     endpoint: str,
+    agent: Agent,
     runs: int,
     spans_per_run: int,
     per_request: int,
@@ -175,7 +229,7 @@ def _generator(
 ) -> None:
     import grpc
 
-    requests = encode_requests(build_runs(1000 + index, runs, spans_per_run), per_request)
+    requests = encode_requests(build_runs(1000 + index, runs, spans_per_run, agent), per_request)
     spans = runs * spans_per_run
     channel = grpc.insecure_channel(endpoint, options=[("grpc.max_send_message_length", 64 * 1024 * 1024)])
     export = channel.unary_unary(EXPORT)
@@ -191,7 +245,7 @@ def _generator(
             started, future = pending.pop(0)
             failures += _settle(future)
             latencies.append(time.time() - started)
-        pending.append((time.time(), export.future(body, timeout=120)))
+        pending.append((time.time(), export.future(body, timeout=120, metadata=agent.metadata)))
     for started, future in pending:
         failures += _settle(future)
         latencies.append(time.time() - started)
@@ -222,23 +276,25 @@ def _cpu_seconds(pid: int) -> float:
 
 def _thread_cpu(pid: int, tids: dict[str, int]) -> dict[str, float]:
     """CPU seconds of the collector's threads by role: the event loop (main thread: receive,
-    parse, convert), the writer (its Python part and the chDB insert it executes), the chain
-    verifier, and everything else (chDB's merge and pool threads, gRPC's threads)."""
+    auth, scope), the parse threads (parse, convert), the writer (its Python part and the chDB
+    insert it executes), the chain verifier, and everything else (chDB's merge and pool threads,
+    gRPC's threads)."""
     tick = os.sysconf("SC_CLK_TCK")
     roles = {
-        pid: "receive_and_convert",
+        pid: "event_loop",
         tids.get("writer", -1): "writer_and_insert",
         tids.get("chain", -1): "verify",
     }
-    groups = {"receive_and_convert": 0.0, "writer_and_insert": 0.0, "verify": 0.0}
+    groups = {"event_loop": 0.0, "parse_and_convert": 0.0, "writer_and_insert": 0.0, "verify": 0.0}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+            comm = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         cpu = (int(fields[11]) + int(fields[12])) / tick
-        role = roles.get(int(tid))
+        role = roles.get(int(tid)) or ("parse_and_convert" if comm.startswith("agentreplay-par") else None)
         if role:
             groups[role] += cpu
     groups["clickhouse_merges_and_grpc"] = _cpu_seconds(pid) - sum(groups.values())
@@ -250,44 +306,54 @@ def _delta(after: dict[str, float], before: dict[str, float]) -> dict[str, float
 
 
 # --- collector runs ---------------------------------------------------------------------------
-def _config(path: Path, store: Path | None, nop: bool) -> Path:
-    exporters = (
-        {"nop": {}} if nop else {"clickhouse": {"endpoint": f"chdb://{store}", "database": "agentreplay"}}
+@dataclass(frozen=True)
+class Org:
+    """The org key's files and the signed manifest every bench agent is bound to."""
+
+    public_key: Path
+    manifests: Path
+    agents: tuple[Agent, ...]
+
+
+def make_org(work: Path, generators: int) -> Org:
+    org = identity.generate_key()
+    public = work / "org.pub"
+    identity.write_public_key(org.public_key(), public)
+    manifests = work / "manifests"
+    manifests.mkdir(exist_ok=True)
+    (manifests / "bench.json").write_text(json.dumps(identity.sign_manifest(MANIFEST, org)))
+    agents = tuple(Agent.issue(org, f"bench-agent-{i}") for i in range(max(generators, 1)))
+    return Org(public_key=public, manifests=manifests, agents=agents)
+
+
+def _config(path: Path, store: Path, nop: bool, org: Org) -> Path:
+    """The production configuration (auth with the org key, chain, scope); ``nop`` keeps the auth
+    and drops the rest: the receive-only ceiling."""
+    config = write_config(
+        path,
+        store=f"chdb://{store}",
+        http=None,
+        org_public_key=org.public_key,
+        chain={"quiet_period": "1s"},
+        grpc_max_mib=64,
+        log_level="warn",
+        scope={"manifests_dir": str(org.manifests), "admin_token": "bench-admin"},
+        open_reads=True,
     )
-    processors = (
-        {}
-        if nop
-        else {
-            "agentreplay_auth": {"insecure": True},
-            "agentreplay_chain": {"quiet_period": "1s"},
-            "batch": {},
-        }
-    )
-    doc = {
-        "receivers": {
-            "otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:0", "max_recv_msg_size_mib": 64}}}
-        },
-        "processors": processors,
-        "exporters": exporters,
-        "extensions": {"agentreplay_control": {"endpoint": "127.0.0.1:0"}},
-        "service": {
-            "extensions": ["agentreplay_control"],
-            "telemetry": {"logs": {"level": "warn"}},
-            "pipelines": {
-                "traces": {
-                    "receivers": ["otlp"],
-                    "processors": list(processors),
-                    "exporters": list(exporters),
-                }
-            },
-        },
-    }
-    path.write_text(json.dumps(doc))  # JSON is YAML
-    return path
+    if nop:
+        import yaml
+
+        doc = yaml.safe_load(config.read_text())
+        doc["processors"] = {"agentreplay_auth": doc["processors"]["agentreplay_auth"]}
+        doc["exporters"] = {"nop": {}}
+        doc["service"]["pipelines"]["traces"].update(processors=["agentreplay_auth"], exporters=["nop"])
+        config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return config
 
 
 def drive(
     work: Path,
+    org: Org,
     *,
     nop: bool,
     generators: int,
@@ -295,9 +361,12 @@ def drive(
     spans_per_run: int,
     per_request: int,
     inflight: int,
+    env: dict[str, str] | None = None,
+    label: str = "",
 ) -> dict[str, Any]:
-    store = work / ("store-nop" if nop else "store")
-    proc = CollectorProcess(_config(work / ("nop.yaml" if nop else "full.yaml"), store, nop)).start()
+    store = work / f"store-{label}{'-nop' if nop else ''}"
+    config = _config(work / f"{label}{'nop' if nop else 'full'}.yaml", store, nop, org)
+    proc = CollectorProcess(config, env=env).start()
     assert proc.proc is not None
     pid = proc.proc.pid
     ctx = mp.get_context("spawn")
@@ -305,7 +374,10 @@ def drive(
     workers = [
         ctx.Process(
             target=_generator,
-            args=(i, proc.grpc, runs_per_generator, spans_per_run, per_request, inflight, ready, go, results),
+            args=(
+                i, proc.grpc, org.agents[i], runs_per_generator, spans_per_run, per_request, inflight, ready, go,
+                results,
+            ),
         )
         for i in range(generators)
     ]
@@ -355,10 +427,11 @@ def drive(
         with Store(f"chdb://{store}") as reader:
             stored = reader.count_spans()
             result["raw_rows"] = reader.count_spans(distinct=False)
-            result["runs_intact"] = reader.query(
-                "SELECT count() FROM agentreplay.runs FINAL WHERE ChainStatus = 'intact' AND SealStatus = 'unchecked'"
+            result["runs_intact_and_sealed"] = reader.query(
+                "SELECT count() FROM agentreplay.runs FINAL WHERE ChainStatus = 'intact' AND SealStatus = 'valid'"
             )[0][0]
-    counted = stored if stored is not None else sent - 0
+            result["runs_expected"] = generators * runs_per_generator
+    counted = stored if stored is not None else sent
     result["spans_stored"] = stored
     rate = counted / (t1 - t0)
     result["spans_per_second"] = round(rate)
@@ -370,7 +443,7 @@ def drive(
         result["spans_per_cpu_second_all_work"] = round(counted / total_cpu)
         # The same without the embedded ClickHouse engine's work (insert execution in the writer
         # thread, merges in its own threads): what a collector writing to a ClickHouse server spends.
-        collector_only = by_thread["receive_and_convert"] + by_thread["verify"]
+        collector_only = by_thread["event_loop"] + by_thread["parse_and_convert"] + by_thread["verify"]
         result["spans_per_cpu_second_excluding_embedded_clickhouse"] = round(
             counted / max(collector_only, 1e-9)
         )
@@ -379,64 +452,109 @@ def drive(
 
 
 # --- where the time goes ------------------------------------------------------------------------
-def stages(work: Path, spans_per_run: int) -> dict[str, float]:
-    """Single-threaded microseconds per span for each step of the pipeline (steady state, with
-    the collector's garbage-collector thresholds)."""
+def stages(work: Path, org: Org, spans_per_run: int, *, spans: int = 8192) -> dict[str, float]:
+    """Single-threaded microseconds per span for each stage of the production pipeline, run with the
+    collector's own components in this process, in pipeline order, on ``spans`` spans of one agent
+    (steady state: a warm-up pass first, with the collector's garbage-collector thresholds)."""
     previous = gc.get_threshold()
     gc.set_threshold(50_000, 20, 20)
     try:
-        return _stages(work, spans_per_run)
+        return _stages(work, org, spans_per_run, spans)
     finally:
         gc.set_threshold(*previous)
 
 
-def _stages(work: Path, spans_per_run: int) -> dict[str, float]:
-    runs = build_runs(1, max(1, 4096 // spans_per_run), spans_per_run)
-    bodies = encode_requests(runs, 512)
-    n = sum(len(r) for r in runs)
-    for body in bodies:  # warm up: imports, allocator pages, caches (steady state is what counts)
-        convert(parse_protobuf(body))
-    t = time.perf_counter()
-    parsed = [parse_protobuf(b) for b in bodies]
-    t_parse = time.perf_counter() - t
-    t = time.perf_counter()
-    converted = [convert(p) for p in parsed]
-    t_convert = time.perf_counter() - t
-    records = [r for c in converted for r in c.records]
-    by_run: dict[str, list[SpanRecord]] = {}
-    for r in records:
-        by_run.setdefault(r.trace_id, []).append(r)
-    t = time.perf_counter()
-    for rs in by_run.values():
-        assert verify(rs).intact
-    t_verify = time.perf_counter() - t
-    table = pa.concat_tables([c.table for c in converted])
-    with Store(f"chdb://{work / 'stage-store'}") as store:
-        store.ensure_schema()
-        store.insert_spans(table)  # warm
-        t = time.perf_counter()
-        store.insert_spans(table)
-        t_insert = time.perf_counter() - t
-    shutil.rmtree(work / "stage-store", ignore_errors=True)
-    return {
-        name: round(1e6 * secs / n, 2)
-        for name, secs in (
-            ("parse", t_parse),
-            ("convert_to_arrow_and_records", t_convert),
-            ("verify_chain", t_verify),
-            ("insert_chdb", t_insert),
-        )
-    }
+def _stages(work: Path, org: Org, spans_per_run: int, spans: int) -> dict[str, float]:
+    from agentreplay_collector.config import load_config
+    from agentreplay_collector.pipeline import _resource_agents
+    from agentreplay_collector.service import Collector
+
+    agent = org.agents[0]
+    authorization = f"Bearer {agent.token}"
+    store_dir = work / "stage-store"
+    collector = Collector(load_config(_config(work / "stages.yaml", store_dir, False, org)))
+    assert collector.store is not None and collector.auth is not None and collector.chain is not None
+    assert collector.scope is not None and collector.log is not None
+    collector.store.ensure_schema()
+    collector.log.open()
+    timings: dict[str, float] = {}
+    n = 0
+    per_insert = max(1, collector.config.batch.send_batch_size // 512)
+    for seed, timed in ((2, False), (1, True)):  # a warm-up pass (imports, caches, store), then the measure
+        runs = build_runs(seed, max(1, spans // spans_per_run), spans_per_run, agent)
+        bodies = encode_requests(runs, 512)
+        clock = _StageClock()
+        converted = []
+        for body in bodies:
+            with clock("decode"):
+                request = parse_protobuf(body)
+            with clock("auth"):
+                identity_ = collector.auth.check(authorization, _resource_agents(request))
+            with clock("convert_rows_and_arrow"):
+                c = convert(request)
+            with clock("run_ownership"):
+                c.arrivals = collector.owners.claim(identity_.agent_id, c.run_ids)
+            with clock("scope"):
+                collector.scope.prepare(c, identity_)
+                collector.scope.process(c, identity_)
+            converted.append(c)
+        for i in range(0, len(converted), per_insert):
+            group = converted[i : i + per_insert]
+            with clock("insert"):
+                table = pa.concat_tables([c.table for c in group])
+                collector.store.insert_spans(table)
+                collector.store.insert_run_arrivals([a for c in group for a in c.arrivals])
+            with clock("runs_upsert_pending"):
+                collector.chain.observe([r for c in group for r in c.records])
+        records = [r for c in converted for r in c.records]
+        by_run: dict[str, list[SpanRecord]] = {}
+        for r in records:
+            by_run.setdefault(r.trace_id, []).append(r)
+        with clock("chain_verify_and_seal"):
+            for rs in by_run.values():
+                assert collector.chain._verify(rs).intact
+        with clock("chain_verdicts_log_and_runs_upsert"):
+            collector.chain.tick(final=True)
+        if timed:
+            n = len(records)
+            timings = clock.seconds
+    # tick() verified the runs again: what it took beyond the verification is the verdicts' write
+    timings["chain_verdicts_log_and_runs_upsert"] -= timings["chain_verify_and_seal"]
+    collector.store.close()
+    shutil.rmtree(store_dir, ignore_errors=True)
+    out = {name: round(1e6 * secs / n, 2) for name, secs in timings.items()}
+    out["total"] = round(sum(out.values()), 2)
+    out["spans"] = n
+    return out
+
+
+class _StageClock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+
+    def __call__(self, name: str) -> _StageTimer:
+        return _StageTimer(self, name)
+
+
+class _StageTimer:
+    def __init__(self, clock: _StageClock, name: str) -> None:
+        self.clock, self.name = clock, name
+
+    def __enter__(self) -> None:
+        self.t = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        self.clock.seconds[self.name] = self.clock.seconds.get(self.name, 0.0) + time.perf_counter() - self.t
 
 
 # --- run fetch from a big store ---------------------------------------------------------------
-def fill_store(path: Path, total: int, spans_per_run: int) -> list[str]:
+def fill_store(path: Path, total: int, spans_per_run: int, agent: Agent) -> list[str]:
     """>= ``total`` spans: one template of real runs, copied with new trace ids over 10 days."""
     template_runs = max(1, 8192 // spans_per_run)
     template = pa.concat_tables(
         [
             convert(parse_protobuf(b)).table
-            for b in encode_requests(build_runs(7, template_runs, spans_per_run), 512)
+            for b in encode_requests(build_runs(7, template_runs, spans_per_run, agent), 512)
         ]
     )
     copies = -(-total // template.num_rows)
@@ -468,7 +586,7 @@ def fill_store(path: Path, total: int, spans_per_run: int) -> list[str]:
     return run_ids + [str(stored)]
 
 
-def fetch_times(path: Path, run_ids: list[str], spans_per_run: int) -> dict[str, Any]:
+def fetch_times(path: Path, run_ids: list[str], spans_per_run: int, org: Org) -> dict[str, Any]:
     from agentreplay_collector import schema
 
     out: dict[str, Any] = {}
@@ -507,7 +625,7 @@ def fetch_times(path: Path, run_ids: list[str], spans_per_run: int) -> dict[str,
     out["final_instead_of_limit_by_ms"] = _ms(final)
     out["without_trace_id_ts_lookup_ms"] = _ms(no_lookup)
     out["active_parts"] = parts
-    config = _config(path.parent / "fetch.yaml", path, nop=False)
+    config = _config(path.parent / "fetch.yaml", path, False, org)
     proc = CollectorProcess(config).start()
     try:
         client = CollectorClient(proc.control)
@@ -533,21 +651,87 @@ def _ms(samples: list[float]) -> dict[str, float]:
     }
 
 
+def baseline_tree(rev: str, work: Path) -> Path:
+    """``collector/src`` as of git revision ``rev``, for PYTHONPATH (it shadows the editable install)."""
+    dest = work / "baseline"
+    dest.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(REPO), "archive", rev, "collector/src"], check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest / "collector" / "src"
+
+
+def _pythonpath(src: Path) -> dict[str, str]:
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH", "")]))}
+
+
+def stages_of(src: Path | None, work: Path, org: Org, spans_per_run: int) -> dict[str, float]:
+    """:func:`stages` in a fresh process, with the collector from ``src`` (None: this tree's)."""
+    out = work / f"stages-{'baseline' if src else 'current'}.json"
+    env = {**os.environ, **(_pythonpath(src) if src else {})}
+    org_file = work / "org.json"
+    org_file.write_text(
+        json.dumps(
+            {
+                "public_key": str(org.public_key),
+                "manifests": str(org.manifests),
+                "agents": [[a.agent_id, a.private_key.hex(), a.token] for a in org.agents],
+            }
+        )
+    )
+    subprocess.run(
+        [sys.executable, __file__, "--stages-only", str(org_file), "--out", str(out),
+         "--spans-per-run", str(spans_per_run)],
+        check=True, env=env,
+    )
+    return dict(json.loads(out.read_text()))
+
+
+def _load_org(path: Path) -> Org:
+    doc = json.loads(path.read_text())
+    agents = tuple(Agent(agent_id=a, private_key=bytes.fromhex(k), token=t) for a, k, t in doc["agents"])
+    return Org(public_key=Path(doc["public_key"]), manifests=Path(doc["manifests"]), agents=agents)
+
+
+def _ratios(current: dict[str, Any], baseline: dict[str, Any]) -> dict[str, float]:
+    keys = ("spans_per_second", "spans_per_second_per_core", "spans_per_cpu_second_all_work",
+            "spans_per_cpu_second_excluding_embedded_clickhouse")
+    return {k: round(current[k] / baseline[k], 3) for k in keys if k in current and baseline.get(k)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes (a smoke run of the benchmark)")
+    parser.add_argument("--baseline", default=None, help="a git revision whose collector runs beside this tree's")
     parser.add_argument("--generators", type=int, default=4)
     parser.add_argument("--spans", type=int, default=None, help="spans sent per pipeline run")
     parser.add_argument("--spans-per-run", type=int, default=50)
     parser.add_argument("--inflight", type=int, default=2, help="exports in flight per generator")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved pipeline runs of each collector")
     parser.add_argument("--store-spans", type=int, default=None, help="spans in the run-fetch store")
+    parser.add_argument("--skip-fetch", action="store_true", help="no run-fetch store")
+    parser.add_argument("--stages-only", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.stages_only is not None:
+        work = Path(tempfile.mkdtemp(prefix="agentreplay-stages-"))
+        try:
+            args.out.write_text(json.dumps(stages(work, _load_org(args.stages_only), args.spans_per_run)))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return 0
     spans = args.spans or (40_000 if args.quick else 200_000)
     store_spans = args.store_spans or (200_000 if args.quick else 1_000_000)
     runs_per_generator = max(1, spans // args.spans_per_run // args.generators)
     work = Path(tempfile.mkdtemp(prefix="agentreplay-bench-"))
     started = time.time()
+    result: dict[str, Any] = {"benchmark": "collector", "configuration": "production: auth (org key), chain"
+                              " with seals checked against the org's certificates and the transparency log,"
+                              " scope with a signed manifest"}
     try:
+        org = make_org(work, args.generators)
+        base_src = baseline_tree(args.baseline, work) if args.baseline else None
         common = dict(
             generators=args.generators,
             runs_per_generator=runs_per_generator,
@@ -555,11 +739,18 @@ def main() -> int:
             per_request=512,
             inflight=args.inflight,
         )
-        receive_only = drive(work, nop=True, **common)
-        pipeline = drive(work, nop=False, **common)
+        receive_only = drive(work, org, nop=True, **common)
+        rounds: list[dict[str, Any]] = []
+        base_rounds: list[dict[str, Any]] = []
+        for _ in range(args.rounds):
+            if base_src is not None:
+                base_rounds.append(drive(work, org, nop=False, env=_pythonpath(base_src), label="baseline", **common))
+            rounds.append(drive(work, org, nop=False, **common))
+        pipeline = max(rounds, key=lambda r: r["spans_per_second_per_core"])
         # One agent exporting alone, one export at a time: the latency an SDK sees off-peak.
         alone = drive(
             work,
+            org,
             nop=False,
             generators=1,
             runs_per_generator=max(1, runs_per_generator // 10),
@@ -567,48 +758,68 @@ def main() -> int:
             per_request=512,
             inflight=1,
         )
-        breakdown = stages(work, args.spans_per_run)
-        filled = fill_store(work / "big", store_spans, args.spans_per_run)
-        run_ids, stored = filled[:-1], int(filled[-1])
-        fetch = fetch_times(work / "big", run_ids, args.spans_per_run)
-        fetch["store_spans"] = stored
-        fetch["spans_per_run"] = args.spans_per_run
+        breakdown = stages_of(None, work, org, args.spans_per_run)
+        result.update(
+            {
+                "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+                "workload": {
+                    "spans_per_run": args.spans_per_run,
+                    "generators": args.generators,
+                    "inflight": args.inflight,
+                    "span": "GenAI chat span: 9 attributes (~600 B of messages) + 3 chain attributes;"
+                    " sealed runs, one agent (token, key) per generator",
+                },
+                "full_pipeline": pipeline,
+                "full_pipeline_rounds": rounds,
+                "receive_only": receive_only,
+                "single_exporter": {
+                    k: alone[k]
+                    for k in (
+                        "spans_sent",
+                        "spans_stored",
+                        "seconds",
+                        "export_latency_ms",
+                        "spans_per_second",
+                        "collector_cores_used",
+                    )
+                },
+                "stages_us_per_span": breakdown,
+            }
+        )
+        ratios: dict[str, Any] = {
+            "stored_vs_receive_only": round(pipeline["spans_per_second"] / receive_only["spans_per_second"], 3),
+            "stored_per_core_vs_goal": round(pipeline["spans_per_second_per_core"] / GOAL_SPANS_PER_CORE, 3),
+            "all_work_per_core_vs_goal": round(pipeline["spans_per_cpu_second_all_work"] / GOAL_SPANS_PER_CORE, 3),
+        }
+        if base_src is not None:
+            base = max(base_rounds, key=lambda r: r["spans_per_second_per_core"])
+            base_stages = stages_of(base_src, work, org, args.spans_per_run)
+            result["baseline"] = {
+                "revision": subprocess.run(
+                    ["git", "-C", str(REPO), "rev-parse", args.baseline], capture_output=True, text=True
+                ).stdout.strip(),
+                "full_pipeline": base,
+                "full_pipeline_rounds": base_rounds,
+                "stages_us_per_span": base_stages,
+            }
+            ratios["vs_baseline"] = _ratios(pipeline, base)
+            ratios["vs_baseline_rounds"] = [_ratios(c, b) for c, b in zip(rounds, base_rounds, strict=True)]
+            ratios["stages_vs_baseline"] = {
+                k: round(v / base_stages[k], 3) for k, v in breakdown.items() if base_stages.get(k) and k != "spans"
+            }
+        if not args.skip_fetch:
+            filled = fill_store(work / "big", store_spans, args.spans_per_run, org.agents[0])
+            run_ids, stored = filled[:-1], int(filled[-1])
+            fetch = fetch_times(work / "big", run_ids, args.spans_per_run, org)
+            fetch["store_spans"] = stored
+            fetch["spans_per_run"] = args.spans_per_run
+            result["run_fetch"] = fetch
+            ratios["fetch_p50_vs_goal"] = round(fetch["through_read_api_ms"]["p50"] / GOAL_FETCH_MS, 3)
+        result["ratios"] = ratios
+        result["goals"] = {"spans_per_second_per_core": GOAL_SPANS_PER_CORE, "run_fetch_ms": GOAL_FETCH_MS}
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    result = {
-        "benchmark": "collector",
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-        "workload": {
-            "spans_per_run": args.spans_per_run,
-            "generators": args.generators,
-            "inflight": args.inflight,
-            "span": "GenAI chat span: 9 attributes (~600 B of messages) + 3 chain attributes; sealed runs",
-        },
-        "full_pipeline": pipeline,
-        "receive_only": receive_only,
-        "single_exporter": {
-            k: alone[k]
-            for k in (
-                "spans_sent",
-                "spans_stored",
-                "seconds",
-                "export_latency_ms",
-                "spans_per_second",
-                "collector_cores_used",
-            )
-        },
-        "stages_us_per_span": breakdown,
-        "run_fetch": fetch,
-        "ratios": {
-            "stored_vs_receive_only": round(
-                pipeline["spans_per_second"] / receive_only["spans_per_second"], 3
-            ),
-            "stored_per_core_vs_goal": round(pipeline["spans_per_second_per_core"] / GOAL_SPANS_PER_CORE, 3),
-            "fetch_p50_vs_goal": round(fetch["through_read_api_ms"]["p50"] / GOAL_FETCH_MS, 3),
-        },
-        "goals": {"spans_per_second_per_core": GOAL_SPANS_PER_CORE, "run_fetch_ms": GOAL_FETCH_MS},
-        "bench_seconds": round(time.time() - started, 1),
-    }
+    result["bench_seconds"] = round(time.time() - started, 1)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
