@@ -79,8 +79,7 @@ def insurance_packet(case: Case, verdict: Verdict | None, *, trust: TrustScore |
     the cause, the limits in force, the timeline, and the same proof. A run the analysis found no
     failure in has nothing to claim: said in ``claim``, not raised."""
     told = _told(case)
-    failed = verdict is not None and verdict.outcome is Outcome.FAILED
-    loss = _loss(case, verdict, told, prices) if failed else None
+    loss = _loss(case, verdict, told, prices) if verdict is not None and verdict.outcome is Outcome.FAILED else None
     return {
         "format": CLAIM,
         "title": f"Insurance claim for run {case.run_id}",
@@ -212,7 +211,8 @@ def _loss(case: Case, verdict: Verdict, told: Sequence[ToldStep], prices: Prices
     blamed = _blamed_steps(verdict)
     view = run_view(case.spans)
     steps = {s.step: s for s in view.steps}
-    wrong, other = [], []
+    wrong: list[dict[str, Any]] = []
+    other: list[dict[str, Any]] = []
     for s in told:
         if s.kind != "tool" or s.refused or not s.cost_usd:
             continue
@@ -244,7 +244,8 @@ def _cap(case: Case, tool: str) -> float | None:
 def _model_spend(spans: Sequence[SpanRecord], prices: Prices | None) -> dict[str, Any]:
     """Each LLM call priced from its recorded tokens and the price table, beside its recorded cost."""
     table = prices if prices is not None else load_prices()
-    calls, unpriced = [], []
+    calls: list[dict[str, Any]] = []
+    unpriced: list[str] = []
     for s in spans:
         a = s.attributes
         if a.get(semconv.GEN_AI_OPERATION_NAME) == semconv.OP_EXECUTE_TOOL or semconv.STEP not in a:
@@ -259,7 +260,7 @@ def _model_spend(spans: Sequence[SpanRecord], prices: Prices | None) -> dict[str
                       "output_tokens": tokens_out, "priced_usd": priced,
                       "recorded_usd": float(recorded) if recorded else None})
     calls.sort(key=lambda c: c["step"])
-    return {"calls": calls, "priced_usd": round(sum(c["priced_usd"] or 0.0 for c in calls), 10),
+    return {"calls": calls, "priced_usd": round(sum(float(c["priced_usd"] or 0.0) for c in calls), 10),
             "unpriced_models": sorted(set(unpriced)), "price_table": "USD per million tokens, by model prefix"}
 
 
