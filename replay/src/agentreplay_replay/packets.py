@@ -175,7 +175,7 @@ def _amounts(told: Sequence[ToldStep]) -> dict[str, Any]:
     refused = [_charge(s) for s in told if s.kind == "tool" and s.refused]
     model = sum(s.cost_usd or 0.0 for s in told if s.kind == "llm")
     return {
-        "currency": CURRENCY, "charges": charges, "charged_usd": round(sum(c["amount_usd"] for c in charges), 6),
+        "currency": CURRENCY, "charges": charges, "charged_usd": round(sum((c["amount_usd"] for c in charges), 0.0), 6),
         "refused": refused, "model_spend_usd": round(model, 6),
     }
 
@@ -222,11 +222,11 @@ def _loss(case: Case, verdict: Verdict, told: Sequence[ToldStep], prices: Prices
     prevented = [_charge(s) | {"amount_usd": None, "at_most_usd": _cap(case, s.name),
                                "why": next((d.detail or d.rule for d in s.decisions if d.outcome == "deny"), "")}
                  for s in told if s.kind == "tool" and s.refused]
-    wrong_usd = round(sum(c["amount_usd"] for c in wrong), 6)
+    wrong_usd = round(sum((c["amount_usd"] for c in wrong), 0.0), 6)
     return {
         "currency": CURRENCY,
         "wrong_charges": wrong, "wrong_charges_usd": wrong_usd,
-        "other_charges": other, "other_charges_usd": round(sum(c["amount_usd"] for c in other), 6),
+        "other_charges": other, "other_charges_usd": round(sum((c["amount_usd"] for c in other), 0.0), 6),
         "model_spend": model,
         "prevented": prevented,
         "total_usd": round(wrong_usd + model["priced_usd"], 6),
@@ -325,7 +325,7 @@ body{font:15px/1.5 system-ui,-apple-system,'Segoe UI',sans-serif;margin:2rem aut
 padding:0 1rem}
 h1{font-size:1.5rem}h2{font-size:1.15rem;margin-top:2rem;border-bottom:1px solid #d0d7de}
 table{border-collapse:collapse;width:100%;margin:.5rem 0}td,th{border:1px solid #d0d7de;padding:.3rem .5rem;
-text-align:left;vertical-align:top}th{background:#f6f8fa}
+text-align:left;vertical-align:top;overflow-wrap:anywhere}th{background:#f6f8fa}
 code,pre{font:13px ui-monospace,monospace;background:#f6f8fa;border-radius:4px}pre{padding:.6rem;overflow:auto;
 white-space:pre-wrap;word-break:break-all}
 .deny{color:#b42318;font-weight:600}.allow{color:#1a7f37}.big{font-size:1.3rem;font-weight:600}
@@ -417,9 +417,11 @@ def _cell(value: Any, key: str = "") -> str:
         return _e(usd(value))
     if isinstance(value, str | int | bool):
         return _e(value)
-    if isinstance(value, Mapping) and value and all(not isinstance(v, Mapping | list) for v in value.values()):
+    if isinstance(value, Mapping) and value:
         return _kv_table(value)
-    if isinstance(value, list) and value and all(isinstance(i, Mapping) for i in value):
+    if isinstance(value, list) and not value:
+        return "none"
+    if isinstance(value, list) and all(isinstance(i, Mapping) for i in value):
         return _rows(value, tuple(dict.fromkeys(k for i in value for k in i)))
     return _pre(value)
 
