@@ -76,7 +76,8 @@ def test_the_proposed_fork_command_run_as_printed_books_friday(world):
         [fork] = [r for r in client.list_runs(limit=50) if r.run_kind == "fork" and r.replay_of == world.run_id][:1]
         spans = client.get_run_spans(fork.run_id)
     booking = next(s for s in spans if s.name == "execute_tool book_flight")
-    assert json.loads(booking.attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"flight": "TP123", "day": "Friday"}
+    booked = json.loads(booking.attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS])
+    assert booked == {"flight": "TP123", "day": "Friday", "price_eur": 129}  # at the price the search showed
     assert json.loads(cli(world, "analyze", fork.run_id, "--json").stdout)["verdicts"][0]["verdict"] == "ok"
 
 

@@ -78,7 +78,8 @@ def test_fork_at_the_booking_step_with_a_prompt_fix_books_friday_sandboxed(world
         forks = [r for r in client.list_runs(limit=20) if r.run_kind == "fork"]
         spans = client.get_run_spans(forks[0].run_id)
     booking = next(s for s in spans if s.name == "execute_tool book_flight")
-    assert json.loads(booking.attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS]) == {"flight": "TP123", "day": "Friday"}
+    booked = json.loads(booking.attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS])
+    assert booked == {"flight": "TP123", "day": "Friday", "price_eur": 129}  # at the price the search showed
     assert booking.attributes[semconv.REPLAY_SOURCE] == "mock"
     diff = cli(world, "diff", world.run_id, forks[0].run_id)
     assert diff.returncode == 1 and "first difference at step 3" in diff.stdout

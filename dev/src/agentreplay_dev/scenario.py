@@ -7,7 +7,7 @@ recording, replay and fork are real. The agent and its manifest are this package
 The model's rules (:func:`airline_model`), the same for the OpenAI chat shape and the Anthropic
 Messages shape:
 
-- With no tool results yet, it searches the asked-for day and the cheaper one (two calls at once).
+- With no tool results yet, it searches the asked-for day and one other (two calls at once).
 - Then it books the cheapest flight found (Saturday's TP125 when Friday was asked for), unless it
   keeps to the customer's day: the instructions contain :data:`FIX` (or the fix ``agentreplay analyze``
   proposes: "Keep to what the user asked for ..."), or the model id contains ``careful``.
@@ -16,6 +16,7 @@ Messages shape:
   books at the negotiated price; after a booking on another day than asked, it notices and buys a
   second ticket for the asked-for day, which the manifest (one booking per run) refuses: the run is
   halted. Kept to the day, it books once and completes.
+- Every booking states its price: the negotiated one, else the one the search showed.
 - Asked for several days ("Friday and Saturday"), it books one flight per day (the second is refused).
 - Once booked, it answers in text; a streamed request gets the confirmation ("Flight TP125 on Saturday.").
 - An Anthropic request that carries no tools (and no tool blocks) gets a summary of its last user text;
@@ -135,6 +136,9 @@ def _decide(c: _Conversation) -> ScriptedReply:
         return _book(choice)
     quote = next((q.result for q in c.named("negotiate_fare") if isinstance(q.result, dict)
                   and q.result.get("flight") == choice["flight"] and "price_eur" in q.result), None)
+    offered = any(q.arguments.get("flight") == choice["flight"] for q in c.named("negotiate_fare"))
+    if quote is None and offered:  # the offer got no price back (a sandboxed tool's empty result): listed price
+        return _book(choice)
     if quote is None:
         offer = round(choice["price_eur"] * _OFFER)
         return ScriptedReply(tool_calls=[ToolCallSpec(
@@ -148,10 +152,10 @@ def _flight_on(c: _Conversation, day: str) -> dict:
 
 
 def _book(flight: Mapping[str, Any], *, price_eur: float | None = None) -> ScriptedReply:
-    arguments: dict[str, Any] = {"flight": flight["flight"], "day": flight["day"]}
-    if price_eur is not None:
-        arguments["price_eur"] = price_eur
-    return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", arguments)])
+    """Book at the negotiated price, else at the price the search showed."""
+    price = price_eur if price_eur is not None else flight.get("price_eur")
+    arguments = {"flight": flight["flight"], "day": flight["day"], "price_eur": price}
+    return ScriptedReply(tool_calls=[ToolCallSpec("book_flight", {k: v for k, v in arguments.items() if v is not None})])
 
 
 def _booked_text(c: _Conversation) -> str:
