@@ -74,6 +74,7 @@ class Passthrough:
     """Recording with nothing to enforce."""
 
     acts = True
+    reads_request_body = False  # on_request ignores the body: the transport need not parse it
     _SEND = Answer()
 
     def before_llm(self, run_span: Span, model: str | None) -> None:

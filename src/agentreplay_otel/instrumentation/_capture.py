@@ -147,6 +147,15 @@ def _tee(response: Any, call: LLMCall, on_done: Callable[[], None] | None) -> No
         and not isinstance(inner, _SyncByteStream) else _SyncTee(inner, keeper)
 
 
+def untee(response: Any) -> None:
+    """Take the tee off a response whose events are kept another way (a tapped stream): its bytes
+    would otherwise be kept, joined and split into the same events again when the stream ends."""
+    tee = getattr(response, "stream", None)
+    if isinstance(tee, (_SyncTee, _AsyncTee)) and not tee.keeper.done_ and not tee.keeper.chunks:
+        tee.keeper.done_ = True
+        response.stream = tee._inner  # noqa: SLF001
+
+
 def finish_when_read(raw: Any, call: LLMCall) -> bool:
     """A raw-response wrapper whose body the caller is yet to read: ``call`` ends once it is read
     (or closed, or dropped). False when the body was read already (or is not being kept)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from agentreplay_otel import intercept, semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.errors import AgentReplayError
+from agentreplay_otel.instrumentation._attributes import set_built
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.pricing import cost_usd
 from agentreplay_otel.runs import start_step_span
@@ -51,6 +52,8 @@ class LLMResult:
     output_tokens: int | None = None
     output_messages: Any = None  # gen_ai.output.messages, JSON-able
     response_json: str | None = None  # agentreplay.response: the full response body
+    # The body re-serialised from the parsed response, called only when the transport kept no body.
+    response_dump: Callable[[], str] | None = None
     stream_chunks: list[str] | None = None  # agentreplay.response.stream: each chunk's JSON
     chunk_times: list[float] | None = None  # a stream: time.perf_counter() as each chunk arrived
 
@@ -64,6 +67,7 @@ class Exchange:
     """
 
     request: dict[str, Any] | None = None
+    request_text: str | None = None  # the JSON body as sent, when nothing needed it parsed
     status: int | None = None
     headers: dict[str, str] | None = None
     body: str | None = None  # a JSON response body
@@ -104,19 +108,24 @@ class LLMCall:
         for key in _METRIC_SERVER_ATTRIBUTES:  # the metrics' recommended server attributes, when known
             if key in attributes:
                 self.metric_attributes[key] = attributes[key]
-        attributes.update(self.metric_attributes)
         # The kwargs stand for the request only if the transport never sees the body as sent: serialised
         # at the end, then, and not at all otherwise (a long conversation is not encoded twice).
         self._kwargs: Mapping[str, Any] | None = request
+        name = f"{operation} {model}" if model else operation
+        # What a sampler may look at is there as the span starts; the rest, checked by type only
+        # (the request's values are the caller's), and the content we encoded go in after.
+        head: dict[str, Any] = dict(self.metric_attributes)
+        self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=head, tracer=tracer,
+                                          provider=provider)
+        self.step: int | None = head.get(semconv.STEP)  # its place in the run, as the call began
+        rest = {k: v for k, v in attributes.items() if k not in head}
         if settings.current().capture_content:
             if input_messages is not None:
-                attributes[semconv.GEN_AI_INPUT_MESSAGES] = to_json(input_messages)
+                rest[semconv.GEN_AI_INPUT_MESSAGES] = to_json(input_messages)
             if system_instructions is not None:
-                attributes[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = to_json(system_instructions)
-        name = f"{operation} {model}" if model else operation
-        self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=attributes, tracer=tracer,
-                                          provider=provider)
-        self.step: int | None = attributes.get(semconv.STEP)  # its place in the run, as the call began
+                rest[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = to_json(system_instructions)
+        if rest:
+            set_built(self.span, rest)
 
     def _claim_end(self) -> bool:
         with self._lock:
@@ -154,13 +163,15 @@ class LLMCall:
             if result.output_messages is not None:
                 attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(result.output_messages)
             attrs.update(self._response_attributes(result))
-        self.span.set_attributes(attrs)
+        set_built(self.span, attrs)
         self._record_metrics(result, error=error)
 
     def _response_attributes(self, result: LLMResult) -> dict[str, Any]:
         """The response as replay needs it: what the transport saw, else what the library parsed."""
         ex, attrs = self.exchange, {}
-        if ex.request is not None or self._kwargs is not None:
+        if ex.request_text is not None:
+            attrs[semconv.REQUEST] = ex.request_text
+        elif ex.request is not None or self._kwargs is not None:
             attrs[semconv.REQUEST] = to_json(ex.request if ex.request is not None else self._kwargs)
         if ex.status is not None:
             attrs[semconv.RESPONSE_HTTP] = to_json({"status": ex.status, "headers": ex.headers or {}})
@@ -172,6 +183,8 @@ class LLMCall:
             attrs[semconv.RESPONSE_STREAM] = "[" + ",".join(result.stream_chunks) + "]"
         elif result.response_json is not None:
             attrs[semconv.RESPONSE] = result.response_json
+        elif result.response_dump is not None:
+            attrs[semconv.RESPONSE] = result.response_dump()
         return attrs
 
     def fail(self, exc: BaseException, *, partial: LLMResult | None = None) -> None:
@@ -183,7 +196,7 @@ class LLMCall:
             if partial is not None:  # what arrived is recorded, and counted as a failed operation
                 self._set_result(partial, error=error)
             elif settings.current().capture_content:  # an API error's body replays as the same error
-                self.span.set_attributes(self._response_attributes(LLMResult()))
+                set_built(self.span, self._response_attributes(LLMResult()))
             self.span.record_exception(exc)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self.span.set_attribute(semconv.ERROR_TYPE, error)
@@ -195,7 +208,7 @@ class LLMCall:
             self.span.end()
 
     def _record_metrics(self, result: LLMResult, *, error: str | None) -> None:
-        if self._metrics is None:
+        if self._metrics is None or not self._metrics.active:  # no reader: no work for nobody
             return
         attrs = dict(self.metric_attributes)
         if result.response_model:

@@ -76,7 +76,19 @@ def _with_body(request: Any, body: dict[str, Any]) -> Any:
 
 
 def _before_send(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
-    """The request to send (perhaps fixed) and, when nothing is to be sent, the response to give."""
+    """The request to send (perhaps fixed) and, when nothing is to be sent, the response to give.
+
+    An interceptor that only lets requests go (recording, the guard) never reads the body: it is
+    kept as the text the library encoded, not parsed here to be encoded again at the end.
+    """
+    interceptor = intercept.current()
+    if not getattr(interceptor, "reads_request_body", True) and interceptor.acts:
+        if "json" in request.headers.get("content-type", ""):
+            try:
+                call.exchange.request_text = (request.content or b"{}").decode("utf-8")
+            except UnicodeDecodeError:
+                return request, None
+        return request, None
     body = _json_body(request)
     if body is None:
         return request, None

@@ -158,9 +158,9 @@ def complete(endpoint: Endpoint, call: LLMCall | None, result: Any) -> Any:
         return result
     try:
         if isinstance(result, endpoint.sync_stream):
-            return SyncStreamProxy(result, call, endpoint.accumulator(tap_sse(result)))
+            return SyncStreamProxy(result, call, endpoint.accumulator(_tapped(result)))
         if isinstance(result, endpoint.async_stream):
-            return AsyncStreamProxy(result, call, endpoint.accumulator(tap_sse(result)))
+            return AsyncStreamProxy(result, call, endpoint.accumulator(_tapped(result)))
         if hasattr(result, "model_dump_json"):
             outcome = endpoint.result(result)
         elif _capture.finish_when_read(result, call):  # a raw response whose body is still unread
@@ -172,6 +172,14 @@ def complete(endpoint: Endpoint, call: LLMCall | None, result: Any) -> Any:
         outcome = LLMResult()
     call.finish(outcome)
     return result
+
+
+def _tapped(stream: Any) -> list[str] | None:
+    """The list a stream's raw events land in (:func:`tap_sse`); the transport then keeps no copy."""
+    events = tap_sse(stream)
+    if events is not None:
+        _capture.untee(getattr(stream, "response", None))
+    return events
 
 
 def _raw_result(endpoint: Endpoint, raw: Any) -> LLMResult:

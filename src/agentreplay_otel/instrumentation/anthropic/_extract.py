@@ -8,6 +8,7 @@ carries its ``type``, which is also its SSE event name).
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -127,7 +128,7 @@ def message_result(message: Any) -> LLMResult:
         attributes=attrs,
         response_model=message.model,
         output_messages=[_output_message(message.role or "assistant", _output_parts(message.content))],
-        response_json=response_json(message),
+        response_dump=functools.partial(response_json, message),
     )
     _usage(result, message.usage)
     return result

@@ -9,6 +9,7 @@ body had), a stream as the raw JSON of each event as it arrived.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -202,7 +203,7 @@ def chat_result(completion: Any, *, dump: Callable[[Any], str] = response_json) 
         attributes=attrs,
         response_model=completion.model,
         output_messages=[_chat_output_message(c.message) for c in choices],
-        response_json=dump(completion),
+        response_dump=functools.partial(dump, completion),
     )
     _chat_usage(result, completion.usage)
     return result

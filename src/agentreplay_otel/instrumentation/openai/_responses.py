@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -79,7 +80,7 @@ def responses_result(response: Any, *, raw: list[str] | None = None,
         attributes=attrs,
         response_model=response.model,
         output_messages=[{"role": "assistant", "parts": parts}],
-        response_json=None if raw is not None else dump(response),
+        response_dump=None if raw is not None else functools.partial(dump, response),
         stream_chunks=raw,
     )
     usage = response.usage
