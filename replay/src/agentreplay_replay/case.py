@@ -504,8 +504,10 @@ def _check_inclusion(case: Case, org_key: Ed25519PublicKey | None, found: _Findi
             proof = InclusionProof.from_json(doc)
             if org_key is not None:
                 leaf = proof.verify(org_key)
-            else:
+            else:  # the proof against the checkpoint's root, the root's signature unchecked
                 leaf = decode_leaf(proof.leaf)
+                cp = proof.checkpoint.checkpoint
+                merkle.verify_inclusion(merkle.leaf_hash(proof.leaf), proof.index, cp.size, proof.proof, cp.root)
         except (merkle.ProofError, CheckpointError, ValueError) as exc:
             found.problems.append(f"transparency-log proof refused: {exc}")
             return ()

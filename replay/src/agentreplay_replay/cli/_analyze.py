@@ -26,12 +26,13 @@ from agentreplay_replay.analysis.agreement import Agreement, agreement
 from agentreplay_replay.analysis.judge import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, JudgeConfig, judge
 from agentreplay_replay.analysis.stored import record
 from agentreplay_replay.analysis.verdict import DETECTORS
-from agentreplay_replay.cli._client import Collector, reader, resolve_run
+from agentreplay_replay.case import CaseReader
+from agentreplay_replay.cli._case import RunOrCaseArg
+from agentreplay_replay.cli._client import Collector, open_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
     JsonOpt,
-    RunArg,
     StoreOpt,
     err,
     out,
@@ -55,7 +56,7 @@ _STYLE = {Outcome.FAILED: "bold red", Outcome.OK: "bold green", Outcome.UNSURE: 
 
 @app.command(rich_help_panel=PANEL)
 def analyze(
-    run_id: RunArg,
+    run_id: RunOrCaseArg,
     judges: Annotated[Judges, typer.Option("--judge", help="detectors: deterministic, offline (default). llm: an "
                                            "LLM judge per --model. all: both, with their agreement.")] = Judges.DETECTORS,
     models: Annotated[list[str] | None, typer.Option("--model", help=f"The judge's model; repeat for several judges "
@@ -86,16 +87,19 @@ def analyze(
     Exit 0 when the run is judged ok (or unsure), 1 when it failed, 2 on an error (no such run, a run
     still in flight, a chain that does not verify, a judge that gave no verdict).
 
+    Given a case file (`agentreplay export`), the run is analysed from it, with no store or collector;
+    the verdict is printed, not stored.
+
     \b
     Examples:
       agentreplay analyze 3f2a9c
       agentreplay analyze 3f2a9c --json
+      agentreplay analyze incident.case.json
       agentreplay analyze 3f2a9c --judge llm --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
       agentreplay analyze 3f2a9c --judge all --model qwen2.5-7b --model llama-3.1-8b
     """
     configs = _judge_configs(judges, models or [], base_url, api_key, context_tokens, timeout_s)
-    with reader(store, collector) as source:
-        full = resolve_run(source, run_id)
+    with open_run(run_id, store, collector, allow_unverified=allow_unverified) as (source, full):
         spans = source.get_run_spans(full)
         if not spans:
             raise CLIError(f"run {full} has no stored spans")
@@ -186,6 +190,8 @@ def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictS
 
 
 def _store(source: RunReader, admin_token: str | None, verdicts: list[Verdict]) -> tuple[bool, str]:
+    if isinstance(source, CaseReader):
+        return False, "the run was read from a case file: there is no store to keep the verdict in"
     sink = verdict_store(source, admin_token)
     if sink is None:
         return False, "this reader cannot store verdicts"

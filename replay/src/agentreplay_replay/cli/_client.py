@@ -1,5 +1,6 @@
 """The CLI's one way to the collector: :class:`Collector` for every call to its control endpoint,
-and :func:`reader` for runs (through the collector when one answers, else the store itself).
+:func:`reader` for runs (through the collector when one answers, else the store itself), and
+:func:`open_run` for a run argument that may be a case file.
 
 Where the collector is comes from one place, :func:`agentreplay_collector.client.collector_url`
 (``--collector``, else ``$AGENTREPLAY_COLLECTOR``, else the default).
@@ -8,6 +9,7 @@ Where the collector is comes from one place, :func:`agentreplay_collector.client
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,10 +18,22 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
 from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import DecisionRecord, RunSummary, StoredClassification
+from agentreplay_collector.models import (
+    DecisionRecord,
+    ModelAccuracy,
+    ModelTrial,
+    RunSummary,
+    StoredClassification,
+)
 from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
+from agentreplay_otel.core import IdentityError, load_public_key, semconv
+from agentreplay_replay.case import CaseError, CaseReader
+from agentreplay_replay.case import check as check_case
+from agentreplay_replay.case import read as read_case
 from agentreplay_replay.cli._common import CLIError
 
 
@@ -89,6 +103,18 @@ class Collector(CollectorClient):
             found += [StoredClassification.from_json(c) for c in doc["classifications"]]
         return found
 
+    # --- multi-model replay: the same methods as the store's --------------------------------------
+    def insert_model_trials(self, trials: Sequence[ModelTrial]) -> None:
+        self._send("POST", "/v1/model-trials", body={"trials": [t.to_json() for t in trials]})
+
+    def model_trials(self, run_id: str) -> list[ModelTrial]:
+        doc = self._send("GET", f"/v1/runs/{urllib.parse.quote(run_id)}/model-trials")
+        return [ModelTrial.from_json(t) for t in doc["trials"]]
+
+    def model_accuracy(self, *, agent: str | None = None) -> list[ModelAccuracy]:
+        doc = self._send("GET", "/v1/model-accuracy", params={"agent": agent})
+        return [ModelAccuracy.from_json(a) for a in doc["accuracy"]]
+
     def _send(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
@@ -156,6 +182,43 @@ def every_run(source: RunReader, *, page_size: int = PAGE_SIZE) -> Iterator[RunS
         if len(page) < page_size:
             return
         after = (page[-1].start_ns, page[-1].run_id)
+
+
+@contextmanager
+def open_run(arg: str, store: str | None, collector: str | None, *, allow_unverified: bool = False,
+             org_key: Ed25519PublicKey | None = None) -> Iterator[tuple[RunReader, str]]:
+    """The run a command names: a case file (an existing path) as a read-only reader of its one run,
+    else the run (full id or unique prefix) through :func:`reader`.
+
+    A case is checked first (:func:`agentreplay_replay.case.check`, with ``org_key``, else the org
+    public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY`` when set): one that does not verify is refused
+    unless ``allow_unverified``, as a run whose chain does not verify is refused."""
+    path = Path(arg)
+    if path.is_file():
+        try:
+            case = read_case(path)
+        except CaseError as exc:
+            raise CLIError(str(exc)) from exc
+        found = check_case(case, org_key or org_key_from_env())
+        if not found.ok and not allow_unverified:
+            raise CLIError(f"case {path} does not verify: {found.problems[0]}. Refusing a tampered case; "
+                           "--allow-unverified uses it anyway")
+        with CaseReader(case, path=path) as source:
+            yield source, case.run_id
+        return
+    with reader(store, collector) as source:
+        yield source, resolve_run(source, arg)
+
+
+def org_key_from_env() -> Ed25519PublicKey | None:
+    """The org public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``, if set."""
+    path = os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
+    if not path:
+        return None
+    try:
+        return load_public_key(path)
+    except IdentityError as exc:
+        raise CLIError(f"${semconv.ENV_ORG_PUBLIC_KEY}: {exc}") from exc
 
 
 def resolve_run(source: RunReader, run_id: str) -> str:

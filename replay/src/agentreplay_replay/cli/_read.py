@@ -14,6 +14,7 @@ from agentreplay_collector.store import RunReader
 from agentreplay_otel.core import ChainReport, IdentityError, load_public_key, semconv
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli import _analyze as analysis
+from agentreplay_replay.cli import _case as case_cli
 from agentreplay_replay.cli import _render as render
 from agentreplay_replay.cli._client import PAGE_SIZE, every_run, reader, resolve_run
 from agentreplay_replay.cli._common import (
@@ -128,7 +129,8 @@ def resolve_trace(source: RunReader, given: str) -> str:
 
 @app.command(rich_help_panel=PANEL, epilog=CHAIN_STATES_HELP)
 def verify(
-    run_id: Annotated[str | None, typer.Argument(help="Run id or unique prefix; omit with --all.")] = None,
+    run_id: Annotated[str | None, typer.Argument(help="Run id or unique prefix, or a case file (`export`); "
+                                                      "omit with --all.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Verify every stored run.")] = False,
     org_key: Annotated[Path | None, typer.Option(
         "--org-key", envvar=semconv.ENV_ORG_PUBLIC_KEY, show_envvar=True,
@@ -155,12 +157,20 @@ def verify(
     Exit 0 when every chain is intact (or unsealed, if seals are not required), 1 when one is
     broken, incomplete or not sealed as required, naming the first bad span.
 
+    Given a case file (`agentreplay export`), verify checks it offline with the org key alone: its
+    chain and seal, the signed manifest, its decisions against the chained spans, and its
+    transparency-log inclusion proof; exit 1 with the first reason when any part does not verify.
+
     \b
     Examples:
       agentreplay verify 3f2a9c --org-key .agentreplay/keys/org.pub
       AGENTREPLAY_ORG_PUBLIC_KEY=org.pub agentreplay verify --all --json
       agentreplay verify 3f2a9c --org-key org.pub --no-require-seal
+      agentreplay verify incident.case.json --org-key org.pub
     """
+    if run_id and not all_ and Path(run_id).is_file():
+        case_cli.verify_case(Path(run_id), _org_key(org_key), json_)
+        return
     if bool(run_id) == all_:
         raise CLIError("give a run id, or --all")
     org = _org_key(org_key)

@@ -15,8 +15,9 @@ from agentreplay_otel.core import recording_from_spans
 from agentreplay_otel.replay import Mode, OnDivergence, Plan
 from agentreplay_replay import replayer
 from agentreplay_replay.cli import _render as render
-from agentreplay_replay.cli._client import Collector, reader, resolve_run
-from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, RunArg, StoreOpt, out, print_json
+from agentreplay_replay.cli._case import RunOrCaseArg
+from agentreplay_replay.cli._client import Collector, open_run, reader, resolve_run
+from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
 from agentreplay_replay.diffing import first_difference, pair_steps
 
 PANEL = "Replay"
@@ -72,7 +73,7 @@ def _finish(outcome: replayer.ReplayOutcome, json_: bool) -> None:
 
 @app.command(rich_help_panel=PANEL)
 def replay(
-    run_id: RunArg,
+    run_id: RunOrCaseArg,
     command: CommandArg = None,
     mode: ModeOpt = "strict",
     on_divergence: Annotated[str, typer.Option(help="regression mode, after the first divergence: fail, or "
@@ -97,21 +98,21 @@ def replay(
       agentreplay replay 3f2a9c                          the recorded command, strictly
       agentreplay replay 3f2a9c -- python agent_v2.py    a new version of the agent
       agentreplay replay 3f2a9c --mode regression --on-divergence live -- python agent_v2.py
+      agentreplay replay incident.case.json              from a case file: no store, no collector
     """
     if mode not in ("strict", "regression") or on_divergence not in ("fail", "live"):
         raise CLIError("--mode is strict or regression; --on-divergence is fail or live")
     if on_divergence == "live" and mode != "regression":
         raise CLIError("--on-divergence live needs --mode regression")
     plan = Plan(mode=Mode(mode), on_divergence=OnDivergence(on_divergence))
-    with reader(store, collector) as source:
-        full = resolve_run(source, run_id)
+    with open_run(run_id, store, collector, allow_unverified=allow_unverified) as (source, full):
         outcome = _replay(source, full, plan, command, allow_unverified, collector, otlp_endpoint, json_)
     _finish(outcome, json_)
 
 
 @app.command(rich_help_panel=PANEL)
 def fork(
-    run_id: RunArg,
+    run_id: RunOrCaseArg,
     at: Annotated[int, typer.Option("--at", min=0, help="The step to fork at (an LLM call; `show` numbers them).")],
     command: CommandArg = None,
     system: Annotated[str | None, typer.Option(help="Replace the system prompt from the fork on.")] = None,
@@ -140,6 +141,7 @@ def fork(
       agentreplay fork 3f2a9c --at 3 --system "Book the day the customer asked for."
       agentreplay fork 3f2a9c --at 0 --model gpt-4o --steps 1
       agentreplay fork 3f2a9c --at 2 --patch fix.json
+      agentreplay fork incident.case.json --at 3 --system "Book the day the customer asked for."
     """
     fix: dict[str, Any] = {"system": system, "message": message, "model": model, "temperature": temperature}
     if patch is not None:
@@ -150,11 +152,10 @@ def fork(
     if not any(v is not None for v in fix.values()):
         raise CLIError("give a fix: --system, --message, --model, --temperature or --patch")
     plan = Plan(mode=Mode.FORK, fork_at=at, fork_steps=steps, fix={k: v for k, v in fix.items() if v is not None})
-    with reader(store, collector) as source:
-        full = resolve_run(source, run_id)
+    with open_run(run_id, store, collector, allow_unverified=allow_unverified) as (source, full):
         outcome = _replay(source, full, plan, command, allow_unverified, collector, otlp_endpoint, json_)
         fork_id = outcome.report.replay_run_id if outcome.report else ""
-        forked = source.get_run_spans(fork_id) if fork_id else []
+        forked = list(outcome.spans) or (source.get_run_spans(fork_id) if fork_id else [])
     if forked and not json_:
         pairs = pair_steps(outcome.recording, recording_from_spans(forked))
         out.print(render.side_by_side(full, fork_id, pairs))

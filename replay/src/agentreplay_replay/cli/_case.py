@@ -1,0 +1,122 @@
+"""Case files: ``export`` (a run to one file), and ``verify FILE`` (checked offline, the org key alone).
+
+``verify`` is :mod:`._read`'s command; given an existing file it checks a case here instead of a
+stored run. ``replay``, ``fork`` and ``analyze`` take a case file where they take a run id
+(:func:`._client.open_run`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_otel.core import InclusionProof, semconv
+from agentreplay_replay import case as cases
+from agentreplay_replay.cli._client import reader, resolve_run
+from agentreplay_replay.cli._common import (
+    CLIError,
+    CollectorOpt,
+    JsonOpt,
+    RunArg,
+    StoreOpt,
+    err,
+    out,
+    print_json,
+)
+
+PANEL = "Recorded runs"
+app = typer.Typer()
+
+RunOrCaseArg = Annotated[str, typer.Argument(
+    help="Run id or unique prefix (`agentreplay runs` lists them), or a case file (`agentreplay export`).")]
+
+
+@app.command(rich_help_panel=PANEL)
+def export(
+    run_id: RunArg,
+    output: Annotated[Path, typer.Option("-o", "--output", help="The case file to write.", dir_okay=False)],
+    json_: JsonOpt = False,
+    store: StoreOpt = None,
+    collector: CollectorOpt = None,
+) -> None:
+    """Write a run to one file that anyone with the org public key can check offline.
+
+    The case file holds the run's spans with their chain and seal, the org's certificates of its
+    agent keys, the signed manifest it ran under, every policy decision, its stored verdicts, and
+    its transparency-log inclusion proof with the signed checkpoint (when a log key is configured).
+
+    Anyone with the org public key checks it offline (`agentreplay verify FILE --org-key ORG.pub`);
+    replay, fork and analyze take the file where they take a run id, with no store and no collector.
+
+    \b
+    Examples:
+      agentreplay export 3f2a9c -o incident-3f2a9c.case.json
+      agentreplay verify incident-3f2a9c.case.json --org-key org.pub
+      agentreplay replay incident-3f2a9c.case.json
+    """
+    with reader(store, collector) as source:
+        full = resolve_run(source, run_id)
+        try:
+            case = cases.collect(source, full)
+        except cases.CaseError as exc:
+            raise CLIError(str(exc)) from exc
+    size = cases.write(case, output)
+    summary = export_summary(case, output, size)
+    if json_:
+        print_json(summary)
+        return
+    proofs = summary["inclusion"]
+    proof_text = (", ".join(f"leaf {p['index']} of {p['size']}" for p in proofs) if proofs
+                  else "none (no log key configured, or the run is in no signed checkpoint yet)")
+    out.print(f"wrote {output}: run {full}, {summary['spans']} span(s), {summary['decisions']} decision(s), "
+              f"manifest {summary['manifest'] or 'none'}, {summary['certificates']} agent certificate(s), "
+              f"{summary['classifications']} verdict(s), log proof {proof_text}, {size} bytes", soft_wrap=True)
+
+
+def export_summary(case: cases.Case, path: Path, size: int) -> dict[str, Any]:
+    """What a written case holds, in counts (``export``'s answer)."""
+    proofs = [InclusionProof.from_json(p) for p in case.inclusion]
+    return {
+        "path": str(path),
+        "run_id": case.run_id,
+        "bytes": size,
+        "spans": len(case.spans),
+        "decisions": len(case.decisions),
+        "certificates": len(case.certificates),
+        "manifest": case.manifest_sha256 if case.manifest is not None else None,
+        "classifications": len(case.classifications),
+        "inclusion": [{"index": p.index, "size": p.checkpoint.checkpoint.size} for p in proofs],
+    }
+
+
+def verify_case(path: Path, org: Ed25519PublicKey | None, json_: bool) -> None:
+    """``verify FILE``: the case checked offline; exit 1 when it does not verify."""
+    try:
+        case = cases.read(path)
+    except cases.CaseError as exc:
+        result: dict[str, Any] = {"path": str(path), "ok": False, "problems": [str(exc)], "proven": [], "notes": []}
+        _answer(result, json_)
+        return
+    if org is None:
+        err.print(f"no org key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): the case's consistency checked; "
+                  "seals, certificates and signatures not checked", soft_wrap=True)
+    found = cases.check(case, org)
+    _answer({"path": str(path), **found.to_json()}, json_)
+
+
+def _answer(result: dict[str, Any], json_: bool) -> None:
+    if json_:
+        print_json(result)
+    elif result["ok"]:
+        out.print(f"[green]verified[/] case {result['path']}: run {result['run_id']}", soft_wrap=True)
+        for line in result["proven"]:
+            out.print(f"  [green]✓[/] {line}", soft_wrap=True)
+        for line in result["notes"]:
+            out.print(f"  [yellow]![/] {line}", soft_wrap=True)
+    else:
+        out.print(f"[bold red]REFUSED[/] case {result['path']}: {result['problems'][0]}", soft_wrap=True)
+    if not result["ok"]:
+        raise typer.Exit(1)

@@ -1,0 +1,114 @@
+"""The incident tests' one recorded flight: the story, recorded once a session through the real launcher
+and collector, with a transparency-log key configured so its case carries an inclusion proof.
+
+``flight`` holds the world (collector, airline model, org keys) and the story's run id, once the
+collector has judged the run and signed a checkpoint that holds it. Tests that stop the collector
+start their own world: this one is shared.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentreplay_dev.collector import CollectorProcess, write_config
+from agentreplay_dev.scenario import STORY_REQUEST, FlightWorld, airline_server, issue_identity
+from agentreplay_otel.core import certify_log_key, generate_key, load_private_key, semconv, write_private_key
+
+
+@dataclass
+class RecordedFlight:
+    world: FlightWorld
+    run_id: str
+    org_public: Path  # the org public key (PEM)
+    org_private: Path
+
+
+def transparency_config(path: Path, log_dir: Path, org_private: Path, *, interval: str = "200ms") -> None:
+    """Add the transparency log to a collector config: a log key the org certifies, checkpoints every ``interval``."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    key = generate_key()
+    write_private_key(key, log_dir / "log.key")
+    certificate = certify_log_key(load_private_key(org_private), key.public_key())
+    (log_dir / "log.cert.json").write_text(json.dumps(certificate))
+    doc = yaml.safe_load(path.read_text())
+    doc.setdefault("extensions", {})["agentreplay_transparency"] = {
+        "signing_key": str(log_dir / "log.key"),
+        "certificate": str(log_dir / "log.cert.json"),
+        "checkpoint_interval": interval,
+    }
+    doc["service"]["extensions"] = [*doc["service"].get("extensions", []), "agentreplay_transparency"]
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+@contextlib.contextmanager
+def logged_flight_world(root: Path) -> Iterator[FlightWorld]:
+    """The flight world (:func:`agentreplay_dev.scenario.flight_world`'s parts, its environment for the
+    agent) with the transparency log on."""
+    creds = issue_identity(root)
+    store = root / "store"
+    config = write_config(root / "collector.yaml", store=f"chdb://{store}",
+                          org_public_key=creds[semconv.ENV_ORG_PUBLIC_KEY], scope={})
+    transparency_config(config, root / "log", root / "org.pem")
+    ledger = root / "airline-ledger.jsonl"
+    with airline_server() as model, CollectorProcess(config, log=root / "collector.log") as collector:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))} | creds | {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.grpc}",
+            "OTEL_EXPORTER_OTLP_INSECURE": "true",
+            "OTEL_SERVICE_NAME": "flight-booker",
+            "OPENAI_BASE_URL": model.base_url_openai,
+            "ANTHROPIC_BASE_URL": model.base_url_anthropic,
+            "FLIGHT_LEDGER": str(ledger),
+            semconv.ENV_COLLECTOR: collector.control,
+        }
+        yield FlightWorld(root=root, store=store, collector=collector, model=model, env=env, ledger=ledger)
+
+
+def wait_until_logged(world: FlightWorld, run_id: str, timeout_s: float = 60.0) -> None:
+    """Until a signed checkpoint holds the run (its leaf is appended once the run is judged)."""
+    deadline = time.monotonic() + timeout_s
+    url = f"{world.collector.control}/v1/log/runs/{run_id}"
+    while True:
+        try:
+            with urllib.request.urlopen(f"{world.collector.control}/v1/log/checkpoint", timeout=5) as answer:
+                size = int(json.loads(answer.read())["size"])
+            with urllib.request.urlopen(f"{url}?size={size}", timeout=5) as answer:
+                if json.loads(answer.read())["entries"]:
+                    return
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, f"run {run_id} is in no signed checkpoint; see {world.collector.log_path}"
+        time.sleep(0.2)
+
+
+def wait_for_decisions(world: FlightWorld, run_id: str, timeout_s: float = 30.0) -> None:
+    """Until the run's decisions are stored (written a batch after the spans that carry them)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with urllib.request.urlopen(f"{world.collector.control}/v1/decisions?run={run_id}", timeout=5) as answer:
+            if json.loads(answer.read())["decisions"]:
+                return
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def flight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedFlight]:
+    """The story (asked for Friday at the best price: negotiated, misbooked, second ticket refused,
+    halted), recorded once, judged, in the log."""
+    root = tmp_path_factory.mktemp("incident")
+    with logged_flight_world(root) as world:
+        world.record(STORY_REQUEST, check=False)  # the halt ends the agent in an exception
+        run_id = world.newest_verified_run()
+        wait_for_decisions(world, run_id)
+        wait_until_logged(world, run_id)
+        yield RecordedFlight(world=world, run_id=run_id, org_public=root / "org.pub.pem",
+                             org_private=root / "org.pem")
