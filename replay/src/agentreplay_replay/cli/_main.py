@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from agentreplay_replay.cli import _analyze, _control, _identity, _log, _read, _replay
+from agentreplay_replay.cli import _analyze, _case, _control, _identity, _log, _read, _replay
 from agentreplay_replay.cli._common import CLIError, err
 
 app = typer.Typer(
@@ -20,7 +20,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for group in (_read.app, _replay.app, _analyze.app, _control.app, _identity.app, _log.app):
+for group in (_read.app, _case.app, _replay.app, _analyze.app, _control.app, _identity.app, _log.app):
     app.add_typer(group)
 
 
