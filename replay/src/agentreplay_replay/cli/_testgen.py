@@ -1,0 +1,78 @@
+"""``agentreplay testgen``: a recorded run (or a case file) becomes a pytest regression test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_otel.core import IdentityError, load_public_key, semconv
+from agentreplay_replay import case as casefile
+from agentreplay_replay import testgen as generator
+from agentreplay_replay.cli._client import open_run, org_key_from_env
+from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
+
+PANEL = "Incidents"
+app = typer.Typer()
+
+
+def _org_key(path: Path | None) -> Ed25519PublicKey:
+    if path is not None:
+        try:
+            return load_public_key(path)
+        except IdentityError as exc:
+            raise CLIError(f"--org-key {path}: {exc}") from exc
+    key = org_key_from_env()
+    if key is None:
+        raise CLIError(f"give the org public key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): the case is "
+                       "checked against it before a test is written, and the test checks it again")
+    return key
+
+
+@app.command(rich_help_panel=PANEL)
+def testgen(
+    run: Annotated[str, typer.Argument(help="Run id (or unique prefix), or a case file (`agentreplay export`).")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="The folder to write the test and its case into.",
+                                         file_okay=False)] = Path("tests/regressions"),
+    org_key: Annotated[Path | None, typer.Option("--org-key", help="The org public key (PEM) the case must "
+                                                 f"check against (default: ${semconv.ENV_ORG_PUBLIC_KEY}).",
+                                                 exists=True, dir_okay=False)] = None,
+    json_: JsonOpt = False,
+    store: StoreOpt = None,
+    collector: CollectorOpt = None,
+) -> None:
+    """Write a pytest regression test for a run, and its case beside it.
+
+    The test runs the current agent code on the recorded input (recorded answers until the first
+    divergence, then the model endpoint given for tests; tools always sandboxed) and asserts what
+    the manifest allows (tools, counts, no violation, no halt, a step bound, no exception) and,
+    for each failure the analysis found, its opposite (e.g. the booked day is the day asked for),
+    each tagged with its MAST mode. A run with no failure gets a test pinning its good behaviour.
+    A case that does not check against the org public key is refused.
+
+    \b
+    Examples:
+      agentreplay testgen 3f2a9c -o tests/regressions/
+      agentreplay testgen incident.case.json -o tests/regressions/
+      pytest tests/regressions --agentreplay-model-url http://127.0.0.1:8000/v1
+    """
+    key = _org_key(org_key)
+    with open_run(run, store, collector, org_key=key) as (source, run_id):
+        try:
+            case = source.case if isinstance(source, casefile.CaseReader) else casefile.collect(source, run_id)
+        except casefile.CaseError as exc:
+            raise CLIError(str(exc)) from exc
+    try:
+        written = generator.generate(case, output, key)
+    except generator.TestgenError as exc:
+        raise CLIError(str(exc)) from exc
+    if json_:
+        print_json({"run_id": case.run_id, "test": str(written.test), "case": str(written.case),
+                    "checks": [{"name": c.name, "mode": c.mode} for c in written.checks]})
+        return
+    out.print(f"wrote [bold]{written.test}[/] and its case {written.case.name}")
+    for check in written.checks:
+        out.print(f"  {check.mode or '-':7} {check.name}")
+    out.print(f"run it: pytest {written.test} --agentreplay-model-url URL")

@@ -1,0 +1,304 @@
+"""A recorded run becomes a regression test: a short pytest file and the case beside it.
+
+The test runs the current agent code on the run's recorded input through the pytest plugin
+(:mod:`agentreplay_replay.pytest_plugin`: regression mode, recorded answers until the first
+divergence, then the model endpoint given for tests, tools always sandboxed) and asserts:
+
+* structural: only tools the manifest lists, per-tool counts within it, every call allowed by
+  it (no scope violation), no halt, a step bound, no uncaught exception;
+* semantic: each failure the run's analysis found becomes an assertion; a task-specification
+  failure on an argument (FM-1.1) becomes a check of that argument against what the request
+  states (booked day == requested day); any other mode, "the analysis no longer finds it";
+* for a run with no failure: its actions (side-effect tool calls) are pinned as recorded.
+
+Each assertion is tagged with its MAST mode (``@pytest.mark.mast``, and in its message). The
+literals are written into the test, so a person reads what it expects without the case.
+"""
+
+from __future__ import annotations
+
+import json
+import keyword
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_otel.core import KIND_TOOL, RecordedStep, semconv
+from agentreplay_replay import case as casefile
+from agentreplay_replay.analysis import Verdict, detect
+from agentreplay_replay.analysis.constraints import Kind, mentions
+from agentreplay_replay.analysis.taxonomy import BY_ID
+from agentreplay_replay.analysis.verdict import ModeHit
+
+STEP_BOUND_FACTOR = 2
+"""The step bound: this many times the recorded run's steps (an agent that loops is FM-1.5)."""
+STEP_BOUND_MIN = 10
+TASK_SPEC = "FM-1.1"
+ROLE_SPEC = "FM-1.2"
+TERMINATION = "FM-1.5"
+PREMATURE = "FM-3.1"
+_ARGUMENTS = semconv.GEN_AI_TOOL_CALL_ARGUMENTS + "."
+
+
+class TestgenError(Exception):
+    """No test can be written for this case (it does not check, or it holds no run to replay)."""
+
+    __test__ = False  # not a test class, whatever pytest's name rules say
+
+
+@dataclass(frozen=True, kw_only=True)
+class Check:
+    """One generated test function: its name, the MAST mode it guards, why, and its body."""
+
+    name: str
+    mode: str  # a MAST id; "" when it guards against any mode
+    doc: str
+    body: tuple[str, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Generated:
+    test: Path
+    case: Path
+    checks: tuple[Check, ...]
+
+
+# --- naming -----------------------------------------------------------------------------------------
+def _slug(text: str, default: str = "agent") -> str:
+    slug = re.sub(r"[^0-9a-zA-Z]+", "_", text).strip("_").lower()
+    return slug or default
+
+
+def agent_name(case: casefile.Case) -> str:
+    return _slug(case.summary.agent_id or case.summary.agent_name or case.recording.agent_id)
+
+
+def file_names(case: casefile.Case) -> tuple[str, str]:
+    """``test_<agent>_<short run id>.py`` and its case file's name."""
+    stem = f"{agent_name(case)}_{case.run_id[:8]}"
+    return f"test_{stem}.py", f"{stem}.case.json"
+
+
+def _identifier(text: str) -> str:
+    name = _slug(text, "value")
+    name = f"v_{name}" if name[0].isdigit() else name
+    return f"{name}_" if keyword.iskeyword(name) else name
+
+
+# --- literals in the generated code ---------------------------------------------------------------------
+def _lit(value: Any) -> str:
+    """A Python literal for a JSON value: strings in double quotes, JSON's true/false/null as Python's."""
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{_lit(str(k))}: {_lit(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_lit(v) for v in value) + "]"
+    return repr(value)
+
+
+def _message(static: str, dynamic: str = "") -> str:
+    """An assertion message: ``static`` as written (braces escaped), then ``dynamic`` f-string fields."""
+    text = static.replace("{", "{{").replace("}", "}}") + dynamic
+    return ("f" if dynamic else "") + json.dumps(text, ensure_ascii=False)
+
+
+def _doc(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"').strip()
+
+
+def label(mode_id: str) -> str:
+    found = BY_ID.get(mode_id)
+    return found.label if found else mode_id
+
+
+# --- what to assert -----------------------------------------------------------------------------------
+def verdict_of(case: casefile.Case) -> Verdict:
+    """The run's verdict: the latest stored one, else the detectors run now (offline)."""
+    return case.verdict() or detect(list(case.spans))
+
+
+def checks(case: casefile.Case, verdict: Verdict | None = None) -> list[Check]:
+    """Every test function for the case: semantic (the verdict's failures, or the good run pinned), then structural."""
+    verdict = verdict or verdict_of(case)
+    steps = case.recording.steps
+    semantic = _semantic(verdict.modes, steps) if verdict.modes else _pinned(case, steps)
+    role = [h.explanation for h in verdict.modes if h.mode == ROLE_SPEC]
+    return [*semantic, *_structural(case, steps, role)]
+
+
+def _semantic(hits: Iterable[ModeHit], steps: list[RecordedStep]) -> list[Check]:
+    found: list[Check] = []
+    argument_checks: set[tuple[str, str]] = set()
+    modes_checked: set[str] = set()
+    for hit in hits:
+        check = _argument_check(hit, steps) if hit.mode == TASK_SPEC else None
+        if check is not None:
+            key = (check.name, check.mode)
+            if key not in argument_checks:
+                argument_checks.add(key)
+                found.append(check)
+            continue
+        if hit.mode in modes_checked or hit.mode == ROLE_SPEC:  # the manifest's checks below assert FM-1.2
+            continue
+        modes_checked.add(hit.mode)
+        name = f"test_no_{_identifier(hit.mode)}_{_identifier(hit.failure_mode.name)}"
+        found.append(Check(
+            name=name, mode=hit.mode, doc=f"{label(hit.mode)}. The recorded run: {hit.explanation}",
+            body=(f"assert {_lit(hit.mode)} not in regression.modes(), "
+                  f"{_message(label(hit.mode) + ' again: ', '{regression.verdict.root_cause}')}",),
+        ))
+    return found
+
+
+def _argument_check(hit: ModeHit, steps: list[RecordedStep]) -> Check | None:
+    """FM-1.1 on a tool argument: each call of that tool must keep to what the request states."""
+    argument = next((e for e in hit.evidence if e.path.startswith(_ARGUMENTS)), None)
+    stated = next((e for e in hit.evidence if not e.path.startswith(_ARGUMENTS)), None)
+    if argument is None or argument.step is None or argument.step >= len(steps):
+        return None
+    step = steps[argument.step]
+    if step.kind != KIND_TOOL:
+        return None
+    tool, path = step.name, argument.path.removeprefix(_ARGUMENTS)
+    quote = stated.value if stated is not None else ""
+    var = _identifier(path.rsplit(".", 1)[-1])
+    plural = f"{var}s" if not var.endswith("s") else f"{var}_values"
+    head = f"{label(TASK_SPEC)}: the request says {quote!r}; {tool} got {path}="
+    exact = _exact_value(quote)
+    body = [f"{plural} = regression.arguments({_lit(tool)}, {_lit(path)})",
+            f"assert {plural}, {_message(f'{label(TASK_SPEC)}: {tool} never went through: the request was not carried out. ', '{regression.describe()}')}",
+            f"for {var} in {plural}:"]
+    if exact is not None:
+        body.append(f"    assert str({var}).casefold() == {_lit(exact)}, {_message(head, '{' + var + '!r}')}")
+    else:
+        body += [f"    problem = regression.breaks_request({_lit(path)}, {var})",
+                 f"    assert problem is None, {_message(f'{label(TASK_SPEC)}: {tool}: ', '{problem}')}"]
+    recorded = f"{tool} (step {step.step}) got {path}={argument.value}"
+    return Check(name=f"test_{_identifier(tool)}_{_identifier(path)}_keeps_to_the_request", mode=TASK_SPEC,
+                 doc=f"{label(TASK_SPEC)}. The request says {quote!r}; the recorded run's {recorded}.",
+                 body=tuple(body))
+
+
+def _exact_value(quote: str) -> str | None:
+    """The one value the request states, normalised, when it is a plain day or place ("friday", "lisbon")."""
+    stated = [m for m in mentions(quote) if not m.negated]
+    if len(stated) == 1 and stated[0].kind in (Kind.DAY, Kind.PLACE):
+        return str(stated[0].value).casefold()
+    return None
+
+
+def _acts(case: casefile.Case, step: RecordedStep) -> bool:
+    manifest = case.manifest_obj
+    rule = manifest.tools.get(step.name) if manifest is not None else None
+    span = next((s for s in case.spans if s.span_id == step.span_id), None)
+    flagged = span is not None and span.attributes.get(semconv.TOOL_SIDE_EFFECT, "").lower() == "true"
+    return flagged or bool(rule and rule.side_effect)
+
+
+def _pinned(case: casefile.Case, steps: list[RecordedStep]) -> list[Check]:
+    """A run with no failure: its side-effect calls, with their arguments, are what the agent must still do."""
+    found = [Check(name="test_the_analysis_finds_no_failure", mode="",
+                   doc="The recorded run had no failure; the analysis of the regression run finds none either.",
+                   body=("assert not regression.modes(), "
+                         f"{_message('the analysis finds: ', '{regression.verdict.root_cause}')}",))]
+    acting = sorted({s.name for s in steps if s.kind == KIND_TOOL and not s.failed and _acts(case, s)})
+    for tool in acting:
+        calls = [dict(s.request) for s in steps if s.kind == KIND_TOOL and s.name == tool and not s.failed]
+        found.append(Check(
+            name=f"test_{_identifier(tool)}_as_recorded", mode=TASK_SPEC,
+            doc=f"The good run called {tool} (it acts on the world) with these arguments; the agent must still.",
+            body=(f"assert [dict(c.arguments) for c in regression.tool_calls({_lit(tool)}) if not c.failed] == "
+                  f"{_lit(calls)}, {_message(f'{label(TASK_SPEC)}: {tool} acted otherwise than the good run. ', '{regression.describe()}')}",),
+        ))
+    return found
+
+
+def _structural(case: casefile.Case, steps: list[RecordedStep], role_failures: list[str]) -> list[Check]:
+    """The manifest's limits, and the run's bounds; ``role_failures``: the FM-1.2 the analysis found."""
+    found = []
+    manifest = case.manifest_obj
+    role = label(ROLE_SPEC)
+    if manifest is not None and not manifest.allow_unlisted_tools:
+        allowed = "{" + ", ".join(_lit(t) for t in sorted(manifest.tools)) + "}"
+        found.append(Check(name="test_only_tools_the_manifest_lists", mode=ROLE_SPEC,
+                           doc="No tool outside the signed manifest.",
+                           body=(f"unlisted = regression.tool_names() - {allowed}",
+                                 f"assert not unlisted, {_message(f'{role}: tools the manifest does not list: ', '{unlisted}')}")))
+    if manifest is not None:
+        limited = sorted((t, r.max_per_run) for t, r in manifest.tools.items() if r.max_per_run is not None)
+        if limited:
+            found.append(Check(name="test_tool_counts_within_the_manifest", mode=ROLE_SPEC,
+                               doc="Each tool asked for at most as often as the manifest allows in one run.",
+                               body=tuple(f"assert regression.count({_lit(t)}) <= {n}, "
+                                          f"{_message(f'{role}: {t} asked for more than {n} time(s). ')} + regression.describe()"
+                                          for t, n in limited)))
+    found.append(Check(name="test_no_scope_violation", mode=ROLE_SPEC,
+                       doc="No call refused as the run went, and none the manifest in force refuses when judged again."
+                           + "".join(f" The recorded run: {why}" for why in role_failures),
+                       body=(f"assert not regression.violations, {_message(f'{role}: ', '{regression.violations}')}",)))
+    found.append(Check(name="test_not_halted", mode=ROLE_SPEC, doc="Nothing halted the run.",
+                       body=(f"assert not regression.halts, {_message(f'{role}: halted at ', '{regression.halts}')}",)))
+    bound = max(STEP_BOUND_FACTOR * len(steps), STEP_BOUND_MIN)
+    found.append(Check(name="test_within_the_step_bound", mode=TERMINATION,
+                       doc=f"At most {bound} steps (the recorded run took {len(steps)}).",
+                       body=(f"assert len(regression.steps) <= {bound}, "
+                             f"{_message(f'{label(TERMINATION)}: ', '{len(regression.steps)} steps')}",)))
+    found.append(Check(name="test_no_uncaught_exception", mode=PREMATURE, doc="The agent ends without an exception.",
+                       body=(f"assert regression.exception is None, "
+                             f"{_message(f'{label(PREMATURE)}: the agent ended in ', '{regression.exception}')}",)))
+    return found
+
+
+# --- the file -------------------------------------------------------------------------------------------
+def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None) -> str:
+    """The test module's text."""
+    verdict = verdict or verdict_of(case)
+    what = verdict.root_cause or "no failure: the test pins the run's good behaviour."
+    lines = [
+        '"""Regression test for run ' + case.run_id + f" of {agent_name(case)}, written by `agentreplay testgen`.",
+        "",
+        _doc(f"The analysis ({verdict.judge}): {what}"),
+        "",
+        "The current agent runs on the recorded input: recorded answers until its first divergence,",
+        "then the model endpoint given for tests (--agentreplay-model-url); tools always sandboxed.",
+        "The case beside this file is checked against the org public key (--agentreplay-org-key) first.",
+        '"""',
+        "",
+        "from pathlib import Path",
+        "",
+        "import pytest",
+        "",
+        f"CASE = Path(__file__).with_name({_lit(case_file)})",
+        "",
+        "",
+        '@pytest.fixture(scope="module")',
+        "def regression(agentreplay):",
+        "    return agentreplay.regress(CASE)",
+    ]
+    for check in checks(case, verdict):
+        lines += ["", ""]
+        if check.mode:
+            lines.append(f"@pytest.mark.mast({_lit(check.mode)})")
+        lines += [f"def {check.name}(regression):", f'    """{_doc(check.doc)}"""']
+        lines += [f"    {line}" for line in check.body]
+    return "\n".join(lines) + "\n"
+
+
+def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey) -> Generated:
+    """Check the case against the org key, then write the test and the case into ``out_dir``."""
+    found = casefile.check(case, org_key)
+    if not found.ok:
+        raise TestgenError(f"the case of run {case.run_id} does not check: {'; '.join(found.problems)}")
+    if not case.recording.steps:
+        raise TestgenError(f"run {case.run_id} recorded no LLM or tool call: there is nothing to replay")
+    test_name, case_name = file_names(case)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    verdict = verdict_of(case)
+    casefile.write(case, out_dir / case_name)
+    (out_dir / test_name).write_text(render(case, case_name, verdict), encoding="utf-8")
+    return Generated(test=out_dir / test_name, case=out_dir / case_name, checks=tuple(checks(case, verdict)))
