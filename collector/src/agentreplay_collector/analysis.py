@@ -13,6 +13,11 @@ shares nothing with the pipeline but the store). What is not taken this round is
 The analysis itself (the detectors, the judge) belongs to the CLI's distribution: the collector
 finds it by entry point (group :data:`ANALYZER_GROUP`, default name ``detectors``), so dependencies
 still point one way. Without it installed, the worker logs why and stays idle.
+
+With ``incidents`` configured, each halted run it analyses also gets its incident written (root
+cause, regression test and case, dispute and claim packets, walkthrough) under ``incidents.dir/RUN``,
+by the writer of entry point group :data:`INCIDENT_GROUP`; a run analysed again (its row changed:
+more spans, its decisions in) has its incident written again.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentreplay_collector._threads import name_os_thread
@@ -39,6 +45,8 @@ _log = logging.getLogger(__name__)
 ANALYZER_GROUP = "agentreplay_analyzer"
 DETECTORS = "detectors"
 """The classifier whose verdict marks a run as analysed."""
+INCIDENT_GROUP = "agentreplay_incident"
+INCIDENT_WRITER = "default"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +61,14 @@ class JudgeSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class IncidentSettings:
+    """Where halted runs' incidents are written; the case is checked against the org key (auth's)."""
+
+    dir: Path
+    org_public_key: Path | None = None  # agentreplay_auth's, filled in by the config
+
+
+@dataclass(frozen=True, kw_only=True)
 class AnalysisConfig:
     """``agentreplay_analysis`` (an extension of the collector's config)."""
 
@@ -60,6 +76,7 @@ class AnalysisConfig:
     poll_interval_s: float = 2.0
     batch: int = 100  # runs taken from the backlog per round
     judge: JudgeSettings | None = None
+    incidents: IncidentSettings | None = None
 
 
 class Analyzer(Protocol):
@@ -69,11 +86,19 @@ class Analyzer(Protocol):
                  judge: JudgeSettings | None) -> list[StoredClassification]: ...
 
 
+class IncidentWriter(Protocol):
+    """What the incident entry point gives: a run in the store in, its incident folder out."""
+
+    def __call__(self, source: Store, run_id: str, out_dir: Path, org_key_path: Path) -> Path: ...
+
+
+def _load(group: str, name: str) -> Any:
+    found = [ep for ep in entry_points(group=group) if ep.name == name]
+    return found[0].load() if found else None
+
+
 def load_analyzer(name: str) -> Analyzer | None:
-    found = [ep for ep in entry_points(group=ANALYZER_GROUP) if ep.name == name]
-    if not found:
-        return None
-    loaded: Analyzer = found[0].load()
+    loaded: Analyzer | None = _load(ANALYZER_GROUP, name)
     return loaded
 
 
@@ -90,8 +115,11 @@ class AnalysisWorker:
         self._stopping = threading.Event()
         self._idle = threading.Event()
         self._thread: threading.Thread | None = None
+        self.incidents: IncidentWriter | None = _load(INCIDENT_GROUP, INCIDENT_WRITER) if cfg.incidents else None
         self.analysed_runs = 0
         self.failed_runs = 0  # runs whose analysis raised (logged; retried next round)
+        self.incidents_written = 0
+        self.incidents_failed = 0
         self.native_thread_id = 0
 
     def start(self) -> None:
@@ -124,6 +152,7 @@ class AnalysisWorker:
 
     def stats(self) -> dict[str, Any]:
         return {"analysed_runs": self.analysed_runs, "failed_runs": self.failed_runs,
+                "incidents_written": self.incidents_written, "incidents_failed": self.incidents_failed,
                 "running": self._thread is not None and self._thread.is_alive()}
 
     # --- the thread ------------------------------------------------------------------------------
@@ -163,6 +192,26 @@ class AnalysisWorker:
             records = [_unsure(run_id, chain, f"the analysis failed: {type(exc).__name__}: {exc}")]
         self.store.insert_classifications(records)
         self.analysed_runs += 1
+        if self.cfg.incidents is not None:
+            self._incident(run_id, self.cfg.incidents)
+
+    def _incident(self, run_id: str, settings: IncidentSettings) -> None:
+        """The incident of a halted run, written beside the others; a failure is logged, never raised."""
+        summary = self.store.get_run(run_id)
+        if summary is None or not summary.halted:
+            return
+        if self.incidents is None or settings.org_public_key is None:
+            _log.warning("agentreplay_analysis: no incident writer in entry point group %s (install "
+                         "agentreplay-replay); run %s's incident is not written", INCIDENT_GROUP, run_id)
+            return
+        try:
+            written = self.incidents(self.store, run_id, settings.dir, settings.org_public_key)
+        except Exception:  # a writer bug must not stop the analysis
+            self.incidents_failed += 1
+            _log.exception("agentreplay_analysis: writing run %s's incident failed", run_id)
+            return
+        self.incidents_written += 1
+        _log.info("agentreplay_analysis: halted run %s: incident written to %s", run_id, written)
 
 
 def _unsure(run_id: str, chain: ChainStatus | None, why: str) -> StoredClassification:

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from agentreplay_collector.analysis import AnalysisConfig, JudgeSettings
+from agentreplay_collector.analysis import AnalysisConfig, IncidentSettings, JudgeSettings
 from agentreplay_collector.errors import ConfigError
 from agentreplay_otel.core import (
     IdentityError,
@@ -580,8 +580,8 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
         transparency=next((extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_transparency"), None),
     )
     _check_exposure(config, pipeline, ext_ids)
-    config = replace(config, analysis=next(
-        (extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_analysis"), None))
+    config = replace(config, analysis=_with_org_key(config, next(
+        (extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_analysis"), None)))
     _check_transparency(config, ext_ids)
     return config
 
@@ -697,13 +697,33 @@ def _parse_analysis(sec: _Section) -> AnalysisConfig:
         if base_url:
             judge = JudgeSettings(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s,
                                   context_tokens=context_tokens)
+    incidents = None
+    if sec.has("incidents") and sec.get("incidents") is not None:
+        i = sec.section("incidents")
+        folder = i.string("dir")
+        i.done()
+        if not folder:
+            raise ConfigError(i.at("dir"), "the folder halted runs' incidents are written under", folder)
+        incidents = IncidentSettings(dir=Path(folder))
     cfg = AnalysisConfig(analyzer=sec.string("analyzer", "detectors") or "detectors",
                          poll_interval_s=sec.duration("poll_interval", 2.0),
-                         batch=sec.integer("batch", 100, minimum=1, maximum=100_000), judge=judge)
+                         batch=sec.integer("batch", 100, minimum=1, maximum=100_000), judge=judge,
+                         incidents=incidents)
     sec.done()
     if cfg.poll_interval_s <= 0:
         raise ConfigError(sec.at("poll_interval"), "a duration above 0", cfg.poll_interval_s)
     return cfg
+
+
+def _with_org_key(config: CollectorConfig, analysis: AnalysisConfig | None) -> AnalysisConfig | None:
+    """Incidents check each case against the org key: the one ``agentreplay_auth`` holds."""
+    if analysis is None or analysis.incidents is None:
+        return analysis
+    org = config.auth.org_public_key if config.auth is not None else None
+    if org is None:
+        raise ConfigError("extensions.agentreplay_analysis.incidents",
+                          "agentreplay_auth with org_public_key too (each incident's case is checked against it)")
+    return replace(analysis, incidents=replace(analysis.incidents, org_public_key=org))
 
 
 def _text(sec: _Section, key: str) -> str:

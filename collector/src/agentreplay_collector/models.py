@@ -432,6 +432,14 @@ class TrustScore:
             "computed_ns": str(self.computed_ns),
         }
 
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TrustScore:
+        return cls(agent_id=str(doc["agent_id"]), score=float(doc["score"]), tier=str(doc["tier"]),
+                   spend_multiplier=float(doc["spend_multiplier"]), runs=int(doc["runs"]),
+                   failure_rate=float(doc["failure_rate"]), regression_pass_rate=float(doc["regression_pass_rate"]),
+                   regressions=int(doc["regressions"]), scope_violations=int(doc["scope_violations"]),
+                   computed_ns=int(doc["computed_ns"]))
+
 
 @dataclass(frozen=True, kw_only=True)
 class SpendTotals:

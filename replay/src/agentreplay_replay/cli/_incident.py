@@ -1,0 +1,94 @@
+"""``agentreplay incident``: one failed run becomes its root cause, a regression test, the dispute and
+insurance-claim packets and a narrated walkthrough, in one folder (:mod:`agentreplay_replay.incident`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from agentreplay_collector.models import TrustScore
+from agentreplay_otel.core import semconv
+from agentreplay_replay import case as casefile
+from agentreplay_replay import incident as incidents
+from agentreplay_replay.cli._client import Collector, open_run
+from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
+from agentreplay_replay.cli._testgen import PANEL
+from agentreplay_replay.cli._testgen import _org_key as org_key
+
+app = typer.Typer()
+OrgKeyOpt = Annotated[Path | None, typer.Option(
+    "--org-key", envvar=semconv.ENV_ORG_PUBLIC_KEY, show_envvar=True, exists=True, dir_okay=False,
+    help="The org public key (PEM) the case must check against.")]
+
+
+@app.command(rich_help_panel=PANEL)
+def incident(
+    run: Annotated[str, typer.Argument(help="Run id (or unique prefix), or a case file (`agentreplay export`).")],
+    output: Annotated[Path, typer.Option("-o", "--output", file_okay=False,
+                                         help="The folder to write the incident into (created).")],
+    org_key_path: OrgKeyOpt = None,
+    json_: JsonOpt = False,
+    store: StoreOpt = None,
+    collector: CollectorOpt = None,
+) -> None:
+    """Write everything a failed run becomes, and print what was written.
+
+    The root cause (the analysis: MAST failure modes, the step to blame, the evidence, the fork
+    that should fix it), a pytest regression test with its case file, a dispute packet for the
+    counterparty, an insurance-claim packet (the loss from the recorded costs and the price
+    table, or "nothing to claim" when the run did not fail), and a narrated walkthrough: one
+    self-contained HTML page that opens on the culprit step. The case is checked against the org
+    public key first; a tampered case or one from another org is refused.
+
+    \b
+    Examples:
+      agentreplay incident 3f2a9c -o incidents/3f2a9c --org-key org.pub
+      agentreplay incident run.case.json -o incidents/run --json
+    """
+    key = org_key(org_key_path)
+    with open_run(run, store, collector, org_key=key) as (source, run_id):
+        try:
+            case = source.case if isinstance(source, casefile.CaseReader) else casefile.collect(source, run_id)
+        except casefile.CaseError as exc:
+            raise CLIError(str(exc)) from exc
+        trust = _trust(source, case.summary.agent_id)
+    try:
+        written = incidents.write_incident(case, output, key, trust=trust)
+    except incidents.IncidentError as exc:
+        raise CLIError(str(exc)) from exc
+    if json_:
+        print_json(written.to_json())
+        return
+    _print(written)
+
+
+def _trust(source: object, agent_id: str) -> TrustScore | None:
+    """The agent's trust score when a collector is at hand (the claim's limits show its tier)."""
+    if not isinstance(source, Collector) or not agent_id:
+        return None
+    try:
+        found = source.trust(agent_id).get("agents", [])
+    except CLIError:  # a read token without the right to see trust: the claim says tier unknown
+        return None
+    return TrustScore.from_json(found[0]) if found else None
+
+
+def _print(written: incidents.Incident) -> None:
+    verdict = written.verdict
+    modes = ", ".join(verdict.mode_ids) or "none"
+    culprit = f", step {verdict.culprit.step} to blame" if verdict.culprit else ""
+    out.print(f"run {written.run_id}: [bold]{verdict.outcome}[/] ({modes}{culprit})", soft_wrap=True)
+    if verdict.root_cause:
+        out.print(f"root cause: {verdict.root_cause}", soft_wrap=True)
+    table = Table("file", "what", box=None, pad_edge=False)
+    for item in written.files:
+        table.add_row(str(item.path), item.what)
+    out.print(table)
+    claim = written.claim
+    out.print(claim["reason"] if claim.get("nothing_to_claim")
+              else f"claim: ${claim['amount_usd']:.2f}", soft_wrap=True)
+    tests = written.test.parent
+    out.print(f"next: open {written.files[-1].path}; pytest {tests} --agentreplay-model-url URL", soft_wrap=True)

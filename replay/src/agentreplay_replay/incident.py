@@ -1,0 +1,116 @@
+"""An incident: everything one failed run becomes, written to one folder by one call.
+
+From a :class:`~agentreplay_replay.case.Case` checked against the org key: the root cause (the
+analysis verdict), the regression test and its case (:mod:`~agentreplay_replay.testgen`), the
+dispute and insurance-claim packets (:mod:`~agentreplay_replay.packets`, JSON and HTML) and the
+narrated walkthrough (:mod:`~agentreplay_replay.walkthrough`). ``agentreplay incident`` calls
+:func:`write_incident`; so does the collector for halted runs (:func:`for_halted_run`, found by
+entry point, so the collector does not import this distribution).
+
+The folder::
+
+    root-cause.json      the verdict (MAST modes, culprit step, evidence, the fork that should fix it)
+    tests/               test_<agent>_<run>.py and its case file (<agent>-<run>.case.json)
+    dispute.json .html   for the counterparty
+    claim.json .html     for the insurer ("nothing to claim" when the run did not fail)
+    walkthrough.html     one self-contained page, opened on the culprit step
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_collector.models import TrustScore
+from agentreplay_collector.store import RunReader
+from agentreplay_otel.core import IdentityError, load_public_key
+from agentreplay_replay import case as casefile
+from agentreplay_replay import packets, testgen, walkthrough
+from agentreplay_replay.analysis import Verdict
+
+TESTS_DIR = "tests"
+ROOT_CAUSE = "root-cause.json"
+DISPUTE = "dispute"
+CLAIM = "claim"
+WALKTHROUGH = "walkthrough.html"
+ORG_KEY_NAME = "ORG.pub"
+"""How the packets' verify command names the org public key (the reader has their own copy)."""
+
+
+class IncidentError(Exception):
+    """No incident could be written: a case that does not check, a run with nothing recorded."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Written:
+    """One file of the incident, and what it is for."""
+
+    path: Path
+    what: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Incident:
+    run_id: str
+    verdict: Verdict
+    files: tuple[Written, ...]
+    claim: dict[str, Any]  # the claim packet's "claim": nothing_to_claim, reason, amount_usd
+    checks: tuple[testgen.Check, ...]  # the generated test's functions
+
+    @property
+    def test(self) -> Path:
+        return next(w.path for w in self.files if w.path.suffix == ".py")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "verdict": self.verdict.to_json(), "claim": self.claim,
+                "files": [{"path": str(w.path), "what": w.what} for w in self.files],
+                "checks": [{"name": c.name, "mode": c.mode} for c in self.checks]}
+
+
+def write_incident(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey, *,
+                   trust: TrustScore | None = None) -> Incident:
+    """Check ``case`` against the org key, then write every part of its incident into ``out_dir``."""
+    try:
+        generated = testgen.generate(case, out_dir / TESTS_DIR, org_key)  # checks the case first
+    except testgen.TestgenError as exc:
+        raise IncidentError(str(exc)) from exc
+    verdict = testgen.verdict_of(case)
+    case_ref = str(generated.case.relative_to(out_dir))
+    files = [Written(path=generated.test, what="the regression test (pytest)"),
+             Written(path=generated.case, what="its case: the run, checkable offline with the org key")]
+    files.append(_json(out_dir / ROOT_CAUSE, verdict.to_json(), "the root cause: failure modes, culprit, evidence"))
+    dispute = packets.dispute_packet(case, verdict, case_file=case_ref, org_key=ORG_KEY_NAME)
+    claim = packets.insurance_packet(case, verdict, trust=trust, case_file=case_ref, org_key=ORG_KEY_NAME)
+    for name, packet, what in ((DISPUTE, dispute, "the dispute packet, for the counterparty"),
+                               (CLAIM, claim, "the insurance-claim packet")):
+        files.append(_json(out_dir / f"{name}.json", packet, what))
+        files.append(_text(out_dir / f"{name}.html", packets.render_html(packet), f"{what}, rendered"))
+    files.append(_text(out_dir / WALKTHROUGH, walkthrough.walkthrough_html(case, verdict),
+                       "the narrated walkthrough (open it in a browser; arrow keys step)"))
+    return Incident(run_id=case.run_id, verdict=verdict, files=tuple(files), claim=dict(claim["claim"]),
+                    checks=generated.checks)
+
+
+def _json(path: Path, doc: Any, what: str) -> Written:
+    return _text(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", what)
+
+
+def _text(path: Path, text: str, what: str) -> Written:
+    path.write_text(text, encoding="utf-8")
+    return Written(path=path, what=what)
+
+
+def for_halted_run(source: RunReader, run_id: str, out_dir: Path, org_key_path: Path) -> Path:
+    """The collector's hook (entry point ``agentreplay_incident:default``): the incident of a halted
+    run, in ``out_dir/<run id>``; returns that folder."""
+    try:
+        key = load_public_key(org_key_path)
+    except IdentityError as exc:
+        raise IncidentError(f"the org public key {org_key_path}: {exc}") from exc
+    target = out_dir / run_id
+    write_incident(casefile.collect(source, run_id), target, key)
+    return target
