@@ -8,6 +8,7 @@ import typer
 
 from agentreplay_replay.cli import _analyze, _case, _control, _identity, _log, _read, _replay
 from agentreplay_replay.cli._common import CLIError, err
+from agentreplay_replay.cli._models import app as models_app
 
 app = typer.Typer(
     name="agentreplay",
@@ -22,6 +23,7 @@ app = typer.Typer(
 )
 for group in (_read.app, _case.app, _replay.app, _analyze.app, _control.app, _identity.app, _log.app):
     app.add_typer(group)
+app.add_typer(models_app)
 
 
 def main() -> None:
