@@ -90,6 +90,19 @@ def wait_until_logged(world: FlightWorld, run_id: str, timeout_s: float = 60.0) 
         time.sleep(0.2)
 
 
+def record_story(world: FlightWorld, attempts: int = 3) -> str:
+    """Record the story and return its run id, once judged. On a loaded machine the guard's first
+    Authorize can miss its deadline (fail-closed: the first model call is refused); such a run does not
+    tell the story, so it is recorded again."""
+    for _ in range(attempts):
+        world.record(STORY_REQUEST, check=False)  # the halt ends the agent in an exception
+        run_id = world.newest_verified_run()
+        with world.collector.client() as client:
+            if any(s.name == "execute_tool book_flight" for s in client.get_run_spans(run_id)):
+                return run_id
+    raise AssertionError(f"the story was not recorded in {attempts} attempts; see {world.collector.log_path}")
+
+
 def wait_for_decisions(world: FlightWorld, run_id: str, timeout_s: float = 30.0) -> None:
     """Until the run's decisions are stored (written a batch after the spans that carry them)."""
     deadline = time.monotonic() + timeout_s
@@ -106,9 +119,20 @@ def flight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedFlight]
     halted), recorded once, judged, in the log."""
     root = tmp_path_factory.mktemp("incident")
     with logged_flight_world(root) as world:
-        world.record(STORY_REQUEST, check=False)  # the halt ends the agent in an exception
-        run_id = world.newest_verified_run()
+        run_id = record_story(world)
         wait_for_decisions(world, run_id)
         wait_until_logged(world, run_id)
         yield RecordedFlight(world=world, run_id=run_id, org_public=root / "org.pub.pem",
                              org_private=root / "org.pem")
+
+
+@pytest.fixture(scope="module")
+def stopped_flight(tmp_path_factory: pytest.TempPathFactory) -> RecordedFlight:
+    """The story recorded in a world of its own, then the collector and the airline model stopped: only the
+    store directory is left (and the keys)."""
+    root = tmp_path_factory.mktemp("stopped")
+    with logged_flight_world(root) as world:
+        run_id = record_story(world)
+        wait_for_decisions(world, run_id)
+        wait_until_logged(world, run_id)
+    return RecordedFlight(world=world, run_id=run_id, org_public=root / "org.pub.pem", org_private=root / "org.pem")

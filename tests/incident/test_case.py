@@ -20,6 +20,7 @@ import pytest
 from agentreplay_dev.scenario import BIN, FIX
 from agentreplay_otel.core import generate_key, load_public_key, semconv, write_public_key
 from agentreplay_replay import case as cases
+from agentreplay_replay.cli._client import Collector
 
 pytestmark = pytest.mark.e2e
 
@@ -73,6 +74,10 @@ def test_export_says_what_it_wrote(flight, exported):
     assert case.manifest_sha256 == case.manifest_obj.sha256
     assert len(case.certificates) == 1 and case.inclusion
     assert [d.decision for d in case.decisions].count("deny") == 1  # the second ticket, refused
+    collector = Collector(flight.world.collector.control)
+    assert collector.manifest(case.manifest_sha256) == case.manifest  # GET /v1/manifests/SHA, as registered
+    assert collector.manifest("0" * 64) is None
+    assert collector.decision_records(case.run_id) == list(case.decisions)  # times to the nanosecond
 
 
 def test_case_file_round_trips(exported, tmp_path):
@@ -280,3 +285,24 @@ def test_case_reader_serves_its_one_run(exported):
         assert key is not None
         assert source.decisions(case.run_id) == list(case.decisions)
         assert source.manifest(case.manifest_sha256) == case.manifest
+
+
+def test_export_from_the_store_with_the_collector_stopped_then_replay_with_nothing_running(stopped_flight, tmp_path):
+    """No collector and no model server run any more: ``export`` opens the store itself (the log's proof
+    included), and the replay of the case answers every call from the file."""
+    world = stopped_flight.world
+    env = offline_env(stopped_flight)
+    path = tmp_path / "stopped.case.json"
+    done = agentreplay("export", stopped_flight.run_id, "-o", str(path), "--store", str(world.store), "--json",
+                       env=env, cwd=tmp_path)
+    assert done.returncode == 0, said(done)
+    summary = json.loads(done.stdout)
+    assert summary["inclusion"] and summary["manifest"] and summary["decisions"] >= 1
+    verified = agentreplay("verify", str(path), "--org-key", str(stopped_flight.org_public), env=env, cwd=tmp_path)
+    assert verified.returncode == 0 and "in the transparency log" in said(verified), said(verified)
+    requests = world.model.request_count
+    replayed = agentreplay("replay", str(path), "--json", env=env, cwd=tmp_path)
+    assert replayed.returncode == 0, said(replayed)
+    report = json.loads(replayed.stdout)["report"]
+    assert report["outcome"] == "matched" and report["live_calls"] == 0
+    assert world.model.request_count == requests

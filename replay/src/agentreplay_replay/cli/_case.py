@@ -72,7 +72,8 @@ def export(
     proof_text = (", ".join(f"leaf {p['index']} of {p['size']}" for p in proofs) if proofs
                   else "none (no log key configured, or the run is in no signed checkpoint yet)")
     out.print(f"wrote {output}: run {full}, {summary['spans']} span(s), {summary['decisions']} decision(s), "
-              f"manifest {summary['manifest'] or 'none'}, {summary['certificates']} agent certificate(s), "
+              f"manifest {summary['manifest'][:16] + '…' if summary['manifest'] else 'none'}, "
+              f"{summary['certificates']} agent certificate(s), "
               f"{summary['classifications']} verdict(s), log proof {proof_text}, {size} bytes", soft_wrap=True)
 
 
