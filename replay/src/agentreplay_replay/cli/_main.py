@@ -6,7 +6,17 @@ import sys
 
 import typer
 
-from agentreplay_replay.cli import _analyze, _case, _control, _identity, _log, _read, _replay
+from agentreplay_replay.cli import (
+    _analyze,
+    _case,
+    _control,
+    _identity,
+    _incident,
+    _log,
+    _read,
+    _replay,
+    _testgen,
+)
 from agentreplay_replay.cli._common import CLIError, err
 from agentreplay_replay.cli._models import app as models_app
 
@@ -21,7 +31,8 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-for group in (_read.app, _case.app, _replay.app, _analyze.app, _control.app, _identity.app, _log.app):
+for group in (_read.app, _case.app, _replay.app, _analyze.app, _testgen.app, _incident.app, _control.app,
+              _identity.app, _log.app):
     app.add_typer(group)
 app.add_typer(models_app)
 
