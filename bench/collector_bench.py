@@ -275,17 +275,19 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _thread_cpu(pid: int, tids: dict[str, int]) -> dict[str, float]:
-    """CPU seconds of the collector's threads by role: the event loop (main thread: receive,
-    auth, scope), the parse threads (parse, convert), the writer (its Python part and the chDB
-    insert it executes), the chain verifier, and everything else (chDB's merge and pool threads,
-    gRPC's threads)."""
+    """CPU seconds of the collector's threads by role: the event loop (main thread: receive, auth,
+    scope), the writer (its Python part and the chDB insert it executes), the chain verifier, the
+    other Python threads (they keep the process's name: the parse pool's parse, convert and run
+    claims, the owners' and the log's threads), and the rest (chDB's merge and pool threads and
+    gRPC's, which name themselves)."""
     tick = os.sysconf("SC_CLK_TCK")
     roles = {
         pid: "event_loop",
         tids.get("writer", -1): "writer_and_insert",
         tids.get("chain", -1): "verify",
     }
-    groups = {"event_loop": 0.0, "parse_and_convert": 0.0, "writer_and_insert": 0.0, "verify": 0.0}
+    python = Path(f"/proc/{pid}/comm").read_text().strip()
+    groups = {"event_loop": 0.0, "python_pools_parse_convert_claims": 0.0, "writer_and_insert": 0.0, "verify": 0.0}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
             stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
@@ -294,10 +296,10 @@ def _thread_cpu(pid: int, tids: dict[str, int]) -> dict[str, float]:
             continue
         fields = stat.rsplit(")", 1)[1].split()
         cpu = (int(fields[11]) + int(fields[12])) / tick
-        role = roles.get(int(tid)) or ("parse_and_convert" if comm.startswith("agentreplay-par") else None)
+        role = roles.get(int(tid)) or ("python_pools_parse_convert_claims" if comm == python else None)
         if role:
             groups[role] += cpu
-    groups["clickhouse_merges_and_grpc"] = _cpu_seconds(pid) - sum(groups.values())
+    groups["chdb_merges_and_grpc"] = _cpu_seconds(pid) - sum(groups.values())
     return groups
 
 
@@ -327,8 +329,8 @@ def make_org(work: Path, generators: int) -> Org:
 
 
 def _config(path: Path, store: Path, nop: bool, org: Org) -> Path:
-    """The production configuration (auth with the org key, chain, scope); ``nop`` keeps the auth
-    and drops the rest: the receive-only ceiling."""
+    """The production configuration (auth with the org key, chain, scope); ``nop``: the receive-only
+    ceiling (the nop exporter takes no processors: receive, parse and count)."""
     config = write_config(
         path,
         store=f"chdb://{store}",
@@ -344,9 +346,9 @@ def _config(path: Path, store: Path, nop: bool, org: Org) -> Path:
         import yaml
 
         doc = yaml.safe_load(config.read_text())
-        doc["processors"] = {"agentreplay_auth": doc["processors"]["agentreplay_auth"]}
+        doc["processors"] = {}
         doc["exporters"] = {"nop": {}}
-        doc["service"]["pipelines"]["traces"].update(processors=["agentreplay_auth"], exporters=["nop"])
+        doc["service"]["pipelines"]["traces"].update(processors=[], exporters=["nop"])
         config.write_text(yaml.safe_dump(doc, sort_keys=False))
     return config
 
@@ -443,7 +445,9 @@ def drive(
         result["spans_per_cpu_second_all_work"] = round(counted / total_cpu)
         # The same without the embedded ClickHouse engine's work (insert execution in the writer
         # thread, merges in its own threads): what a collector writing to a ClickHouse server spends.
-        collector_only = by_thread["event_loop"] + by_thread["parse_and_convert"] + by_thread["verify"]
+        collector_only = (
+            by_thread["event_loop"] + by_thread["python_pools_parse_convert_claims"] + by_thread["verify"]
+        )
         result["spans_per_cpu_second_excluding_embedded_clickhouse"] = round(
             counted / max(collector_only, 1e-9)
         )
@@ -453,7 +457,7 @@ def drive(
 
 # --- where the time goes ------------------------------------------------------------------------
 def stages(work: Path, org: Org, spans_per_run: int, *, spans: int = 8192) -> dict[str, float]:
-    """Single-threaded microseconds per span for each stage of the production pipeline, run with the
+    """CPU microseconds per span for each stage of the production pipeline, run one after another with the
     collector's own components in this process, in pipeline order, on ``spans`` spans of one agent
     (steady state: a warm-up pass first, with the collector's garbage-collector thresholds)."""
     previous = gc.get_threshold()
@@ -540,11 +544,13 @@ class _StageTimer:
     def __init__(self, clock: _StageClock, name: str) -> None:
         self.clock, self.name = clock, name
 
+    # CPU time of the whole process (chDB executes a statement on threads of its own): other work
+    # on a shared machine does not inflate it, as it does wall time.
     def __enter__(self) -> None:
-        self.t = time.perf_counter()
+        self.t = time.process_time()
 
     def __exit__(self, *exc: object) -> None:
-        self.clock.seconds[self.name] = self.clock.seconds.get(self.name, 0.0) + time.perf_counter() - self.t
+        self.clock.seconds[self.name] = self.clock.seconds.get(self.name, 0.0) + time.process_time() - self.t
 
 
 # --- run fetch from a big store ---------------------------------------------------------------
