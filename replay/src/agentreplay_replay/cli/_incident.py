@@ -10,18 +10,13 @@ import typer
 from rich.table import Table
 
 from agentreplay_collector.models import TrustScore
-from agentreplay_otel.core import semconv
 from agentreplay_replay import case as casefile
 from agentreplay_replay import incident as incidents
 from agentreplay_replay.cli._client import Collector, open_run
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
-from agentreplay_replay.cli._testgen import PANEL
-from agentreplay_replay.cli._testgen import _org_key as org_key
+from agentreplay_replay.cli._testgen import PANEL, OrgKeyOpt, org_key
 
 app = typer.Typer()
-OrgKeyOpt = Annotated[Path | None, typer.Option(
-    "--org-key", envvar=semconv.ENV_ORG_PUBLIC_KEY, show_envvar=True, exists=True, dir_okay=False,
-    help="The org public key (PEM) the case must check against.")]
 
 
 @app.command(rich_help_panel=PANEL)

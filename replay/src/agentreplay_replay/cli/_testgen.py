@@ -18,7 +18,13 @@ PANEL = "Incidents"
 app = typer.Typer()
 
 
-def _org_key(path: Path | None) -> Ed25519PublicKey:
+OrgKeyOpt = Annotated[Path | None, typer.Option(
+    "--org-key", exists=True, dir_okay=False,
+    help=f"The org public key (PEM) the case must check against (default: ${semconv.ENV_ORG_PUBLIC_KEY}).")]
+
+
+def org_key(path: Path | None) -> Ed25519PublicKey:
+    """The org public key a case must check against: ``path``, else the environment's; required."""
     if path is not None:
         try:
             return load_public_key(path)
@@ -36,9 +42,7 @@ def testgen(
     run: Annotated[str, typer.Argument(help="Run id (or unique prefix), or a case file (`agentreplay export`).")],
     output: Annotated[Path, typer.Option("-o", "--output", help="The folder to write the test and its case into.",
                                          file_okay=False)] = Path("tests/regressions"),
-    org_key: Annotated[Path | None, typer.Option("--org-key", help="The org public key (PEM) the case must "
-                                                 f"check against (default: ${semconv.ENV_ORG_PUBLIC_KEY}).",
-                                                 exists=True, dir_okay=False)] = None,
+    org_key_path: OrgKeyOpt = None,
     json_: JsonOpt = False,
     store: StoreOpt = None,
     collector: CollectorOpt = None,
@@ -58,7 +62,7 @@ def testgen(
       agentreplay testgen incident.case.json -o tests/regressions/
       pytest tests/regressions --agentreplay-model-url http://127.0.0.1:8000/v1
     """
-    key = _org_key(org_key)
+    key = org_key(org_key_path)
     with open_run(run, store, collector, org_key=key) as (source, run_id):
         try:
             case = source.case if isinstance(source, casefile.CaseReader) else casefile.collect(source, run_id)
