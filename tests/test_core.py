@@ -65,6 +65,7 @@ PINNED = [
     "load_recording",
     "recording_from_spans",
     "request_fingerprint",
+    "restore_content",
     "merkle",
     "ChainHead",
     "Checkpoint",

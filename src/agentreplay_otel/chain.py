@@ -36,6 +36,7 @@ from agentreplay_otel.canonical import (
 from agentreplay_otel.chainverify import ChainProblem, ChainReport, KeyLookup, SealStatus, link_hash
 from agentreplay_otel.chainverify import verify as verify_records
 from agentreplay_otel.identity import key_id, seal_payload, sign
+from agentreplay_otel.store_once import store_once
 
 _log = logging.getLogger(__name__)
 
@@ -126,6 +127,7 @@ class Chainer:
         events = list(span.events)
         if self._redactor is not None:
             attributes, events = self._redact(attributes, events)
+        store_once(attributes)  # an LLM call's content once: hashed and exported as stored
         is_run = span.parent is None or span.parent.is_remote
         record = record_from_span(span, attributes, events, with_resource=is_run)
         trace_id = span.context.trace_id

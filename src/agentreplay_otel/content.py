@@ -2,7 +2,8 @@
 
 Replay needs content back exactly, so values are serialised in full: pydantic models
 through their own JSON dump, dataclasses field by field, anything else JSON cannot hold
-as its ``repr`` (recorded, never raised).
+as its ``repr`` (recorded, never raised). An LLM call's content is stored once: see
+:mod:`agentreplay_otel.store_once`.
 """
 
 from __future__ import annotations

@@ -82,6 +82,7 @@ from agentreplay_otel.recording import (
     recording_from_spans,
     request_fingerprint,
 )
+from agentreplay_otel.store_once import restore as restore_content
 from agentreplay_otel.transparency import (
     ChainHead,
     Checkpoint,
@@ -154,6 +155,7 @@ __all__ = [
     "load_recording",
     "recording_from_spans",
     "request_fingerprint",
+    "restore_content",  # an LLM call's replay bodies in full (content stored once)
     # the transparency log: RFC 9162 Merkle proofs (the module), leaves, signed checkpoints
     "merkle",
     "ChainHead",

@@ -20,6 +20,7 @@ from typing import Any
 from agentreplay_otel import codec, semconv
 from agentreplay_otel.canonical import SpanRecord
 from agentreplay_otel.chainverify import partition_chain
+from agentreplay_otel.store_once import restore
 
 KIND_LLM = "llm"
 KIND_TOOL = "tool"
@@ -91,7 +92,7 @@ def json_or(text: str | None, default: Any) -> Any:
 
 def step_from_span(span: SpanRecord) -> RecordedStep | None:
     """The step a span records, or None for spans that are not LLM or tool calls."""
-    a = span.attributes
+    a = restore(span.attributes)  # the replay bodies in full (content.store_once)
     raw_step = a.get(semconv.STEP)
     if raw_step is None or not raw_step.isdigit():
         return None

@@ -107,6 +107,8 @@ REQUEST: Final = "agentreplay.request"
 RESPONSE: Final = "agentreplay.response"
 RESPONSE_STREAM: Final = "agentreplay.response.stream"
 RESPONSE_HTTP: Final = "agentreplay.response.http"  # {"status", "headers"} of the response, for replay
+# The replay bodies whose long strings are references into the GenAI view (content.store_once), a JSON list.
+CONTENT_REFS: Final = "agentreplay.content.refs"
 NONDETERMINISM: Final = "agentreplay.nondeterminism"  # the run's clock, uuid and random draws, in order
 COST_USD: Final = "agentreplay.cost.usd"
 TOOL_SIDE_EFFECT: Final = "agentreplay.tool.side_effect"

@@ -19,6 +19,7 @@ import agentreplay_otel
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv
 from agentreplay_otel.chain import verify
+from agentreplay_otel.core import restore_content
 from agentreplay_otel.instrumentation.anthropic import AnthropicInstrumentor, _extract
 
 MODEL = "claude-sonnet-4-5"
@@ -37,7 +38,8 @@ def async_client(server: LLMServer) -> anthropic.AsyncAnthropic:
 
 
 def attrs(span: Any) -> dict[str, Any]:
-    return dict(span.attributes or {})
+    """The span's attributes as a reader sees them: the replay bodies restored (content stored once)."""
+    return dict(restore_content(span.attributes or {}))
 
 
 def stream_events(span: Any) -> list[dict]:

@@ -23,6 +23,7 @@ import agentreplay_otel
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv, settings
 from agentreplay_otel.chain import verify
+from agentreplay_otel.core import restore_content
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor, _extract, _responses
 
 MODEL = "gpt-4o-mini"
@@ -42,7 +43,8 @@ def async_client(server: LLMServer) -> openai.AsyncOpenAI:
 
 
 def attrs(span: Any) -> dict[str, Any]:
-    return dict(span.attributes or {})
+    """The span's attributes as a reader sees them: the replay bodies restored (content stored once)."""
+    return dict(restore_content(span.attributes or {}))
 
 
 def stream_events(span: Any) -> list[dict]:

@@ -17,7 +17,15 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from agentreplay_otel.core import KIND_LLM, KIND_TOOL, SpanRecord, json_or, partition_chain, semconv
+from agentreplay_otel.core import (
+    KIND_LLM,
+    KIND_TOOL,
+    SpanRecord,
+    json_or,
+    partition_chain,
+    restore_content,
+    semconv,
+)
 
 _ACTION_VERBS = frozenset({"book", "buy", "purchase", "pay", "send", "transfer", "order", "reserve", "schedule",
                            "cancel", "delete", "remove", "submit", "charge", "refund", "wire", "email", "checkout"})
@@ -232,7 +240,7 @@ def chain_head(spans: Sequence[SpanRecord]) -> str:
 
 
 def _step(span: SpanRecord) -> Step | None:
-    a = span.attributes
+    a = restore_content(span.attributes)  # the replay bodies in full (content stored once)
     raw_step = a.get(semconv.STEP)
     if raw_step is None or not raw_step.isdigit():
         return None
