@@ -16,7 +16,8 @@ Messages shape:
   books at the negotiated price; after a booking on another day than asked, it notices and buys a
   second ticket for the asked-for day, which the manifest (one booking per run) refuses: the run is
   halted. Kept to the day, it books once and completes.
-- Every booking states its price: the negotiated one, else the one the search showed.
+- Every booking states its price: the negotiated one, else the one the search showed (also when an
+  offer got no price back, as from a sandboxed tool).
 - Asked for several days ("Friday and Saturday"), it books one flight per day (the second is refused).
 - Once booked, it answers in text; a streamed request gets the confirmation ("Flight TP125 on Saturday.").
 - An Anthropic request that carries no tools (and no tool blocks) gets a summary of its last user text;
