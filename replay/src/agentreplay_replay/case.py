@@ -22,7 +22,6 @@ a chained span and the manifest, and the verdicts (analysis, which anyone can ru
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import os
@@ -33,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.client import CollectorClient
@@ -529,16 +527,6 @@ def _check_inclusion(case: Case, org_key: Ed25519PublicKey | None, found: _Findi
     return tuple(indexes)
 
 
-def _named_key(token: str) -> Ed25519PublicKey | None:
-    """The agent key an identity token names, its signature not checked."""
-    try:
-        claims = jwt.decode(token, options={"verify_signature": False})
-        raw = base64.urlsafe_b64decode(str(claims["agent_key"]) + "=" * (-len(str(claims["agent_key"])) % 4))
-        return Ed25519PublicKey.from_public_bytes(raw)
-    except (jwt.PyJWTError, KeyError, TypeError, ValueError):
-        return None
-
-
 # --- a case as a read-only store ------------------------------------------------------------------------
 class CaseReader:
     """A case as a read-only :class:`RunReader`: one run, its spans, and its agents' keys as the
@@ -583,10 +571,9 @@ class CaseReader:
         return []
 
     def get_agent_key(self, kid: str) -> Ed25519PublicKey | None:
-        """The key the case's certificate for ``kid`` names, unchecked (the org key checks it:
-        :func:`check`, or ``verify`` with ``certificates``)."""
-        token = self.case.certificates.get(kid)
-        return _named_key(token) if token else None
+        """None: a case vouches for no key by itself. Its seals count against the org key and the
+        case's certificates (:func:`check`, or ``verify`` with ``certificates``)."""
+        return None
 
     def get_agent_certificate(self, kid: str) -> str | None:
         return self.case.certificates.get(kid)
