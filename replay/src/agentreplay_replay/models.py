@@ -92,7 +92,7 @@ class Trial:
     detail: str
     fork_run_id: str = ""
     verdict: Verdict | None = None
-    actions: tuple[str, ...] = ()  # the fork's tool calls from the fork step on, e.g. "book_flight(day=Friday)"
+    actions: tuple[str, ...] = ()  # the fork's acting tool calls past the fork step: "book_flight(day=Friday)"
 
     @property
     def modes(self) -> tuple[str, ...]:
@@ -143,10 +143,11 @@ def _acted(path: str) -> bool:
 
 
 def actions(spans: Sequence[SpanRecord], after: int) -> tuple[str, ...]:
-    """The fork's tool calls past the fork step, as ``name(key=value, ...)`` (arguments left out: none)."""
+    """The fork's tool calls past the fork step that act on the world (a booking, a payment), as
+    ``name(key=value, ...)`` (arguments left out: none)."""
     view = run_view(spans)
     return tuple(f"{s.name}({', '.join(f'{k}={v}' for k, v in s.arguments.items() if v is not None)})"
-                 for s in view.tool_steps if s.step > after)
+                 for s in view.tool_steps if s.step > after and s.acts)
 
 
 def fork_spans(source: RunReader, fork_run_id: str, *, timeout_s: float = 15.0) -> list[SpanRecord]:

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, Protocol
 
 import typer
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
@@ -195,7 +196,7 @@ def _report(agent: str | None, json_: bool, admin_token: str | None, store: str 
     if not rows:
         out.print("no model has been tried yet: `agentreplay models RUN --model M` tries some")
         return
-    out.print(_accuracy_table(rows))
+    out.print(_accuracy_tables(rows))
 
 
 # --- rendering ------------------------------------------------------------------------------------
@@ -212,18 +213,22 @@ def _trials_json(trials: multi.Trials) -> dict[str, Any]:
     }
 
 
-def _table(trials: multi.Trials) -> Table:
+def _table(trials: multi.Trials) -> Group:
     modes = ", ".join(trials.original.mode_ids) or str(trials.original.outcome)
-    table = Table(title=f"run {trials.run_id} forked at step {trials.at} (the run: {modes}); "
-                        f"task {trials.task}: {trials.task_text!r}", title_justify="left")
+    head = Text.assemble(("run ", "bold"), (trials.run_id, "bold cyan"), f" forked at step {trials.at} ",
+                         (f"(the run: {modes})", "red"), f"\ntask {trials.task}: {trials.task_text!r}")
+    table = Table()
     table.add_column("model", no_wrap=True)
     table.add_column("outcome", no_wrap=True)
-    for column in ("modes", "what it did", "why", "fork"):
-        table.add_column(column)
+    table.add_column("modes", no_wrap=True)
+    table.add_column("what it did")
+    table.add_column("fork", no_wrap=True)
     for t in trials.trials:
         table.add_row(t.choice.label, Text(t.outcome.upper(), style=_STYLE.get(t.outcome, "")),
-                      ", ".join(t.modes) or "—", "; ".join(t.actions) or "—", t.detail, t.fork_run_id[:12] or "—")
-    return table
+                      ", ".join(t.modes) or "—", "; ".join(t.actions) or "—", t.fork_run_id[:12] or "—")
+    why = [Text.assemble((f"{t.choice.label}: ", "bold"), t.detail) for t in trials.trials
+           if t.outcome != TRIAL_FIXED]
+    return Group(head, table, *why)
 
 
 def _summary(trials: multi.Trials) -> Text:
@@ -237,16 +242,18 @@ def _summary(trials: multi.Trials) -> Text:
                          ("errored: ", "bold"), named(TRIAL_ERRORED))
 
 
-def _accuracy_table(rows: Sequence[ModelAccuracy]) -> Table:
-    table = Table(title="model accuracy per task (fixed among the trials that ran to a verdict)",
-                  title_justify="left")
-    table.add_column("task", no_wrap=True)
-    table.add_column("request", max_width=40)
-    table.add_column("model", no_wrap=True)
-    for column in ("trials", "fixed", "repeated", "otherwise", "errored", "accuracy"):
-        table.add_column(column, justify="right")
-    for r in rows:
-        accuracy = "—" if r.accuracy is None else f"{r.accuracy:.0%}"
-        table.add_row(r.task, r.task_text, f"{r.provider}:{r.model}", str(r.trials), str(r.fixed),
-                      str(r.repeated), str(r.failed_otherwise), str(r.errored), accuracy)
-    return table
+def _accuracy_tables(rows: Sequence[ModelAccuracy]) -> Group:
+    """One table per task: each model's trials and how often it fixed the failure."""
+    parts: list[Any] = [Text("model accuracy per task: fixed among the trials that ran to a verdict", style="bold")]
+    for task in dict.fromkeys(r.task for r in rows):
+        mine = [r for r in rows if r.task == task]
+        table = Table(title=f"task {task}: {mine[0].task_text!r}", title_justify="left")
+        table.add_column("model", no_wrap=True)
+        for column in ("trials", "fixed", "repeated", "otherwise", "errored", "accuracy"):
+            table.add_column(column, justify="right")
+        for r in sorted(mine, key=lambda r: (-(r.accuracy or 0.0), r.provider, r.model)):
+            accuracy = "—" if r.accuracy is None else f"{r.accuracy:.0%}"
+            table.add_row(f"{r.provider}:{r.model}", str(r.trials), str(r.fixed), str(r.repeated),
+                          str(r.failed_otherwise), str(r.errored), accuracy)
+        parts.append(table)
+    return Group(*parts)
