@@ -72,6 +72,7 @@ from agentreplay_otel.manifest import (
     evaluate_tool,
     parse_manifest,
 )
+from agentreplay_otel.pricing import Prices, cost_usd, load_prices
 from agentreplay_otel.recording import (
     KIND_LLM,
     KIND_TOOL,
@@ -156,6 +157,10 @@ __all__ = [
     "recording_from_spans",
     "request_fingerprint",
     "restore_content",  # an LLM call's replay bodies in full (content stored once)
+    # what an LLM call cost (the price table)
+    "Prices",
+    "cost_usd",
+    "load_prices",
     # the transparency log: RFC 9162 Merkle proofs (the module), leaves, signed checkpoints
     "merkle",
     "ChainHead",

@@ -18,8 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentreplay_collector.models import TrustScore
-from agentreplay_otel.core import SpanRecord, json_or, semconv
-from agentreplay_otel.pricing import Prices, cost_usd, load_prices
+from agentreplay_otel.core import Prices, SpanRecord, cost_usd, json_or, load_prices, semconv
 from agentreplay_replay.analysis import Outcome, Verdict, run_view
 from agentreplay_replay.analysis.transcript import chain_head
 from agentreplay_replay.narrative import (
