@@ -1,0 +1,86 @@
+"""What keeps the recorder light, held to its behaviour: attributes we built set without the SDK's
+cleaning (and with it when a value needs it), no metric work without a reader, and the request
+kept as the text the client library sent."""
+
+from __future__ import annotations
+
+import json
+
+import openai
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+
+from agentreplay_dev.llm_server import LLMServer, ScriptedReply
+from agentreplay_otel import runs, semconv
+from agentreplay_otel.core import restore_content
+from agentreplay_otel.instrumentation._attributes import set_built
+from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
+from agentreplay_otel.metrics import GenAIMetrics
+
+
+def test_set_built_stores_our_values_as_the_sdk_would():
+    span = TracerProvider().get_tracer("t").start_span("s")
+    set_built(span, {"a": "text", "n": 3, "x": 0.5, "b": True, "reasons": ["stop", "length"]})
+    assert dict(span.attributes) == {"a": "text", "n": 3, "x": 0.5, "b": True, "reasons": ("stop", "length")}
+
+
+@pytest.mark.parametrize("odd", [None, {"k": "v"}, [1, "two"], [None], object()])
+def test_set_built_leaves_a_value_that_needs_cleaning_to_the_sdk(odd):
+    span = TracerProvider().get_tracer("t").start_span("s")
+    set_built(span, {"fine": "yes", "odd": odd})
+    cleaned = TracerProvider().get_tracer("t").start_span("s")
+    cleaned.set_attributes({"fine": "yes", "odd": odd})
+    expected = dict(cleaned.attributes)
+    assert dict(span.attributes) == expected
+
+
+def test_set_built_honours_limits_and_ended_spans():
+    limited = TracerProvider(span_limits=SpanLimits(max_span_attribute_length=4)).get_tracer("t").start_span("s")
+    set_built(limited, {"long": "truncate me"})
+    assert limited.attributes["long"] == "trun"
+    span = TracerProvider().get_tracer("t").start_span("s")
+    span.end()
+    set_built(span, {"late": "x"})
+    assert "late" not in span.attributes
+
+
+def test_genai_metrics_active_only_with_a_reader():
+    assert not GenAIMetrics(MeterProvider()).active
+    provider = MeterProvider()
+    metrics = GenAIMetrics(provider)
+    provider.add_metric_reader(InMemoryMetricReader())  # a reader added after the instrumentor ran
+    assert metrics.active
+    assert GenAIMetrics(MeterProvider(metric_readers=[InMemoryMetricReader()])).active
+
+
+def test_chat_completions_create_records_no_metrics_without_a_reader_and_keeps_the_request_as_sent(recorder):
+    reader = InMemoryMetricReader()
+    meters = MeterProvider()
+    OpenAIInstrumentor().instrument(tracer_provider=recorder.provider, meter_provider=meters)
+    server = LLMServer([ScriptedReply(text="one two three")] * 2).start()
+    sent: list[bytes] = []
+    try:
+        client = openai.OpenAI(base_url=server.base_url_openai, api_key="test", max_retries=0,
+                               http_client=openai.DefaultHttpxClient(
+                                   event_hooks={"request": [lambda r: sent.append(r.read())]}))
+        messages = [{"role": "user", "content": "Find me a flight to Lisbon on Friday, é"}]
+        with runs.run("cost", tracer_provider=recorder.provider):
+            list(client.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True))
+            meters.add_metric_reader(reader)  # from now on someone reads
+            client.chat.completions.create(model="gpt-4o-mini", messages=messages)
+    finally:
+        OpenAIInstrumentor().uninstrument()
+        server.stop()
+        meters.shutdown()
+    data = reader.get_metrics_data()
+    points = [(m.name, len(m.data.data_points)) for rm in data.resource_metrics for sm in rm.scope_metrics
+              for m in sm.metrics]
+    # the streamed call, made while nobody read, left no point (no chunk timings at all); the second did
+    assert (semconv.METRIC_OPERATION_DURATION, 1) in points
+    assert not any(name == semconv.METRIC_OPERATION_TIME_PER_OUTPUT_CHUNK for name, _ in points)
+    calls = [s for s in recorder.spans() if s.attributes.get(semconv.STEP) is not None]
+    requests = [restore_content(dict(s.attributes))[semconv.REQUEST] for s in calls]
+    assert [r.encode() for r in requests] == sent  # the text the library encoded, not re-encoded
+    assert json.loads(requests[0])["stream"] is True
