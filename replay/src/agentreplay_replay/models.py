@@ -37,8 +37,7 @@ from agentreplay_collector.models import (
 )
 from agentreplay_collector.store import RunReader
 from agentreplay_otel.core import SpanRecord, semconv
-from agentreplay_otel.replay import Mode, Plan
-from agentreplay_otel.replay._translate import ENDPOINTS, model_spec
+from agentreplay_otel.replay import ENDPOINTS, Mode, Plan, model_spec
 from agentreplay_replay import replayer
 from agentreplay_replay.analysis import Outcome, RunView, Verdict, detect, run_view
 

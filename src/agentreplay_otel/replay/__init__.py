@@ -38,12 +38,15 @@ from agentreplay_otel.replay._model import (
 )
 from agentreplay_otel.replay._session import ReplaySession, recorded_failure
 from agentreplay_otel.replay._spool import ENV_REPLAY_SPOOL, read_spool, spool_exporters
+from agentreplay_otel.replay._translate import ENDPOINTS, Endpoint, model_spec
 
 __all__ = [
+    "ENDPOINTS",
     "ENV_REPLAY",
     "ENV_REPLAY_REPORT",
     "ENV_REPLAY_SPOOL",
     "Divergence",
+    "Endpoint",
     "FieldDiff",
     "ForkComplete",
     "Mode",
@@ -63,6 +66,7 @@ __all__ = [
     "install",
     "install_from_env",
     "merge_patch",
+    "model_spec",
     "mock_result",
     "read_spool",
     "recorded_failure",

@@ -28,7 +28,7 @@ from agentreplay_collector.models import (
 )
 from agentreplay_collector.store import RunReader, Store
 from agentreplay_otel.core import semconv
-from agentreplay_otel.replay._translate import ENDPOINTS
+from agentreplay_otel.replay import ENDPOINTS
 from agentreplay_replay import models as multi
 from agentreplay_replay.analysis import Verdict
 from agentreplay_replay.cli._analyze import verdict_store
