@@ -50,7 +50,9 @@ def test_an_anthropic_run_forked_onto_an_openai_endpoint(instrumented, stream):
     with LLMServer(weather_model) as server:
         recorded, recording, _ = instrumented.record_run(lambda: agent(server, stream=stream))
         assert recorded == (["get_weather:Paris"], "It is sunny (claude-haiku-4-5).")
-        fix = {"model": "gpt-4o", "provider": "openai", "base_url": server.base_url_openai}
+        # the two spellings of the target: models' (provider apart) and fork --model's (provider:model)
+        target = {"model": "openai:gpt-4o"} if stream else {"model": "gpt-4o", "provider": "openai"}
+        fix = {**target, "base_url": server.base_url_openai}
         session = ReplaySession(recording, Plan(mode=Mode.FORK, fork_at=0, fix=fix))
         install(session)
         server.reset()

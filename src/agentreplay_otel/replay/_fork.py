@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentreplay_otel.recording import Recording
-from agentreplay_otel.replay._translate import Route
+from agentreplay_otel.replay._translate import Route, model_spec
 
 
 def apply_fix(body: Mapping[str, Any], fix: Mapping[str, Any]) -> dict[str, Any]:
@@ -37,7 +37,8 @@ def apply_fix(body: Mapping[str, Any], fix: Mapping[str, Any]) -> dict[str, Any]
 def fork_route(recording: Recording, fix: Mapping[str, Any], fork_at: int | None, step: int, provider: str,
                body: dict[str, Any]) -> tuple[dict[str, Any], Route | None]:
     """The fix's model on every live call the recorded model answered, from the fork on, and the
-    route to it when it is another provider's (``fix["provider"]``) or endpoint (``fix["base_url"]``).
+    route to it when it is another provider's (``fix["provider"]``, or ``provider:model``) or
+    endpoint (``fix["base_url"]``).
 
     The agent's other models (a summariser on another provider) answer as they did."""
     model = fix.get("model")
@@ -46,8 +47,9 @@ def fork_route(recording: Recording, fix: Mapping[str, Any], fork_at: int | None
     forked = recording.steps[fork_at]
     if step != fork_at and (provider != forked.provider or body.get("model") != forked.request.get("model")):
         return body, None
+    named, model = model_spec(str(model))  # `fork --model anthropic:claude-haiku-4-5` names its provider too
     body = {**body, "model": model}
-    target = str(fix.get("provider") or provider)
+    target = str(fix.get("provider") or named or provider)
     if target == provider and not fix.get("base_url"):
         return body, None
     return body, Route(source=provider, target=target, model=str(model), base_url=fix.get("base_url"))
