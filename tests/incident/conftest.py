@@ -8,9 +8,7 @@ start their own world: this one is shared.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -18,11 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
-from agentreplay_dev.collector import CollectorProcess, write_config
-from agentreplay_dev.scenario import STORY_REQUEST, FlightWorld, airline_server, issue_identity
-from agentreplay_otel.core import certify_log_key, generate_key, load_private_key, semconv, write_private_key
+from agentreplay_dev.scenario import STORY_REQUEST, FlightWorld, flight_world
 
 
 @dataclass
@@ -31,46 +26,6 @@ class RecordedFlight:
     run_id: str
     org_public: Path  # the org public key (PEM)
     org_private: Path
-
-
-def transparency_config(path: Path, log_dir: Path, org_private: Path, *, interval: str = "200ms") -> None:
-    """Add the transparency log to a collector config: a log key the org certifies, checkpoints every ``interval``."""
-    log_dir.mkdir(parents=True, exist_ok=True)
-    key = generate_key()
-    write_private_key(key, log_dir / "log.key")
-    certificate = certify_log_key(load_private_key(org_private), key.public_key())
-    (log_dir / "log.cert.json").write_text(json.dumps(certificate))
-    doc = yaml.safe_load(path.read_text())
-    doc.setdefault("extensions", {})["agentreplay_transparency"] = {
-        "signing_key": str(log_dir / "log.key"),
-        "certificate": str(log_dir / "log.cert.json"),
-        "checkpoint_interval": interval,
-    }
-    doc["service"]["extensions"] = [*doc["service"].get("extensions", []), "agentreplay_transparency"]
-    path.write_text(yaml.safe_dump(doc, sort_keys=False))
-
-
-@contextlib.contextmanager
-def logged_flight_world(root: Path) -> Iterator[FlightWorld]:
-    """The flight world (:func:`agentreplay_dev.scenario.flight_world`'s parts, its environment for the
-    agent) with the transparency log on."""
-    creds = issue_identity(root)
-    store = root / "store"
-    config = write_config(root / "collector.yaml", store=f"chdb://{store}",
-                          org_public_key=creds[semconv.ENV_ORG_PUBLIC_KEY], scope={})
-    transparency_config(config, root / "log", root / "org.pem")
-    ledger = root / "airline-ledger.jsonl"
-    with airline_server() as model, CollectorProcess(config, log=root / "collector.log") as collector:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))} | creds | {
-            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://{collector.grpc}",
-            "OTEL_EXPORTER_OTLP_INSECURE": "true",
-            "OTEL_SERVICE_NAME": "flight-booker",
-            "OPENAI_BASE_URL": model.base_url_openai,
-            "ANTHROPIC_BASE_URL": model.base_url_anthropic,
-            "FLIGHT_LEDGER": str(ledger),
-            semconv.ENV_COLLECTOR: collector.control,
-        }
-        yield FlightWorld(root=root, store=store, collector=collector, model=model, env=env, ledger=ledger)
 
 
 def wait_until_logged(world: FlightWorld, run_id: str, timeout_s: float = 60.0) -> None:
@@ -118,7 +73,7 @@ def flight(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RecordedFlight]
     """The story (asked for Friday at the best price: negotiated, misbooked, second ticket refused,
     halted), recorded once, judged, in the log."""
     root = tmp_path_factory.mktemp("incident")
-    with logged_flight_world(root) as world:
+    with flight_world(root, log=True) as world:
         run_id = record_story(world)
         wait_for_decisions(world, run_id)
         wait_until_logged(world, run_id)
@@ -131,7 +86,7 @@ def stopped_flight(tmp_path_factory: pytest.TempPathFactory) -> RecordedFlight:
     """The story recorded in a world of its own, then the collector and the airline model stopped: only the
     store directory is left (and the keys)."""
     root = tmp_path_factory.mktemp("stopped")
-    with logged_flight_world(root) as world:
+    with flight_world(root, log=True) as world:
         run_id = record_story(world)
         wait_for_decisions(world, run_id)
         wait_until_logged(world, run_id)

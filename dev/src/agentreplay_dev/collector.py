@@ -24,6 +24,7 @@ from typing import IO, Any
 import yaml
 
 from agentreplay_collector.client import CollectorClient
+from agentreplay_otel.core import certify_log_key, generate_key, load_private_key, write_private_key
 
 READY_PREFIX = "agentreplay-collector ready "
 
@@ -84,6 +85,25 @@ def write_config(
     }
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
     return path
+
+
+def add_transparency(config: Path, log_dir: Path, org_private: Path, *, interval: str = "200ms") -> Path:
+    """Turn the transparency log on in a collector config: a log key the org certifies (written under
+    ``log_dir``), a signed checkpoint every ``interval``."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    key = generate_key()
+    write_private_key(key, log_dir / "log.key")
+    certificate = certify_log_key(load_private_key(org_private), key.public_key())
+    (log_dir / "log.cert.json").write_text(json.dumps(certificate))
+    doc = yaml.safe_load(config.read_text())
+    doc.setdefault("extensions", {})["agentreplay_transparency"] = {
+        "signing_key": str(log_dir / "log.key"),
+        "certificate": str(log_dir / "log.cert.json"),
+        "checkpoint_interval": interval,
+    }
+    doc["service"]["extensions"] = [*doc["service"].get("extensions", []), "agentreplay_transparency"]
+    config.write_text(yaml.safe_dump(doc, sort_keys=False))
+    return config
 
 
 class CollectorProcess:

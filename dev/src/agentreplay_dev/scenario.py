@@ -16,6 +16,9 @@ Messages shape:
   books at the negotiated price; after a booking on another day than asked, it notices and buys a
   second ticket for the asked-for day, which the manifest (one booking per run) refuses: the run is
   halted. Kept to the day, it books once and completes.
+- Having haggled, it books the flight it last made an offer for (so a fork that changes only the step
+  that chose it keeps to that choice), at the price the airline answered; told to keep the day, it
+  makes an offer for the asked-for day's flight first, if it has not.
 - Every booking states its price: the negotiated one, else the one the search showed (also when an
   offer got no price back, as from a sandboxed tool).
 - Asked for several days ("Friday and Saturday"), it books one flight per day (the second is refused).
@@ -39,7 +42,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from agentreplay_dev.collector import CollectorProcess, write_config
+from agentreplay_dev.collector import CollectorProcess, add_transparency, write_config
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_otel import identity, semconv
 
@@ -130,21 +133,16 @@ def _decide(c: _Conversation) -> ScriptedReply:
         other = "Saturday" if asked != "Saturday" else "Friday"
         return ScriptedReply(tool_calls=[ToolCallSpec("search_flights", {"destination": "Lisbon", "day": d})
                                          for d in (asked, other)])
-    flights = c.flights()
+    flights, offers = c.flights(), c.named("negotiate_fare")
     kept = [f for f in flights if f["day"] in days] if c.keeps_the_day else []
-    choice = min(kept or flights, key=lambda f: f["price_eur"])
-    if not c.haggles:
-        return _book(choice)
-    quote = next((q.result for q in c.named("negotiate_fare") if isinstance(q.result, dict)
-                  and q.result.get("flight") == choice["flight"] and "price_eur" in q.result), None)
-    offered = any(q.arguments.get("flight") == choice["flight"] for q in c.named("negotiate_fare"))
-    if quote is None and offered:  # the offer got no price back (a sandboxed tool's empty result): listed price
-        return _book(choice)
-    if quote is None:
-        offer = round(choice["price_eur"] * _OFFER)
-        return ScriptedReply(tool_calls=[ToolCallSpec(
-            "negotiate_fare", {"flight": choice["flight"], "day": choice["day"], "offer_eur": offer})])
-    return _book(choice, price_eur=quote["price_eur"])
+    haggled = [f for f in flights if offers and f["flight"] == offers[-1].arguments.get("flight")]
+    choice = min(kept or haggled or flights, key=lambda f: f["price_eur"])
+    offer = next((q for q in reversed(offers) if q.arguments.get("flight") == choice["flight"]), None)
+    if offer is None and c.haggles:
+        return ScriptedReply(tool_calls=[ToolCallSpec("negotiate_fare", {
+            "flight": choice["flight"], "day": choice["day"], "offer_eur": round(choice["price_eur"] * _OFFER)})])
+    answer = offer.result if offer is not None and isinstance(offer.result, dict) else {}
+    return _book(choice, price_eur=answer.get("price_eur") if answer.get("flight") == choice["flight"] else None)
 
 
 def _flight_on(c: _Conversation, day: str) -> dict:
@@ -328,11 +326,15 @@ def issue_identity(root: Path, agent_id: str = "flight-booker") -> dict[str, str
 
 
 @contextlib.contextmanager
-def flight_world(root: Path, *, store: Path | None = None) -> Iterator[FlightWorld]:
+def flight_world(root: Path, *, store: Path | None = None, log: bool = False) -> Iterator[FlightWorld]:
+    """The identity, the collector (auth, scope; with ``log``, the transparency log, its key certified
+    by the org) and the airline model, and the agent's environment for them."""
     creds = issue_identity(root)
     store = store or root / "store"
     config = write_config(root / "collector.yaml", store=f"chdb://{store}",
                           org_public_key=creds[semconv.ENV_ORG_PUBLIC_KEY], scope={})
+    if log:
+        add_transparency(config, root / "log", root / "org.pem")
     ledger = root / "airline-ledger.jsonl"
     ledger.unlink(missing_ok=True)
     with airline_server() as model, CollectorProcess(config, log=root / "collector.log") as collector:
