@@ -57,10 +57,10 @@ def _tools(world: FlightWorld, run_id: str) -> list[tuple[str, dict]]:
             for s in calls]
 
 
-def _cli_json(world: FlightWorld, *args: str) -> dict:
+def _cli_json(world: FlightWorld, *args: str, code: int = 0) -> dict:
     done = subprocess.run(world.cli_args(*args, "--json"), env=world.env, capture_output=True, text=True,
-                          timeout=120)
-    assert done.returncode == 0, done.stdout + done.stderr
+                          timeout=180)
+    assert done.returncode == code, done.stdout + done.stderr
     return json.loads(done.stdout)
 
 
@@ -107,6 +107,19 @@ def test_the_story_run_verifies_sealed(world, story):
                           text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "intact" in done.stdout and "sealed (signature valid)" in done.stdout
+
+
+def test_the_analysis_blames_the_booking_decision_and_its_fork_books_friday_sandboxed(world, story):
+    _, run_id, _ = story
+    [verdict] = _cli_json(world, "analyze", run_id, code=1)["verdicts"]
+    assert verdict["verdict"] == "failed" and verdict["culprit"]["step"] == 5  # the model's choice of Saturday
+    assert {m["mode"] for m in verdict["modes"]} >= {"FM-1.1", "FM-1.2"}  # wrong day; the refused second ticket
+    bookings = world.bookings()
+    fork = _cli_json(world, "fork", run_id, "--at", str(verdict["fix"]["at"]), "--system", verdict["fix"]["system"],
+                     code=0)["report"]
+    assert world.bookings() == bookings  # sandboxed
+    assert [call for call in _tools(world, fork["replay_run_id"]) if call[0] == "book_flight"] == [
+        ("book_flight", {"flight": "TP123", "day": "Friday", "price_eur": 129})]
 
 
 def test_the_fixed_agent_books_friday_once_and_completes(world, fixed):
