@@ -31,8 +31,9 @@ from agentreplay_collector.models import (
 )
 from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
 from agentreplay_otel.core import IdentityError, load_public_key, semconv
-from agentreplay_replay.case import CaseError, CaseReader
+from agentreplay_replay.case import Case, CaseError, CaseReader
 from agentreplay_replay.case import check as check_case
+from agentreplay_replay.case import collect as collect_case
 from agentreplay_replay.case import read as read_case
 from agentreplay_replay.cli._common import CLIError
 
@@ -208,6 +209,17 @@ def open_run(arg: str, store: str | None, collector: str | None, *, allow_unveri
         return
     with reader(store, collector) as source:
         yield source, resolve_run(source, arg)
+
+
+def case_of(source: RunReader, run_id: str) -> Case:
+    """The run's case: the file's own when ``source`` is one (:func:`open_run`), else collected from the
+    collector or the store."""
+    if isinstance(source, CaseReader):
+        return source.case
+    try:
+        return collect_case(source, run_id)
+    except CaseError as exc:
+        raise CLIError(str(exc)) from exc
 
 
 def org_key_from_env() -> Ed25519PublicKey | None:

@@ -10,9 +10,8 @@ import typer
 from rich.table import Table
 
 from agentreplay_collector.models import TrustScore
-from agentreplay_replay import case as casefile
 from agentreplay_replay import incident as incidents
-from agentreplay_replay.cli._client import Collector, open_run
+from agentreplay_replay.cli._client import Collector, case_of, open_run
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
 from agentreplay_replay.cli._testgen import PANEL, OrgKeyOpt, org_key
 
@@ -45,10 +44,7 @@ def incident(
     """
     key = org_key(org_key_path)
     with open_run(run, store, collector, org_key=key) as (source, run_id):
-        try:
-            case = source.case if isinstance(source, casefile.CaseReader) else casefile.collect(source, run_id)
-        except casefile.CaseError as exc:
-            raise CLIError(str(exc)) from exc
+        case = case_of(source, run_id)
         trust = _trust(source, case.summary.agent_id)
     try:
         written = incidents.write_incident(case, output, key, trust=trust)

@@ -9,9 +9,8 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_otel.core import IdentityError, load_public_key, semconv
-from agentreplay_replay import case as casefile
 from agentreplay_replay import testgen as generator
-from agentreplay_replay.cli._client import open_run, org_key_from_env
+from agentreplay_replay.cli._client import case_of, open_run, org_key_from_env
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
 
 PANEL = "Incidents"
@@ -64,10 +63,7 @@ def testgen(
     """
     key = org_key(org_key_path)
     with open_run(run, store, collector, org_key=key) as (source, run_id):
-        try:
-            case = source.case if isinstance(source, casefile.CaseReader) else casefile.collect(source, run_id)
-        except casefile.CaseError as exc:
-            raise CLIError(str(exc)) from exc
+        case = case_of(source, run_id)
     try:
         written = generator.generate(case, output, key)
     except generator.TestgenError as exc:
