@@ -15,7 +15,7 @@ import subprocess
 
 import pytest
 
-from agentreplay_dev.scenario import flight_world
+from agentreplay_dev.scenario import BIN, flight_world
 from agentreplay_otel import semconv
 
 CAREFUL_ANTHROPIC = "claude-careful-4-5"
@@ -160,6 +160,21 @@ def test_a_case_file(world):
     doc = json.loads(done.stdout)
     assert doc["run_id"] == world.run_id and doc["at"] == 3
     assert [t["outcome"] for t in doc["trials"]] == ["fixed"]
+
+
+def test_a_case_file_with_no_collector_is_judged_from_the_agents_own_spans(world):
+    """The forks go nowhere (no collector answers), yet each is judged: the replay's spool brings its
+    spans back; the trial is said not stored."""
+    case = world.root / "offline.case.json"
+    assert cli(world, "export", world.run_id, "-o", str(case)).returncode == 0
+    env = {k: v for k, v in world.env.items() if k != semconv.ENV_COLLECTOR}
+    command = [str(BIN / "agentreplay"), "models", str(case), "--model", "gpt-4o-careful", "--model", "gpt-4o-mini",
+               "--json", "--collector", _dead_endpoint()]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=world.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert [t["outcome"] for t in doc["trials"]] == ["fixed", "repeated"]
+    assert doc["stored"] is False and doc["store_error"]
 
 
 def test_bad_input(world):

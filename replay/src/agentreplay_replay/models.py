@@ -163,8 +163,8 @@ def fork_spans(source: RunReader, fork_run_id: str, *, timeout_s: float = 15.0) 
 def try_model(source: RunReader, forks: RunReader, run_id: str, at: int, choice: ModelChoice,
               original: Verdict, *, command: Sequence[str], otlp: str | None, allow_unverified: bool,
               timeout_s: float, stdout: TextIO, stderr: TextIO) -> Trial:
-    """Fork ``run_id`` at ``at`` onto one model and judge the fork. ``forks``: where the fork's run
-    is read back (the collector that records it)."""
+    """Fork ``run_id`` at ``at`` onto one model and judge the fork: its spans as the agent wrote them
+    (the replay's spool), else as ``forks`` (the collector that records it) stored them."""
     plan = Plan(mode=Mode.FORK, fork_at=at, fix=choice.fix())
     try:
         outcome = replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified, otlp=otlp,
@@ -175,10 +175,10 @@ def try_model(source: RunReader, forks: RunReader, run_id: str, at: int, choice:
     if not fork_id:
         return Trial(choice=choice, outcome=TRIAL_ERRORED,
                      detail=f"the agent exited {outcome.exit_code} without a fork: {_last(outcome.stderr_tail)}")
-    spans = fork_spans(forks, fork_id)
+    spans = list(outcome.spans) or fork_spans(forks, fork_id)  # the replay's spool, else the collector's copy
     if not spans:
         return Trial(choice=choice, outcome=TRIAL_ERRORED, fork_run_id=fork_id,
-                     detail="the fork's run was not recorded (no collector took it)")
+                     detail="the fork's spans came back neither from the agent nor from a collector")
     verdict = detect(spans)
     result, detail = compare(original, verdict)
     if result == TRIAL_ERRORED and outcome.exception is not None:

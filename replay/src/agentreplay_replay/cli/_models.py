@@ -129,16 +129,13 @@ def models(
 
 
 def _forks(source: RunReader, collector: str | None, otlp_endpoint: str | None) -> tuple[RunReader, str | None]:
-    """Where the forks are recorded and read back: the running collector (also for a case file)."""
+    """Where the forks are recorded (the running collector, also for a case file; none: judged from
+    the agent's own spool only, not recorded) and read back if the spool has none."""
     client = source if isinstance(source, Collector) else Collector(collector)
     otlp = otlp_endpoint or client.otlp_endpoint()
-    if isinstance(source, Collector):
-        return source, otlp
-    if isinstance(source, Store) and otlp_endpoint:
-        return source, otlp  # the store directly, with the forks sent to a collector writing into it
-    if not client.healthy():
-        raise CLIError("the forks must be recorded to be judged: start agentreplay-collector (or give --collector)")
-    return client, otlp
+    if isinstance(source, Collector) or (isinstance(source, Store) and otlp_endpoint):
+        return source, otlp  # a store opened directly: the forks go to a collector writing into it
+    return (client, otlp) if client.healthy() else (source, otlp)
 
 
 def _stored_verdicts(source: RunReader, run_id: str) -> list[Verdict]:
