@@ -11,9 +11,10 @@ The real ``openai`` client, ~2 KB of messages, a local model server in its own p
 * ``openllmetry``: Traceloop's ``opentelemetry-instrumentation-openai`` (content on by default).
 
 Each peer is installed in its own folder under ``bench/.deps/`` (``make bench`` does it: two of
-them need different versions of one shared package), and each configuration runs in a fresh
-process of its own, one after the other in interleaved rounds, so drift on a shared machine
-hits all alike. A peer that is not installed is left out. Every instrumented configuration
+them need different versions of one shared package), and each configuration runs in a process
+of its own, started once and warmed; the driver then asks each in turn for a small batch of
+calls (one at a time: the others wait), round after round, so drift and neighbours on a shared
+machine hit all alike. A peer that is not installed is left out. Every instrumented configuration
 exports through a ``BatchSpanProcessor`` to an exporter that discards, with the meter provider
 ``opentelemetry-instrument`` leaves when ``OTEL_METRICS_EXPORTER=none`` (the API's default), so
 the figure is what the agent's own thread pays: wall time, and the calling thread's CPU time
@@ -22,7 +23,7 @@ the figure is what the agent's own thread pays: wall time, and the calling threa
 Prints JSON (and writes ``bench/results/instrumentation.json``): median µs per call, µs added
 over the baseline, and the ratio of what we add to what each peer adds, plain and streamed.
 
-    python bench/instrumentation_bench.py [--calls 300] [--rounds 6] [--deps DIR] [--only NAME ...]
+    python bench/instrumentation_bench.py [--calls 25] [--rounds 24] [--deps DIR] [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -118,19 +119,22 @@ def measure(client: Any, calls: int, stream: bool) -> tuple[list[float], list[fl
     return out, cpu
 
 
-def worker(name: str, base_url: str, calls: int, warm: int) -> dict[str, Any]:
+def worker(name: str, base_url: str, warm: int) -> None:
+    """Serve the driver: each line ``MODE N`` read is answered with N calls' timings (one JSON line)."""
     import openai
 
+    if name == "agentreplay-before":
+        name = "agentreplay"
     if PEERS[name][1] is not None:
         _instrument(name)
     client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
-    samples: dict[str, Any] = {}
     for mode in MODES:
         measure(client, warm, stream=mode == "stream")  # warm the connection, the client, the caches
-    for mode in MODES:
-        wall, cpu = measure(client, calls, stream=mode == "stream")
-        samples[mode] = {"wall": wall, "cpu": cpu}
-    return samples
+    print("ready", flush=True)
+    for line in sys.stdin:
+        mode, calls = line.split()
+        wall, cpu = measure(client, int(calls), stream=mode == "stream")
+        print(json.dumps({"wall": wall, "cpu": cpu}), flush=True)
 
 
 # --- the driver ---------------------------------------------------------------------------------
@@ -164,15 +168,36 @@ def _env_for(name: str, deps: Path) -> dict[str, str] | None:
     return env
 
 
-def _run_worker(name: str, env: dict[str, str], base_url: str, calls: int, warm: int) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", name, "--base-url", base_url, "--calls", str(calls),
-         "--warm", str(warm)],
-        env=env, capture_output=True, text=True, check=False,
-    )
-    if out.returncode != 0:
-        raise RuntimeError(f"{name} worker failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
+class Worker:
+    """One configuration's process, asked for a batch of calls at a time."""
+
+    def __init__(self, name: str, env: dict[str, str], base_url: str, warm: int) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--worker", name, "--base-url", base_url, "--warm", str(warm)],
+            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )
+        if self._line() != "ready":
+            raise RuntimeError(f"{name}: the worker did not start")
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"{self.name}: the worker ended (its stderr says why)")
+        return line.strip()
+
+    def batch(self, mode: str, calls: int) -> dict[str, list[float]]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{mode} {calls}\n")
+        self.proc.stdin.flush()
+        got: dict[str, list[float]] = json.loads(self._line())
+        return got
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
 
 
 def summarise(samples: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, Any]:
@@ -185,44 +210,56 @@ def summarise(samples: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str
             added = {n: medians[n] - medians["baseline"] for n in medians if n != "baseline"}
             entry[f"{label}median_us"] = {k: round(v, 1) for k, v in medians.items()}
             entry[f"{label}added_us"] = {k: round(v, 1) for k, v in added.items()}
-            if "agentreplay" in added:
-                entry[f"{label}ratio_added_agentreplay_to"] = {
-                    n: round(added["agentreplay"] / v, 3) for n, v in added.items() if n != "agentreplay" and v > 0
-                }
+            for ours in ("agentreplay", "agentreplay-before"):
+                if ours in added:
+                    entry[f"{label}ratio_added_{ours}_to"] = {
+                        n: round(added[ours] / v, 3) for n, v in added.items() if n != ours and v > 0
+                    }
         result[mode] = entry
     return result
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=300, help="calls per configuration, mode and round")
-    parser.add_argument("--rounds", type=int, default=6, help="interleaved rounds")
+    parser.add_argument("--calls", type=int, default=25, help="calls per configuration, mode and round")
+    parser.add_argument("--rounds", type=int, default=24, help="interleaved rounds")
     parser.add_argument("--warm", type=int, default=40, help="unmeasured calls per mode before measuring")
     parser.add_argument("--deps", default=str(DEPS), help="folder with one folder per peer (pip --target)")
     parser.add_argument("--only", nargs="*", help="configurations to run (the baseline always runs)")
     parser.add_argument("--out", default=str(RESULTS), help="where the JSON result is written")
+    parser.add_argument("--before-src", help="also measure the recorder from this source folder (an older "
+                                             "checkout's src/), as agentreplay-before: before and after in one run")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.worker, args.base_url, args.calls, args.warm)))
+        worker(args.worker, args.base_url, args.warm)
         return {}
 
     names = ["baseline"] + [n for n in PEERS if n != "baseline" and (not args.only or n in args.only)]
     envs = {n: env for n in names if (env := _env_for(n, Path(args.deps))) is not None}
+    if args.before_src:
+        env = _env_for("agentreplay", Path(args.deps)) or {}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.before_src, env.get("PYTHONPATH")]))
+        envs["agentreplay-before"] = env
     for missing in set(names) - set(envs):
         print(f"{missing}: not installed under {args.deps}: left out", file=sys.stderr)
     samples = {n: {m: {"wall": [], "cpu": []} for m in MODES} for n in envs}
     with model_server() as base_url:
-        order = list(envs)
-        for round_no in range(args.rounds):
-            for name in order:
-                got = _run_worker(name, envs[name], base_url, args.calls, args.warm)
+        workers = [Worker(n, env, base_url, args.warm) for n, env in envs.items()]
+        try:
+            for round_no in range(args.rounds):
                 for mode in MODES:
-                    for kind in ("wall", "cpu"):
-                        samples[name][mode][kind] += got[mode][kind]
-            order = order[1:] + order[:1]  # no configuration always runs first or last
-            print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
+                    for worker_ in workers:
+                        got = worker_.batch(mode, args.calls)
+                        for kind in ("wall", "cpu"):
+                            samples[worker_.name][mode][kind] += got[kind]
+                workers = workers[1:] + workers[:1]  # no configuration always runs first or last
+                if (round_no + 1) % 4 == 0:
+                    print(f"round {round_no + 1}/{args.rounds} done", file=sys.stderr)
+        finally:
+            for worker_ in workers:
+                worker_.close()
 
     result: dict[str, Any] = {"calls_per_config": args.calls * args.rounds,
                               "message_bytes": len(json.dumps(messages())), "configs": list(envs)}
