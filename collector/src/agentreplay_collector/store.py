@@ -582,6 +582,50 @@ class Store:
         rows = self._call("run owners", "query", sql, parameters={"ids": list(run_ids)}).result_rows
         return {run_id: agent for run_id, agent in rows}
 
+    @property
+    def exclusive(self) -> bool:
+        """Whether this process is the store's only writer: an embedded chDB directory opens in one
+        process at a time, so what it did not write since it opened the store is not there."""
+        return self.endpoint.startswith("chdb://")
+
+    def count_owned_runs(self) -> int:
+        """How many run ids :meth:`run_owners` can answer for (with repeats: an upper bound)."""
+        db = self.database
+        sql = (
+            f"SELECT (SELECT count() FROM {db}.{schema.RUN_ARRIVALS})"
+            f" + (SELECT count() FROM {db}.{schema.RUNS} WHERE AgentId != '')"
+        )
+        return int(self._call("run count", "query", sql).result_rows[0][0])
+
+    def owned_runs_filter(self, bits: int, hashes: int) -> bytes:
+        """A Bloom filter of ``bits`` bits over every run id :meth:`run_owners` can answer for, built
+        by the store: bit ``(h1 + i * h2) % bits`` for ``i < hashes``, ``h1`` and ``h2`` the first two
+        little-endian 32-bit words of the id's MD5 (:func:`.ownership.filter_positions` in Python).
+        Byte ``b`` holds bits ``8b`` to ``8b + 7``, lowest first."""
+        db = self.database
+        ids = (
+            f"SELECT RunId FROM {db}.{schema.RUN_ARRIVALS}"
+            f" UNION DISTINCT SELECT RunId FROM {db}.{schema.RUNS} WHERE AgentId != ''"
+        )
+        words = (
+            "SELECT reinterpretAsUInt32(substring(MD5(RunId), 1, 4)) AS h1,"
+            f" reinterpretAsUInt32(substring(MD5(RunId), 5, 4)) AS h2 FROM ({ids})"
+        )
+        positions = (
+            "SELECT (toUInt64(h1) + toUInt64(i) * h2) % {bits:UInt64} AS p"
+            f" FROM ({words}) ARRAY JOIN range({{hashes:UInt8}}) AS i"
+        )
+        sql = (
+            "SELECT toUInt64(intDiv(p, 8)) AS b, toUInt8(groupBitOr(bitShiftLeft(toUInt8(1), toUInt8(p % 8)))) AS v"
+            f" FROM ({positions}) GROUP BY b ORDER BY b WITH FILL FROM 0 TO {{bytes:UInt64}}"
+        )
+        table = self._call(
+            "run filter", "query_arrow", sql,
+            parameters={"bits": int(bits), "hashes": int(hashes), "bytes": -(-int(bits) // 8)},
+        )
+        return b"".join(bytes(chunk.buffers()[1])[chunk.offset : chunk.offset + len(chunk)]
+                        for chunk in table.column("v").chunks)
+
     def manifests(self) -> list[StoredManifest]:
         sql = (
             f"SELECT Sha256, Signed, toUnixTimestamp64Nano(UpdatedAt) FROM {self.database}.{schema.MANIFESTS} FINAL"
@@ -783,6 +827,43 @@ class Store:
         )
         rows = self._call("log lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows
         return [_rows.log_entry_from_row(r) for r in rows]
+
+    def log_run_with_paths(
+        self, run_id: str, size: int
+    ) -> tuple[list[LogEntry], dict[merkle.Node, bytes]]:
+        """The run's leaves among the first ``size``, and the stored hashes of the perfect subtrees their
+        inclusion proofs can need, in one round trip (the positions are not known before the query).
+
+        Which those are, computed in the query from each position ``m``: its siblings ``(l, (m >> l) ^ 1)``
+        that lie within the tree, and the tree's frontier (the right edge's perfect subtrees, which cover
+        the one subtree of a path that is not perfect). A superset of :func:`merkle.proof_nodes` of the
+        path; the caller checks that none it needs is missing."""
+        if size <= 0:
+            return [], {}
+        db, frontier = self.database, merkle.Frontier.nodes(size)
+        edge = ",".join(f"(toUInt8({int(n.level)}),toUInt64({int(n.index)}))" for n in frontier)  # integers only
+        siblings = (
+            "arrayFilter(n -> bitShiftLeft(n.2 + 1, n.1) <= {size:UInt64},"
+            " arrayMap(l -> (toUInt8(l), bitXor(bitShiftRight(LeafIndex, l), toUInt64(1))),"
+            " range({levels:UInt8})))"
+        )
+        sql = (
+            f"WITH positions AS (SELECT DISTINCT LeafIndex FROM {db}.{schema.LOG_RUNS}"
+            " WHERE RunId = {run:String} AND LeafIndex < {size:UInt64})"
+            " SELECT 0 AS Part, LeafIndex AS Level, LeafIndex AS Idx, argMax(Leaf, LoggedAt) AS Leaf,"
+            " toUnixTimestamp64Nano(max(LoggedAt)) AS Logged, toFixedString('', 32) AS Hash"
+            f" FROM {db}.{schema.LOG_LEAVES} WHERE LeafIndex IN (SELECT LeafIndex FROM positions) GROUP BY LeafIndex"
+            " UNION ALL"
+            " SELECT 1, toUInt64(Level), Idx, '', toInt64(0), argMax(Hash, LoggedAt)"
+            f" FROM {db}.{schema.LOG_NODES} WHERE (Level, Idx) IN ("
+            f"  SELECT arrayJoin(arrayConcat({siblings}, [{edge}])) FROM positions)"
+            " GROUP BY Level, Idx"
+        )
+        params = {"run": run_id, "size": int(size), "levels": int(size).bit_length()}
+        rows = self._call("log proof read", "query", sql, parameters=params).result_rows
+        entries = [_rows.log_entry_from_row((r[1], r[3], r[4])) for r in rows if r[0] == 0]
+        nodes = {merkle.Node(int(r[1]), int(r[2])): bytes(r[5]) for r in rows if r[0] == 1}
+        return sorted(entries, key=lambda e: e.index), nodes
 
     def run_arrival_times(self, run_ids: Sequence[str]) -> dict[str, int]:
         """When the collector first received each of these runs (its own clock); unknown runs left out."""
