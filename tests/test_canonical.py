@@ -94,3 +94,11 @@ def test_canonical_span_equals_reference_jcs_of_its_document(attributes, events)
     assert canonical_span(record) == rfc8785.dumps(doc)
     assert doc["attributes"] == {k: v for k, v in attributes.items() if not k.startswith("agentreplay.chain.")
                                  and k != "agentreplay.identity.kid"}
+
+
+@given(trees)
+@settings(max_examples=600, deadline=None)
+def test_orjson_writes_the_bytes_json_dumps_does(tree):
+    from agentreplay_otel import canonical
+
+    assert canonical._dumps(tree) == canonical._json_dumps(tree)

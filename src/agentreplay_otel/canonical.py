@@ -8,7 +8,9 @@ so every attribute value enters the hash as the exact string the store keeps
 The encoding is RFC 8785 (JCS). Because a canonical span holds only strings, lists and
 objects, JCS reduces to ``json.dumps`` with sorted keys, which is ~20x faster than a
 general JCS encoder; the property tests prove the two byte-identical, and any key that
-could sort differently under UTF-16 falls back to the reference encoder.
+could sort differently under UTF-16 falls back to the reference encoder. Where orjson is
+installed (the collector declares it) it writes those same bytes about 4x faster still; a tree it
+refuses (a lone surrogate) takes ``json.dumps``, so what is hashed never depends on it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import rfc8785
+
+try:
+    import orjson as _orjson
+except ImportError:  # the recorder does not need it: json.dumps writes the same bytes
+    _orjson = None  # type: ignore[assignment]
 
 from agentreplay_otel import semconv
 
@@ -127,6 +134,15 @@ def canonical_span(record: SpanRecord) -> bytes:
 
 
 def _dumps(tree: Any) -> bytes:
+    if _orjson is not None:
+        try:
+            return _orjson.dumps(tree, option=_orjson.OPT_SORT_KEYS)
+        except TypeError:  # orjson.JSONEncodeError: a lone surrogate, a depth past its limit
+            pass
+    return _json_dumps(tree)
+
+
+def _json_dumps(tree: Any) -> bytes:
     return json.dumps(tree, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
