@@ -356,7 +356,13 @@ _HEADINGS = {"asked": "What the user asked", "finding": "What went wrong", "cont
 
 
 def _heading(key: str) -> str:
-    return _HEADINGS.get(key, key.replace("_", " ").capitalize())
+    return _HEADINGS.get(key, _label(key).capitalize())
+
+
+def _label(key: str) -> str:
+    """A JSON key as a reader says it: ``amount_usd`` -> ``amount (USD)``, ``run_id`` -> ``run id``."""
+    base, usd_ = (key.removesuffix("_usd"), True) if key.endswith("_usd") else (key, False)
+    return base.replace("_", " ") + (" (USD)" if usd_ else "")
 
 
 def _section(key: str, value: Any) -> str:
@@ -392,14 +398,14 @@ def _vs(c: Mapping[str, Any]) -> str:
 
 
 def _kv_table(doc: Mapping[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_cell(v, str(k))}</td></tr>" for k, v in doc.items())
+    rows = "".join(f"<tr><th>{_e(_label(str(k)))}</th><td>{_cell(v, str(k))}</td></tr>" for k, v in doc.items())
     return f"<table>{rows}</table>"
 
 
 def _rows(items: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     if not items:
         return "<p>None.</p>"
-    head = "".join(f"<th>{_e(c)}</th>" for c in columns)
+    head = "".join(f"<th>{_e(_label(c))}</th>" for c in columns)
     body = "".join("<tr>" + "".join(f"<td{_cls(c, i.get(c))}>{_cell(i.get(c), c)}</td>" for c in columns) + "</tr>"
                    for i in items)
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -414,7 +420,9 @@ def _cell(value: Any, key: str = "") -> str:
         return "—"
     if isinstance(value, float) and key.endswith("_usd"):
         return _e(usd(value))
-    if isinstance(value, str | int | bool):
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str | int):
         return _e(value)
     if isinstance(value, Mapping) and value:
         return _kv_table(value)
