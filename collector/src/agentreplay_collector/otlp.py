@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
 import pyarrow as pa
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -187,11 +188,18 @@ _SCALARS = frozenset({"string_value", "int_value", "bool_value", "double_value"}
 def _array_string(values: Any) -> str:
     """``stored_string`` of an array; arrays of scalars (the common case) skip the generic walk."""
     items = []
+    floats = False
     for v in values:
         which = v.WhichOneof("value")
         if which not in _SCALARS:
             return stored_string([any_value(v) for v in values])
+        floats = floats or which == "double_value"
         items.append(getattr(v, which))
+    if not floats:  # strings, ints and booleans: orjson writes json.dumps's bytes (floats it spells otherwise)
+        try:
+            return orjson.dumps(items).decode("utf-8")
+        except TypeError:  # a lone surrogate
+            pass
     return json.dumps(items, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 

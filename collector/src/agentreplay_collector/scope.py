@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector import otlp
@@ -572,22 +573,18 @@ def _fingerprint(record: SpanRecord) -> bytes:
     """What makes a span this span: all of it (a retry is the same bytes; a forgery that reuses
     a span id differs somewhere, if only in its chain hash).
 
-    The parts are hashed joined, after their counts and lengths (so no two different spans join
-    alike): about half the cost of hashing their ``repr``, which escapes every character of the
-    conversation a span carries."""
-    parts = [
-        record.span_id, record.name, str(record.start_ns), str(record.end_ns), record.status_code,
-        str(len(record.attributes)), str(len(record.events)),
+    One JSON array of every part, keys sorted (so the same span in another attribute order is
+    the same span, and no two different spans encode alike), hashed: orjson writes it in C, about
+    half the cost of joining the parts in Python and a third of hashing their ``repr``."""
+    doc = [
+        record.span_id, record.name, record.start_ns, record.end_ns, record.status_code, record.attributes,
+        [[e.name, e.time_ns, e.attributes] for e in record.events],
     ]
-    for key, value in sorted(record.attributes.items()):
-        parts += (key, value)
-    for e in record.events:
-        parts += (e.name, str(e.time_ns), str(len(e.attributes)))
-        for key, value in sorted(e.attributes.items()):
-            parts += (key, value)
-    digest = hashlib.blake2b(",".join([str(len(p)) for p in parts]).encode(), digest_size=16)
-    digest.update("\x00".join(parts).encode("utf-8", "surrogatepass"))
-    return digest.digest()
+    try:
+        encoded = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # a lone surrogate orjson refuses: the standard encoder escapes it
+        encoded = json.dumps(doc, sort_keys=True, default=dict).encode("ascii")
+    return hashlib.blake2b(encoded, digest_size=16).digest()
 
 
 def _text(value: Any) -> str | None:
