@@ -2,6 +2,7 @@
 
 import json
 
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -102,3 +103,25 @@ def test_orjson_writes_the_bytes_json_dumps_does(tree):
     from agentreplay_otel import canonical
 
     assert canonical._dumps(tree) == canonical._json_dumps(tree)
+
+
+plain = st.recursive(
+    st.one_of(text, st.booleans(), st.none(), st.integers(-(2**53) + 1, 2**53 - 1)),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(text, children, max_size=6),
+    max_leaves=30,
+)
+
+
+@given(st.one_of(plain, st.lists(st.floats(allow_nan=False, allow_infinity=False)), st.integers()))
+@settings(max_examples=600, deadline=None)
+def test_canonical_json_equals_reference_jcs(tree):
+    """Equal bytes, or the reference's refusal (an integer past 2**53) for both."""
+    from agentreplay_otel.canonical import canonical_json
+
+    try:
+        expected = rfc8785.dumps(tree)
+    except rfc8785.IntegerDomainError:
+        with pytest.raises(rfc8785.IntegerDomainError):
+            canonical_json(tree)
+        return
+    assert canonical_json(tree) == expected

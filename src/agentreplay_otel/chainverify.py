@@ -25,6 +25,7 @@ replay, and proving nothing.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -35,7 +36,14 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentreplay_otel import semconv
 from agentreplay_otel.canonical import GENESIS_HASH, SpanRecord, canonical_span
 from agentreplay_otel.errors import IdentityError
-from agentreplay_otel.identity import certified_agent_key, key_id, seal_payload, verify_signature
+from agentreplay_otel.identity import (
+    AgentIdentity,
+    certified_agent_key,
+    key_id,
+    public_key_bytes,
+    seal_payload,
+    verify_signature,
+)
 
 
 def link_hash(prev_hash: str, record: SpanRecord) -> str:
@@ -172,10 +180,9 @@ class _Anchor:
         token = _lookup(self.certificates, kid)
         if not token:
             return _SealKey(why=f"no certificate from the org key for the seal's key {kid or '(none)'}")
-        try:
-            certified = certified_agent_key(token, self.org_key)
-        except IdentityError as exc:
-            return _SealKey(why=f"the seal's key {kid} is not certified by the org key: {exc}", invalid=True)
+        certified = _certified(token, public_key_bytes(self.org_key))
+        if isinstance(certified, IdentityError):
+            return _SealKey(why=f"the seal's key {kid} is not certified by the org key: {certified}", invalid=True)
         if certified.kid != kid:
             return _SealKey(
                 why=f"the org's certificate stored for {kid} is for another key ({certified.kid})", invalid=True
@@ -186,6 +193,16 @@ class _Anchor:
                 invalid=True,
             )
         return _SealKey(public=certified.public_key)
+
+
+@functools.lru_cache(maxsize=4096)
+def _certified(token: str, org_key: bytes) -> AgentIdentity | IdentityError:
+    """:func:`certified_agent_key`, remembered: its answer depends on the token and the org key alone
+    (it checks no expiry), and one agent's certificate seals every run it makes (~0.2 ms a check)."""
+    try:
+        return certified_agent_key(token, Ed25519PublicKey.from_public_bytes(org_key))
+    except IdentityError as exc:
+        return exc
 
 
 def _lookup(source: Mapping[str, Any] | Callable[[str], Any] | None, kid: str) -> Any:
