@@ -174,7 +174,7 @@ def _read(request: Request) -> _Conversation | None:
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
         uses_tools = bool(body.get("tools")) or any(
             isinstance(b, dict) and b.get("type") in ("tool_use", "tool_result")
-            for m in messages for b in (m.get("content") if isinstance(m.get("content"), list) else []))
+            for m in messages for b in _blocks(m))
         if not uses_tools:
             return None
         return _Conversation(instructions=_text(body.get("system")), request=_first_user_text(messages),
@@ -199,6 +199,12 @@ def _anthropic_calls(messages: list[dict]) -> tuple[_Call, ...]:
     results = {b.get("tool_use_id"): _json(_text(b.get("content"))) for b in blocks if b.get("type") == "tool_result"}
     return tuple(_Call(b.get("name", ""), _arguments(b.get("input")), results.get(b.get("id")))
                  for b in blocks if b.get("type") == "tool_use")
+
+
+def _blocks(message: dict) -> list[Any]:
+    """An Anthropic message's content blocks ([] when its content is a plain string)."""
+    content = message.get("content")
+    return content if isinstance(content, list) else []
 
 
 def _first_user_text(messages: list[dict]) -> str:
