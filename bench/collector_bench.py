@@ -658,18 +658,20 @@ def _ms(samples: list[float]) -> dict[str, float]:
 
 
 def baseline_tree(rev: str, work: Path) -> Path:
-    """``collector/src`` as of git revision ``rev``, for PYTHONPATH (it shadows the editable install)."""
+    """``collector/src`` and the recorder's ``src`` (the canonical encoding and the verifier the
+    collector runs) as of git revision ``rev``, for PYTHONPATH (they shadow the editable installs)."""
     dest = work / "baseline"
     dest.mkdir()
     archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", rev, "collector/src"], check=True, capture_output=True
+        ["git", "-C", str(REPO), "archive", rev, "collector/src", "src"], check=True, capture_output=True
     ).stdout
     subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
     return dest / "collector" / "src"
 
 
 def _pythonpath(src: Path) -> dict[str, str]:
-    return {"PYTHONPATH": os.pathsep.join(filter(None, [str(src), os.environ.get("PYTHONPATH", "")]))}
+    trees = [str(src), str(src.parent.parent / "src")]
+    return {"PYTHONPATH": os.pathsep.join(filter(None, [*trees, os.environ.get("PYTHONPATH", "")]))}
 
 
 def stages_of(src: Path | None, work: Path, org: Org, spans_per_run: int) -> dict[str, float]:
