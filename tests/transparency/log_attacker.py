@@ -76,7 +76,7 @@ def roll_back(store: Store, size: str) -> None:
 def rewrite_without(store: Store, run_id: str) -> None:
     kept = [e for e in store.log_entries(0, store.log_size()) if e.run_id != run_id]
     delete_run(store, run_id)
-    for name in (schema.LOG_LEAVES, schema.LOG_NODES, schema.LOG_RUNS, schema.LOG_CHECKPOINTS):
+    for name in (schema.LOG_LEAVES, schema.LOG_NODES, schema.LOG_CHECKPOINTS):
         store.command(f"TRUNCATE TABLE {table(name)}")
     frontier, nodes, entries = merkle.Frontier(), [], []
     for i, e in enumerate(kept):

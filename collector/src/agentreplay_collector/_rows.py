@@ -310,17 +310,12 @@ def classification_from_row(r: Sequence[Any]) -> StoredClassification:
 # --- the transparency log -------------------------------------------------------------------
 LOG_LEAF_COLUMNS = ("LeafIndex", "RunId", "LeafHash", "Leaf", "LoggedAt")
 LOG_NODE_COLUMNS = ("Level", "Idx", "Hash", "LoggedAt")
-LOG_RUN_COLUMNS = ("RunId", "LeafIndex")
 LOG_CHECKPOINT_COLUMNS = ("TreeSize", "RootHash", "Timestamp", "Kid", "Signed")
 
 
 def log_leaf_row(entry: LogEntry) -> list[Any]:
     leaf = entry.decoded()
     return [entry.index, leaf.run_id, leaf.leaf_hash(), entry.leaf.decode("utf-8"), dt(entry.logged_ns)]
-
-
-def log_run_row(entry: LogEntry) -> list[Any]:
-    return [entry.run_id, entry.index]
 
 
 def log_entry_from_row(r: Sequence[Any]) -> LogEntry:

@@ -11,7 +11,7 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
   verifier sees a forgery instead of the store hiding it.
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
   trust_scores, agent_keys, agent_certificates, manifests, the transparency log's
-  log_leaves, log_nodes, log_runs, log_checkpoints, and multi-model replay's
+  log_leaves (with its by-run projection), log_nodes, log_checkpoints, and multi-model replay's
   model_trials) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
@@ -40,7 +40,7 @@ MANIFESTS = "manifests"
 RUN_ARRIVALS = "run_arrivals"  # who opened each run, and when the collector first received it
 LOG_LEAVES = "log_leaves"  # the transparency log: each judged run, at its position
 LOG_NODES = "log_nodes"  # the hash of every perfect subtree of the log's Merkle tree
-LOG_RUNS = "log_runs"  # where each run's leaves are in the log
+LOG_RUNS_PROJECTION = "by_run"  # log_leaves again, in run order: a run's leaves by primary key
 LOG_CHECKPOINTS = "log_checkpoints"  # the log's signed checkpoints
 MODEL_TRIALS = "model_trials"  # multi-model replay: each model tried at a failed run's culprit step
 
@@ -306,18 +306,26 @@ _RUN_ARRIVALS = _Table(
 # with the defaults); the hashes do not compress, so they are stored as they are.
 _SMALL_READS = "min_compress_block_size = 4096, max_compress_block_size = 8192"
 
+# The proof for a run id finds the run's leaves in the projection, ordered by run: one primary-key read of
+# log_leaves itself. Being the table's own copy, whatever changes a leaf (a merge, a mutation, an ALTER)
+# changes it there too, so a proof never shows a leaf the table no longer holds. (A table of run -> position
+# beside it cost a second read, and a leaf copied elsewhere could outlive an edit of log_leaves.)
+LOG_RUNS_BY_RUN = "SELECT RunId, LeafIndex, Leaf, LoggedAt ORDER BY (RunId, LeafIndex)"
+
 _LOG_LEAVES = _Table(
     name=LOG_LEAVES,
-    columns="""
+    columns=f"""
     LeafIndex UInt64,
     RunId String,
     LeafHash FixedString(32) CODEC(NONE),
     Leaf String CODEC(ZSTD(1)),
-    LoggedAt DateTime64(9)""",
+    LoggedAt DateTime64(9),
+    PROJECTION {LOG_RUNS_PROJECTION} ({LOG_RUNS_BY_RUN})""",
     engine="ReplacingMergeTree",
     engine_args="LoggedAt",
     tail="ORDER BY (LeafIndex)",
-    settings="index_granularity = 128, min_compress_block_size = 16384, max_compress_block_size = 32768",
+    settings="index_granularity = 128, min_compress_block_size = 16384, max_compress_block_size = 32768,"
+    " deduplicate_merge_projection_mode = 'rebuild'",
 )
 
 _LOG_NODES = _Table(
@@ -331,18 +339,6 @@ _LOG_NODES = _Table(
     engine_args="LoggedAt",
     tail="ORDER BY (Level, Idx)",
     settings=f"index_granularity = 64, {_SMALL_READS}",
-)
-
-# Run id -> positions: the proof for a run finds its leaves by primary key (an index, not evidence:
-# a reader checks the leaf it leads to, and the audit reads the leaves by position).
-_LOG_RUNS = _Table(
-    name=LOG_RUNS,
-    columns="""
-    RunId String,
-    LeafIndex UInt64""",
-    engine="ReplacingMergeTree",
-    tail="ORDER BY (RunId, LeafIndex)",
-    settings=f"index_granularity = 256, {_SMALL_READS}",
 )
 
 _LOG_CHECKPOINTS = _Table(
@@ -395,7 +391,6 @@ TABLES: tuple[_Table, ...] = (
     _RUN_ARRIVALS,
     _LOG_LEAVES,
     _LOG_NODES,
-    _LOG_RUNS,
     _LOG_CHECKPOINTS,
     _MODEL_TRIALS,
 )

@@ -268,6 +268,7 @@ class Store:
         self._retire_first_classifications(opts)
         for statement in schema.ddl(opts):
             self._call("DDL", "command", statement)
+        self._add_log_runs_projection(opts)
 
     def insert_spans(self, table: pa.Table) -> None:
         """Write ``otel_traces`` rows in one insert: all of them or none (one block).
@@ -776,14 +777,31 @@ class Store:
     def insert_log_entries(
         self, nodes: Sequence[tuple[merkle.Node, bytes]], entries: Sequence[LogEntry], logged_ns: int
     ) -> None:
-        """Append to the log: the perfect subtrees the new leaves complete, where each run's leaves are,
-        then the leaves. In that order, so that a crash in between leaves rows beyond the log's size
-        (written again, and replaced, when those positions are filled) and never a leaf without its
-        nodes or its run's entry."""
+        """Append to the log: the perfect subtrees the new leaves complete, then the leaves (each insert
+        writes the leaves' by-run projection with them). In that order, so that a crash in between leaves
+        rows beyond the log's size (written again, and replaced, when those positions are filled) and
+        never a leaf without its nodes."""
         rows = [_rows.log_node_row(node, digest, logged_ns) for node, digest in nodes]
         self._insert(schema.LOG_NODES, _rows.LOG_NODE_COLUMNS, rows)
-        self._insert(schema.LOG_RUNS, _rows.LOG_RUN_COLUMNS, [_rows.log_run_row(e) for e in entries])
         self._insert(schema.LOG_LEAVES, _rows.LOG_LEAF_COLUMNS, [_rows.log_leaf_row(e) for e in entries])
+
+    def _add_log_runs_projection(self, opts: schema.SchemaOptions) -> None:
+        """A store whose log_leaves predates its by-run projection gets it: added, then built for the
+        leaves already there by a background mutation (until it is done, a run's leaves are found by
+        scanning the parts that lack it). The log_runs table such stores have is no longer read."""
+        local = f"{schema.LOG_LEAVES}_local" if opts.cluster_name else schema.LOG_LEAVES
+        sql = "SELECT count() FROM system.projections WHERE database = {db:String} AND table = {table:String}"
+        params = {"db": opts.database, "table": local}
+        if int(self._call("schema check", "query", sql, parameters=params).result_rows[0][0]):
+            return
+        table = f"{opts.database}.{local}"
+        cluster = f" ON CLUSTER {opts.cluster_name}" if opts.cluster_name else ""
+        for alter in (
+            "MODIFY SETTING deduplicate_merge_projection_mode = 'rebuild'",
+            f"ADD PROJECTION IF NOT EXISTS {schema.LOG_RUNS_PROJECTION} ({schema.LOG_RUNS_BY_RUN})",
+            f"MATERIALIZE PROJECTION {schema.LOG_RUNS_PROJECTION}",
+        ):
+            self._call("DDL", "command", f"ALTER TABLE {table}{cluster} {alter}")
 
     def log_size(self) -> int:
         """How many leaves the log holds: one past the highest position written (read from the end of
@@ -816,54 +834,16 @@ class Store:
 
     def log_entries_of_runs(self, run_ids: Sequence[str]) -> list[LogEntry]:
         """Every leaf these runs have in the log (a run judged again with another outcome has more
-        than one), in log order."""
+        than one), in log order: one primary-key read, of the leaves' by-run projection."""
         if not run_ids:
             return []
         sql = (
             "SELECT LeafIndex, argMax(Leaf, LoggedAt), toUnixTimestamp64Nano(max(LoggedAt))"
-            f" FROM {self.database}.{schema.LOG_LEAVES} WHERE LeafIndex IN ("
-            f"  SELECT LeafIndex FROM {self.database}.{schema.LOG_RUNS} WHERE RunId IN {{ids:Array(String)}})"
+            f" FROM {self.database}.{schema.LOG_LEAVES} WHERE RunId IN {{ids:Array(String)}}"
             " GROUP BY LeafIndex ORDER BY LeafIndex"
         )
         rows = self._call("log lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows
         return [_rows.log_entry_from_row(r) for r in rows]
-
-    def log_run_with_paths(
-        self, run_id: str, size: int
-    ) -> tuple[list[LogEntry], dict[merkle.Node, bytes]]:
-        """The run's leaves among the first ``size``, and the stored hashes of the perfect subtrees their
-        inclusion proofs can need, in one round trip (the positions are not known before the query).
-
-        Which those are, computed in the query from each position ``m``: its siblings ``(l, (m >> l) ^ 1)``
-        that lie within the tree, and the tree's frontier (the right edge's perfect subtrees, which cover
-        the one subtree of a path that is not perfect). A superset of :func:`merkle.proof_nodes` of the
-        path; the caller checks that none it needs is missing."""
-        if size <= 0:
-            return [], {}
-        db, frontier = self.database, merkle.Frontier.nodes(size)
-        edge = ",".join(f"(toUInt8({int(n.level)}),toUInt64({int(n.index)}))" for n in frontier)  # integers only
-        siblings = (
-            "arrayFilter(n -> bitShiftLeft(n.2 + 1, n.1) <= {size:UInt64},"
-            " arrayMap(l -> (toUInt8(l), bitXor(bitShiftRight(LeafIndex, l), toUInt64(1))),"
-            " range({levels:UInt8})))"
-        )
-        sql = (
-            f"WITH positions AS (SELECT DISTINCT LeafIndex FROM {db}.{schema.LOG_RUNS}"
-            " WHERE RunId = {run:String} AND LeafIndex < {size:UInt64})"
-            " SELECT 0 AS Part, LeafIndex AS Level, LeafIndex AS Idx, argMax(Leaf, LoggedAt) AS Leaf,"
-            " toUnixTimestamp64Nano(max(LoggedAt)) AS Logged, toFixedString('', 32) AS Hash"
-            f" FROM {db}.{schema.LOG_LEAVES} WHERE LeafIndex IN (SELECT LeafIndex FROM positions) GROUP BY LeafIndex"
-            " UNION ALL"
-            " SELECT 1, toUInt64(Level), Idx, '', toInt64(0), argMax(Hash, LoggedAt)"
-            f" FROM {db}.{schema.LOG_NODES} WHERE (Level, Idx) IN ("
-            f"  SELECT arrayJoin(arrayConcat({siblings}, [{edge}])) FROM positions)"
-            " GROUP BY Level, Idx"
-        )
-        params = {"run": run_id, "size": int(size), "levels": int(size).bit_length()}
-        rows = self._call("log proof read", "query", sql, parameters=params).result_rows
-        entries = [_rows.log_entry_from_row((r[1], r[3], r[4])) for r in rows if r[0] == 0]
-        nodes = {merkle.Node(int(r[1]), int(r[2])): bytes(r[5]) for r in rows if r[0] == 1}
-        return sorted(entries, key=lambda e: e.index), nodes
 
     def run_arrival_times(self, run_ids: Sequence[str]) -> dict[str, int]:
         """When the collector first received each of these runs (its own clock); unknown runs left out."""
