@@ -16,6 +16,7 @@ from agentreplay_dev.llm_server import LLMServer, ScriptedReply
 from agentreplay_otel import runs, semconv
 from agentreplay_otel.core import restore_content
 from agentreplay_otel.instrumentation._attributes import set_built
+from agentreplay_otel.instrumentation._stream import chunks_of
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
 from agentreplay_otel.metrics import GenAIMetrics
 
@@ -84,3 +85,66 @@ def test_chat_completions_create_records_no_metrics_without_a_reader_and_keeps_t
     requests = [restore_content(dict(s.attributes))[semconv.REQUEST] for s in calls]
     assert [r.encode() for r in requests] == sent  # the text the library encoded, not re-encoded
     assert json.loads(requests[0])["stream"] is True
+
+
+def test_chat_completions_create_stream_without_a_reader_stamps_the_first_chunk_only(recorder):
+    OpenAIInstrumentor().instrument(tracer_provider=recorder.provider, meter_provider=MeterProvider())
+    server = LLMServer([ScriptedReply(text="one two three four five", chunk_delay_s=0.01)] * 2).start()
+    try:
+        client = openai.OpenAI(base_url=server.base_url_openai, api_key="test", max_retries=0)
+        messages = [{"role": "user", "content": "Find me a flight"}]
+        with runs.run("cost", tracer_provider=recorder.provider):
+            stream = client.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True)
+            chunks = list(stream)
+            ended = stream._self_end  # noqa: SLF001 - what the proxy stamped
+            by_next = client.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True)
+            while True:  # read through __next__, the other way in
+                try:
+                    next(by_next)
+                except StopIteration:
+                    break
+    finally:
+        OpenAIInstrumentor().uninstrument()
+        server.stop()
+    assert len(chunks) > 3 and len(ended.times) == 1 and len(by_next._self_end.times) == 1  # noqa: SLF001
+    calls = [s for s in recorder.spans() if s.attributes.get(semconv.STEP) is not None]
+    assert len(calls) == 2
+    for span in calls:  # the span's time to first chunk and the whole answer are still there
+        assert 0 < span.attributes[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] < 5
+        assert "one two three four five" in span.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]
+        assert len(json.loads(restore_content(dict(span.attributes))[semconv.RESPONSE_STREAM])) >= len(chunks)
+
+
+class _Reyields:
+    """A stream whose ``__iter__`` only re-yields ``_iterator`` (as the OpenAI client's does)."""
+
+    def __init__(self, items):
+        self._iterator = iter(items)
+
+    def __iter__(self):
+        for item in self._iterator:  # noqa: UP028 - the OpenAI client's shape
+            yield item
+
+
+class _Observes(_Reyields):
+    """One that does more per item (as the Anthropic client's does): iterated as it is."""
+
+    def __init__(self, items):
+        super().__init__(items)
+        self.seen = []
+
+    def __iter__(self):
+        for item in self._iterator:  # noqa: UP028 - the OpenAI client's shape
+            self.seen.append(item)
+            yield item
+
+
+def test_chunks_of_skips_only_a_layer_that_re_yields():
+    plain = _Reyields([1, 2, 3])
+    assert chunks_of(plain) is plain._iterator  # noqa: SLF001
+    observed = _Observes([1, 2, 3])
+    assert list(chunks_of(observed)) == [1, 2, 3] and observed.seen == [1, 2, 3]
+    assert list(chunks_of([4, 5])) == [4, 5]
+    stream = openai.Stream.__new__(openai.Stream)  # the installed client's stream is read a layer down
+    stream._iterator = iter([6])  # noqa: SLF001
+    assert chunks_of(stream) is stream._iterator  # noqa: SLF001

@@ -127,6 +127,11 @@ class LLMCall:
         if rest:
             set_built(self.span, rest)
 
+    def times_each_chunk(self) -> bool:
+        """Whether a stream stamps every chunk: only for a metric reader (the per-chunk timings);
+        the span's time to first chunk needs the first stamp alone."""
+        return self._metrics is not None and self._metrics.active
+
     def _claim_end(self) -> bool:
         with self._lock:
             if self._ended:

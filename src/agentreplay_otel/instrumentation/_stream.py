@@ -11,9 +11,10 @@ A caller that breaks out of ``for chunk in stream`` drops the sync proxy's gener
 which closes it and ends the span at once; the async proxy is its own iterator, so there
 is no async generator left for the event loop to close later.
 
-Each chunk's arrival is stamped (``time.perf_counter``, nothing else per chunk); once the
-stream ends the call turns the stamps into ``gen_ai.response.time_to_first_chunk`` and the
-time-to-first-chunk and time-per-output-chunk metrics.
+The first chunk's arrival is stamped (``time.perf_counter``), and every chunk's while a metric
+reader exists; once the stream ends the call turns the stamps into
+``gen_ai.response.time_to_first_chunk`` and the time-to-first-chunk and time-per-output-chunk
+metrics.
 
 :func:`tap_sse` keeps each server-sent event's raw JSON as the client library decodes
 it, which is what replay needs to rebuild the stream byte for byte and costs no
@@ -46,16 +47,18 @@ class StreamAccumulator(Protocol):
 class _StreamEnd:
     """The shared end-of-stream logic, for the sync and async proxies alike."""
 
-    __slots__ = ("call", "accumulator", "ended", "times")
+    __slots__ = ("call", "accumulator", "ended", "times", "every")
 
     def __init__(self, call: LLMCall, accumulator: StreamAccumulator) -> None:
         self.call = call
         self.accumulator = accumulator
         self.ended = False  # a fast path only: LLMCall itself ends the span exactly once
         self.times: list[float] = []  # when each chunk arrived (perf_counter): the chunk timings
+        self.every = call.times_each_chunk()  # else the first chunk's stamp alone
 
     def add(self, chunk: Any) -> None:
-        self.times.append(time.perf_counter())
+        if self.every or not self.times:
+            self.times.append(time.perf_counter())
         try:
             self.accumulator.add(chunk)
         except Exception:  # a chunk we cannot read must not break the caller's stream
@@ -81,6 +84,38 @@ class _StreamEnd:
         return result
 
 
+def _reyield(self: Any) -> Iterator[Any]:
+    for item in self._iterator:  # noqa: UP028 - the client library's own shape, compared by its code
+        yield item
+
+
+_REYIELD = _reyield.__code__
+_reyields: dict[type, bool] = {}
+
+
+def chunks_of(stream: Any) -> Iterator[Any]:
+    """The stream's chunks, one generator fewer when its ``__iter__`` only re-yields ``_iterator``.
+
+    The OpenAI client's ``Stream.__iter__`` is ``for item in self._iterator: yield item``: a layer
+    resumed for every chunk that does nothing. A stream class whose ``__iter__`` compiles to just
+    that (checked once per class, by its code) is read from ``_iterator`` itself, as its own
+    ``__next__`` does; any other (Anthropic's calls an observer on each item) is iterated as is.
+    """
+    cls = type(stream)
+    known = _reyields.get(cls)
+    if known is None:
+        code = getattr(getattr(cls, "__iter__", None), "__code__", None)
+        known = _reyields[cls] = code is not None and all(
+            getattr(code, name) == getattr(_REYIELD, name)
+            for name in ("co_code", "co_names", "co_varnames", "co_consts", "co_argcount", "co_flags")
+        )
+    if known:
+        inner = getattr(stream, "_iterator", None)
+        if inner is not None:
+            return inner  # type: ignore[no-any-return]
+    return iter(stream)
+
+
 class SyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
     def __init__(self, wrapped: Any, call: LLMCall, accumulator: StreamAccumulator) -> None:
         super().__init__(wrapped)
@@ -91,12 +126,22 @@ class SyncStreamProxy(wrapt.ObjectProxy):  # type: ignore[misc]
         # that breaks out of its loop drops it, which closes it (GeneratorExit) and ends the span.
         end = self._self_end
         add, stamp, clock = end.accumulator.add, end.times.append, time.perf_counter
+        every = end.every
+        source = chunks_of(self.__wrapped__)
         try:
-            for chunk in self.__wrapped__:
+            for chunk in source:  # stamps each chunk for a metric reader, else the first alone
                 stamp(clock())
                 try:
                     add(chunk)
                 except Exception:  # a chunk we cannot read must not break the caller's stream
+                    _log.exception("agentreplay: could not record a stream chunk")
+                yield chunk
+                if not every:
+                    break
+            for chunk in source:  # the rest, unstamped (nothing left here once every chunk was)
+                try:
+                    add(chunk)
+                except Exception:
                     _log.exception("agentreplay: could not record a stream chunk")
                 yield chunk
         except GeneratorExit:  # the caller stopped reading early
