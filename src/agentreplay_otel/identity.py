@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import jwt
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -178,6 +177,8 @@ def issue_identity(
         "agent_kid": key_id(agent_public_key),
         "manifest_sha256": manifest_sha256,
     }
+    import jwt  # here, not at import: the recorder starts without PyJWT unless it has a token to check
+
     return jwt.encode(claims, org_key, algorithm="EdDSA", headers={"kid": key_id(org_key)})
 
 
@@ -197,6 +198,8 @@ def certified_agent_key(token: str, org_public_key: Ed25519PublicKey) -> AgentId
 
 
 def _decode_identity(token: str, org_public_key: Ed25519PublicKey, *, check_expiry: bool) -> AgentIdentity:
+    import jwt
+
     try:
         claims = jwt.decode(
             token,
@@ -268,7 +271,7 @@ def load_credentials(environ: Mapping[str, str] | None = None) -> Credentials:
             if manifest is not None and manifest_sha256(manifest) != ident.manifest_sha256:
                 raise ManifestError("the manifest is not the one the identity token was issued for")
     elif token is not None and agent_id is None:
-        agent_id = str(jwt.decode(token, options={"verify_signature": False}).get("sub") or "") or None
+        agent_id = _unverified_subject(token)
     if manifest is not None and not isinstance(manifest, dict):
         raise ConfigurationError(f"{semconv.ENV_MANIFEST}: manifest body must be an object")
     digest = manifest_sha256(manifest) if manifest is not None else ""
@@ -294,11 +297,19 @@ def unverified_credentials(environ: Mapping[str, str] | None = None) -> Credenti
         pass
     agent_id = env.get(semconv.ENV_AGENT_ID)
     if token is not None and agent_id is None:
-        try:
-            agent_id = str(jwt.decode(token, options={"verify_signature": False}).get("sub") or "") or None
-        except jwt.PyJWTError:
-            agent_id = None
+        agent_id = _unverified_subject(token)
     return Credentials(agent_id=agent_id, signing_key=key, token=token)
+
+
+def _unverified_subject(token: str) -> str | None:
+    """The ``sub`` claim of a token read without checking it (a label only: the collector checks the
+    token on every export); None when the token cannot be read."""
+    import jwt
+
+    try:
+        return str(jwt.decode(token, options={"verify_signature": False}).get("sub") or "") or None
+    except jwt.PyJWTError:
+        return None
 
 
 def _read_token(path: str) -> str:
