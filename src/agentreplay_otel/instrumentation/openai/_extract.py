@@ -271,25 +271,32 @@ class ChatStreamAccumulator:
         if self.response_id is None:  # every chunk repeats these: read them from the first
             self.response_id, self.model = chunk.id, chunk.model
             self.service_tier, self.fingerprint = chunk.service_tier, chunk.system_fingerprint
-        if chunk.usage is not None:
-            self.usage = chunk.usage
+        usage = chunk.usage
+        if usage is not None:
+            self.usage = usage
         choices = self.choices
-        for choice in chunk.choices:
-            state = choices.get(choice.index)
+        for choice in chunk.choices:  # each field read once (a model's fields cost a lookup each)
+            index = choice.index
+            state = choices.get(index)
             if state is None:
-                state = choices[choice.index] = _StreamedChoice()
+                state = choices[index] = _StreamedChoice()
             delta = choice.delta
             if delta is not None:
-                if delta.content:
-                    state.text.append(delta.content)
-                if delta.role:
-                    state.role = delta.role
-                if delta.tool_calls:
-                    _fold_tool_calls(state, delta.tool_calls)
-                if delta.refusal:
-                    state.refusal.append(delta.refusal)
-            if choice.finish_reason:
-                state.finish_reason = choice.finish_reason
+                content = delta.content
+                if content:
+                    state.text.append(content)
+                role = delta.role
+                if role:
+                    state.role = role
+                tool_calls = delta.tool_calls
+                if tool_calls:
+                    _fold_tool_calls(state, tool_calls)
+                refusal = delta.refusal
+                if refusal:
+                    state.refusal.append(refusal)
+            reason = choice.finish_reason
+            if reason:
+                state.finish_reason = reason
 
     def result(self) -> LLMResult:
         return chat_stream_result(self)
