@@ -59,13 +59,6 @@ def sse_events(text: str) -> list[str]:
     return events
 
 
-try:
-    from httpx2 import AsyncByteStream as _AsyncByteStream
-    from httpx2 import SyncByteStream as _SyncByteStream
-except ImportError:  # no client library installed: nothing to tee
-    _AsyncByteStream = _SyncByteStream = object  # type: ignore[misc,assignment]
-
-
 class _Keeper:
     """What a tee keeps of a response's bytes as the library reads them: decoded, joined once at the end."""
 
@@ -98,8 +91,9 @@ class _Keeper:
             self.on_done()
 
 
-class _SyncTee(_SyncByteStream):  # type: ignore[misc,valid-type]
-    """Stands in for a response's byte stream: passes the raw bytes on and keeps them."""
+class _SyncTee:
+    """Stands in for a response's byte stream: passes the raw bytes on and keeps them. Mixed into
+    the library's ``SyncByteStream`` by :func:`_tee_types`, which its reads check for."""
 
     def __init__(self, inner: Any, keeper: _Keeper) -> None:
         self._inner = inner
@@ -120,7 +114,9 @@ class _SyncTee(_SyncByteStream):  # type: ignore[misc,valid-type]
             self.keeper.done()
 
 
-class _AsyncTee(_AsyncByteStream):  # type: ignore[misc,valid-type]
+class _AsyncTee:
+    """The same for ``AsyncByteStream``."""
+
     def __init__(self, inner: Any, keeper: _Keeper) -> None:
         self._inner = inner
         self.keeper = keeper
@@ -140,11 +136,22 @@ class _AsyncTee(_AsyncByteStream):  # type: ignore[misc,valid-type]
             self.keeper.done()
 
 
+@functools.cache
+def _tee_types() -> tuple[type, type, type, type]:
+    """The library's byte-stream types and the tees as their subclasses, made at the first response
+    kept: an agent that never imports the client library never imports httpx2 (start-up time)."""
+    from httpx2 import AsyncByteStream, SyncByteStream
+
+    return (SyncByteStream, AsyncByteStream, type("SyncTee", (_SyncTee, SyncByteStream), {}),
+            type("AsyncTee", (_AsyncTee, AsyncByteStream), {}))
+
+
 def _tee(response: Any, call: LLMCall, on_done: Callable[[], None] | None) -> None:
     keeper = _Keeper(response, call, on_done)
     inner = response.stream
-    response.stream = _AsyncTee(inner, keeper) if isinstance(inner, _AsyncByteStream) \
-        and not isinstance(inner, _SyncByteStream) else _SyncTee(inner, keeper)
+    sync_stream, async_stream, sync_tee, async_tee = _tee_types()
+    is_async = isinstance(inner, async_stream) and not isinstance(inner, sync_stream)
+    response.stream = (async_tee if is_async else sync_tee)(inner, keeper)
 
 
 def untee(response: Any) -> None:
