@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from agentreplay_collector.client import CollectorClient
 from agentreplay_dev.scenario import STORY_REQUEST, FlightWorld, flight_world
+from agentreplay_replay.analysis import Verdict, detect
+from agentreplay_replay.case import Case, collect
 
 
 @dataclass
@@ -91,3 +94,11 @@ def stopped_flight(tmp_path_factory: pytest.TempPathFactory) -> RecordedFlight:
         wait_for_decisions(world, run_id)
         wait_until_logged(world, run_id)
     return RecordedFlight(world=world, run_id=run_id, org_public=root / "org.pub.pem", org_private=root / "org.pem")
+
+
+@pytest.fixture(scope="module")
+def story(flight: RecordedFlight) -> tuple[Case, Verdict]:
+    """The story's case (collected through the collector) and the detectors' verdict on it."""
+    with CollectorClient(flight.world.collector.control) as client:
+        case = collect(client, flight.run_id)
+    return case, detect(case.spans)

@@ -29,14 +29,6 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def story(flight):
-    """The story's case and the detectors' verdict on it."""
-    with CollectorClient(flight.world.collector.control) as client:
-        case = cases.collect(client, flight.run_id)
-    return case, detect(case.spans)
-
-
-@pytest.fixture(scope="module")
 def fixed(flight, story, tmp_path_factory):
     """The same request on the one-line-fixed agent: books Friday once, completes."""
     world = flight.world

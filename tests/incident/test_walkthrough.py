@@ -18,11 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_collector.client import CollectorClient
 from agentreplay_dev.scenario import STORY_REQUEST
 from agentreplay_otel.core import semconv
-from agentreplay_replay import case as cases
-from agentreplay_replay.analysis import detect
 from agentreplay_replay.packets import dispute_packet, insurance_packet, render_html
 from agentreplay_replay.walkthrough import CULPRIT_CLASS, HIGHLIGHT, walkthrough_html
 
@@ -102,13 +99,6 @@ def highlighted_rows(path: Path) -> int:
     width, _, rows = png_pixels(path)
     colour = bytes.fromhex(HIGHLIGHT.lstrip("#"))
     return sum(sum(row[i:i + 3] == colour for i in range(0, width * 3, 3)) > 0.4 * width for row in rows)
-
-
-@pytest.fixture(scope="module")
-def story(flight):
-    with CollectorClient(flight.world.collector.control) as client:
-        case = cases.collect(client, flight.run_id)
-    return case, detect(case.spans)
 
 
 @pytest.fixture(scope="module")

@@ -94,7 +94,7 @@ def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Rec
     spans = source.get_run_spans(run_id)
     if not spans:
         raise ReplayError(f"run {run_id} has no stored spans")
-    org_key = _org_key_from_env()
+    org_key = org_key_from_env()
     # Seals count only against the org's certificate of the agent key, never a key the store hands over.
     report = (verify(spans, org_key=org_key, certificates=source.get_agent_certificate) if org_key is not None
               else verify(spans))
@@ -112,7 +112,8 @@ def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Rec
     return recording, report, recorded_end(spans, recording)
 
 
-def _org_key_from_env() -> Ed25519PublicKey | None:
+def org_key_from_env() -> Ed25519PublicKey | None:
+    """The org public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``, if set; :class:`ReplayError` if unreadable."""
     path = os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
     if not path:
         return None

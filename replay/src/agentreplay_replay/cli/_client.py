@@ -9,7 +9,6 @@ Where the collector is comes from one place, :func:`agentreplay_collector.client
 from __future__ import annotations
 
 import json
-import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -30,7 +29,7 @@ from agentreplay_collector.models import (
     StoredClassification,
 )
 from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
-from agentreplay_otel.core import IdentityError, load_public_key, semconv
+from agentreplay_replay import replayer
 from agentreplay_replay.case import Case, CaseError, CaseReader
 from agentreplay_replay.case import check as check_case
 from agentreplay_replay.case import collect as collect_case
@@ -224,13 +223,10 @@ def case_of(source: RunReader, run_id: str) -> Case:
 
 def org_key_from_env() -> Ed25519PublicKey | None:
     """The org public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``, if set."""
-    path = os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
-    if not path:
-        return None
     try:
-        return load_public_key(path)
-    except IdentityError as exc:
-        raise CLIError(f"${semconv.ENV_ORG_PUBLIC_KEY}: {exc}") from exc
+        return replayer.org_key_from_env()
+    except replayer.ReplayError as exc:
+        raise CLIError(str(exc)) from exc
 
 
 def resolve_run(source: RunReader, run_id: str) -> str:
