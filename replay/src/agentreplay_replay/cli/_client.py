@@ -29,6 +29,7 @@ from agentreplay_collector.models import (
     StoredClassification,
 )
 from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
+from agentreplay_otel.core import IdentityError, load_public_key
 from agentreplay_replay import replayer
 from agentreplay_replay.case import Case, CaseError, CaseReader
 from agentreplay_replay.case import check as check_case
@@ -219,6 +220,16 @@ def case_of(source: RunReader, run_id: str) -> Case:
         return collect_case(source, run_id)
     except CaseError as exc:
         raise CLIError(str(exc)) from exc
+
+
+def org_public_key(path: Path | None) -> Ed25519PublicKey | None:
+    """The org public key given as ``--org-key`` (None when not given); an unreadable one is a CLI error."""
+    if path is None:
+        return None
+    try:
+        return load_public_key(path)
+    except IdentityError as exc:
+        raise CLIError(f"--org-key {path}: {exc}") from exc
 
 
 def org_key_from_env() -> Ed25519PublicKey | None:

@@ -29,7 +29,6 @@ from agentreplay_otel import core
 from agentreplay_otel.core import (
     Checkpoint,
     CheckpointError,
-    IdentityError,
     InclusionProof,
     SignedCheckpoint,
     chain_head,
@@ -37,7 +36,7 @@ from agentreplay_otel.core import (
     merkle,
     semconv,
 )
-from agentreplay_replay.cli._client import Collector, reader, resolve_run
+from agentreplay_replay.cli._client import Collector, org_public_key, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -118,13 +117,11 @@ def _open(store: str | None, collector: str | None) -> Iterator[tuple[LogReader,
 
 
 def _org(path: Path | None) -> Ed25519PublicKey:
-    if path is None:
+    key = org_public_key(path)
+    if key is None:
         raise CLIError(f"the org public key is needed (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): a checkpoint "
                        "is only worth the key that certified its signer")
-    try:
-        return core.load_public_key(path)
-    except IdentityError as exc:
-        raise CLIError(f"--org-key: {exc}") from exc
+    return key
 
 
 def _load_head(path: Path) -> SignedCheckpoint:

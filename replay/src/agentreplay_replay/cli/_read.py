@@ -7,16 +7,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.store import RunReader
-from agentreplay_otel.core import ChainReport, IdentityError, load_public_key, semconv
+from agentreplay_otel.core import ChainReport, semconv
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli import _analyze as analysis
 from agentreplay_replay.cli import _case as case_cli
 from agentreplay_replay.cli import _render as render
-from agentreplay_replay.cli._client import PAGE_SIZE, every_run, reader, resolve_run
+from agentreplay_replay.cli._client import PAGE_SIZE, every_run, org_public_key, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -169,11 +168,11 @@ def verify(
       agentreplay verify incident.case.json --org-key org.pub
     """
     if run_id and not all_ and Path(run_id).is_file():
-        case_cli.verify_case(Path(run_id), _org_key(org_key), json_)
+        case_cli.verify_case(Path(run_id), org_public_key(org_key), json_)
         return
     if bool(run_id) == all_:
         raise CLIError("give a run id, or --all")
-    org = _org_key(org_key)
+    org = org_public_key(org_key)
     required = (org is not None) if require_seal is None else require_seal
     if required and org is None:
         raise CLIError(f"--require-seal needs the org public key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): "
@@ -203,12 +202,3 @@ def verify(
             out.print(render.report_line(report))
     if any(not r.intact for r in reports):
         raise typer.Exit(1)
-
-
-def _org_key(path: Path | None) -> Ed25519PublicKey | None:
-    if path is None:
-        return None
-    try:
-        return load_public_key(path)
-    except IdentityError as exc:
-        raise CLIError(f"--org-key: {exc}") from exc

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_otel.core import IdentityError, load_public_key, semconv
+from agentreplay_otel.core import semconv
 from agentreplay_replay import testgen as generator
-from agentreplay_replay.cli._client import case_of, open_run, org_key_from_env
+from agentreplay_replay.cli._client import case_of, open_run, org_key_from_env, org_public_key
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
 
 PANEL = "Incidents"
@@ -24,12 +24,7 @@ OrgKeyOpt = Annotated[Path | None, typer.Option(
 
 def org_key(path: Path | None) -> Ed25519PublicKey:
     """The org public key a case must check against: ``path``, else the environment's; required."""
-    if path is not None:
-        try:
-            return load_public_key(path)
-        except IdentityError as exc:
-            raise CLIError(f"--org-key {path}: {exc}") from exc
-    key = org_key_from_env()
+    key = org_public_key(path) or org_key_from_env()
     if key is None:
         raise CLIError(f"give the org public key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): the case is "
                        "checked against it before a test is written, and the test checks it again")
