@@ -23,25 +23,38 @@ the figure is what the agent's own thread pays: wall time, and the calling threa
 Prints JSON (and writes ``bench/results/instrumentation.json``): median µs per call, µs added
 over the baseline, and the ratio of what we add to what each peer adds, plain and streamed.
 
+Wall and CPU time move by tens of percent on a machine shared with other work, and so does the
+ratio of two small differences taken from them. ``--instructions`` measures what does not move:
+the calling thread's CPU instructions per call, counted by valgrind (callgrind, one count per
+thread), with the server's bytes answered in process by an ``httpx2.MockTransport`` (so no socket
+timing changes the client's own path) and a fixed hash seed per repeat. Each configuration runs
+twice, with 0 and with N measured calls after the same warm-up; the difference over N is one
+call. Results go to ``bench/results/instrumentation_instructions.json``.
+
     python bench/instrumentation_bench.py [--calls 25] [--rounds 24] [--deps DIR] [--only NAME ...]
+    python bench/instrumentation_bench.py --instructions [--only NAME ...] [--seeds 0 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import importlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 RESULTS = Path(__file__).parent / "results" / "instrumentation.json"
+INSTRUCTION_RESULTS = RESULTS.with_name("instrumentation_instructions.json")
 DEPS = Path(__file__).parent / ".deps"
 REPLY = " ".join(["The Friday flight TP123 to Lisbon leaves at 09:40 and arrives at 11:15."] * 8)
 MODES = ("plain", "stream")
@@ -121,13 +134,11 @@ def measure(client: Any, calls: int, stream: bool) -> tuple[list[float], list[fl
 
 def worker(name: str, base_url: str, warm: int) -> None:
     """Serve the driver: each line ``MODE N`` read is answered with N calls' timings (one JSON line)."""
-    import openai
-
     if name == "agentreplay-before":
         name = "agentreplay"
     if PEERS[name][1] is not None:
         _instrument(name)
-    client = openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = _client(base_url)
     for mode in MODES:
         measure(client, warm, stream=mode == "stream")  # warm the connection, the client, the caches
     print("ready", flush=True)
@@ -135,6 +146,108 @@ def worker(name: str, base_url: str, warm: int) -> None:
         mode, calls = line.split()
         wall, cpu = measure(client, int(calls), stream=mode == "stream")
         print(json.dumps({"wall": wall, "cpu": cpu}), flush=True)
+
+
+def _client(base_url: str, answers: dict[str, Any] | None = None) -> Any:
+    """The real OpenAI client; with ``answers`` (:func:`capture_answers`) its transport is in process."""
+    import openai
+
+    if answers is None:
+        return openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    import httpx2
+
+    def answer(request: Any) -> Any:
+        got = answers["stream" if b'"stream":true' in request.content else "plain"]
+        body = [chunk.encode("latin-1") for chunk in got["chunks"]]
+        return httpx2.Response(200, headers=got["headers"], content=iter(body))
+
+    http = httpx2.Client(transport=httpx2.MockTransport(answer))
+    return openai.OpenAI(base_url=base_url, api_key="bench", max_retries=0, http_client=http)
+
+
+def capture_answers(base_url: str) -> dict[str, Any]:
+    """The model server's response to each mode's request: headers, and the body as it arrived in
+    chunks (a stream's events one by one), so the in-process transport gives the client the same."""
+    import httpx2
+
+    out: dict[str, Any] = {}
+    with httpx2.Client() as http:
+        for mode in MODES:
+            body: dict[str, Any] = {"model": "gpt-4o-mini", "messages": messages()}
+            if mode == "stream":
+                body.update(stream=True, stream_options={"include_usage": True})
+            with http.stream("POST", f"{base_url}/chat/completions", json=body) as response:
+                chunks = [chunk.decode("latin-1") for chunk in response.iter_raw()]
+                headers = {k: v for k, v in response.headers.items()
+                           if k.lower() not in ("content-length", "transfer-encoding", "connection")}
+            out[mode] = {"headers": headers, "chunks": chunks}
+    return out
+
+
+def count_worker(name: str, mode: str, calls: int, answers_path: str) -> None:
+    """One process for valgrind: instrument, warm up, then ``calls`` calls of ``mode``."""
+    if PEERS[name][1] is not None:
+        _instrument(name)
+    client = _client("http://model.invalid/v1", json.loads(Path(answers_path).read_text()))
+    measure(client, 5, stream=mode == "stream")
+    measure(client, calls, stream=mode == "stream")
+
+
+def _main_thread_instructions(out_dir: Path) -> int:
+    """The main thread's instruction count from callgrind's per-thread files (thread 1)."""
+    for path in out_dir.glob("cg.out*"):
+        if path.name.endswith("-01") or path.name == "cg.out":
+            for line in path.read_text(errors="replace").splitlines():
+                if line.startswith(("summary:", "totals:")):
+                    return int(line.split()[1])
+    raise RuntimeError(f"no callgrind count for the main thread in {out_dir}")
+
+
+def count_instructions(name: str, env: dict[str, str], mode: str, calls: int, seed: int, answers: Path,
+                       work: Path) -> float:
+    """Main-thread instructions of one call of ``mode`` under ``name``: (run of N calls - run of 0) / N."""
+    counts = []
+    for n in (0, calls):
+        out_dir = work / f"{name}-{mode}-{seed}-{n}"
+        out_dir.mkdir(parents=True)
+        subprocess.run(
+            ["valgrind", "--tool=callgrind", "--separate-threads=yes", f"--callgrind-out-file={out_dir}/cg.out",
+             sys.executable, __file__, "--count-worker", name, "--mode", mode, "--calls", str(n),
+             "--answers", str(answers)],
+            env={**env, "PYTHONHASHSEED": str(seed)}, check=True, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        counts.append(_main_thread_instructions(out_dir))
+    return (counts[1] - counts[0]) / calls
+
+
+def instructions(envs: dict[str, dict[str, str]], seeds: list[int], calls: dict[str, int]) -> dict[str, Any]:
+    """Instructions per call for every configuration, mode and seed (two valgrind runs at a time)."""
+    work = Path(tempfile.mkdtemp(prefix="instr-"))
+    answers = work / "answers.json"
+    with model_server() as base_url:
+        answers.write_text(json.dumps(capture_answers(base_url)))
+    jobs = {(n, m, s): (n, envs[n], m, calls[m], s, answers, work) for n in envs for m in MODES for s in seeds}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {key: pool.submit(count_instructions, *args) for key, args in jobs.items()}
+        per_call = {key: f.result() for key, f in futures.items()}
+    shutil.rmtree(work, ignore_errors=True)
+    result: dict[str, Any] = {"method": "callgrind, main thread, in-process transport", "seeds": seeds,
+                              "calls": calls, "configs": list(envs)}
+    for mode in MODES:
+        mean = {n: statistics.mean(per_call[(n, mode, s)] for s in seeds) for n in envs}
+        added = {n: mean[n] - mean["baseline"] for n in envs if n != "baseline"}
+        entry: dict[str, Any] = {
+            "instructions_per_call": {n: round(v) for n, v in mean.items()},
+            "instructions_added": {n: round(v) for n, v in added.items()},
+            "by_seed": {n: [round(per_call[(n, mode, s)]) for s in seeds] for n in envs},
+        }
+        if "agentreplay" in added:
+            entry["ratio_added_agentreplay_to"] = {
+                n: round(added["agentreplay"] / v, 3) for n, v in added.items() if n != "agentreplay" and v > 0
+            }
+        result[mode] = entry
+    return result
 
 
 # --- the driver ---------------------------------------------------------------------------------
@@ -229,11 +342,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--out", default=str(RESULTS), help="where the JSON result is written")
     parser.add_argument("--before-src", help="also measure the recorder from this source folder (an older "
                                              "checkout's src/), as agentreplay-before: before and after in one run")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count the calling thread's instructions per call under valgrind instead of timing")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="hash seeds (--instructions)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--base-url", help=argparse.SUPPRESS)
+    parser.add_argument("--count-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    parser.add_argument("--answers", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         worker(args.worker, args.base_url, args.warm)
+        return {}
+    if args.count_worker:
+        count_worker(args.count_worker, args.mode, args.calls, args.answers)
         return {}
 
     names = ["baseline"] + [n for n in PEERS if n != "baseline" and (not args.only or n in args.only)]
@@ -244,6 +366,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         envs["agentreplay-before"] = env
     for missing in set(names) - set(envs):
         print(f"{missing}: not installed under {args.deps}: left out", file=sys.stderr)
+    if args.instructions:
+        if shutil.which("valgrind") is None:
+            parser.error("--instructions needs valgrind on PATH")
+        envs.pop("agentreplay-before", None)
+        counted = instructions(envs, args.seeds, {"plain": 20, "stream": 8})
+        out = Path(args.out) if args.out != str(RESULTS) else INSTRUCTION_RESULTS
+        out.write_text(json.dumps(counted, indent=2))
+        print(json.dumps(counted, indent=2))
+        return counted
     samples = {n: {m: {"wall": [], "cpu": []} for m in MODES} for n in envs}
     with model_server() as base_url:
         workers = [Worker(n, env, base_url, args.warm) for n, env in envs.items()]

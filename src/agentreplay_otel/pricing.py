@@ -32,14 +32,25 @@ def load_prices(path: str | None = None) -> Prices:
         raise ConfigurationError(f"bad price table {source or 'data/prices.json'}: {exc}") from exc
 
 
+def _price(table: Prices, model: str) -> tuple[float, float] | None:
+    """The price of the longest prefix of ``model`` in ``table``."""
+    match = max((prefix for prefix in table if model.startswith(prefix)), key=len, default=None)
+    return None if match is None else table[match]
+
+
+@functools.lru_cache(maxsize=256)
+def _default_price(model: str) -> tuple[float, float] | None:
+    """:func:`_price` in the default table, once per model name: every recorded call asks."""
+    return _price(load_prices(), model)
+
+
 def cost_usd(model: str | None, input_tokens: int | None, output_tokens: int | None,
              prices: Prices | None = None) -> float | None:
     """Cost of one call, or None when the model has no price (unknown, not free)."""
     if not model or (input_tokens is None and output_tokens is None):
         return None
-    table = load_prices() if prices is None else prices
-    match = max((prefix for prefix in table if model.startswith(prefix)), key=len, default=None)
-    if match is None:
+    price = _default_price(model) if prices is None else _price(prices, model)
+    if price is None:
         return None
-    per_in, per_out = table[match]
+    per_in, per_out = price
     return round(((input_tokens or 0) * per_in + (output_tokens or 0) * per_out) / 1_000_000, 10)
