@@ -29,7 +29,9 @@ the calling thread's CPU instructions per call, counted by valgrind (callgrind, 
 thread), with the server's bytes answered in process by an ``httpx2.MockTransport`` (so no socket
 timing changes the client's own path) and a fixed hash seed per repeat. Each configuration runs
 twice, with 0 and with N measured calls after the same warm-up; the difference over N is one
-call. Results go to ``bench/results/instrumentation_instructions.json``.
+call. The batch processor exports when the process ends, so no switch to its thread lands in a
+counted call; its instructions (our hash chain among them) are reported apart. Results go to
+``bench/results/instrumentation_instructions.json``.
 
     python bench/instrumentation_bench.py [--calls 25] [--rounds 24] [--deps DIR] [--only NAME ...]
     python bench/instrumentation_bench.py --instructions [--only NAME ...] [--seeds 0 1]
@@ -81,8 +83,11 @@ def messages() -> list[dict[str, str]]:
 
 
 # --- one configuration, in a worker process --------------------------------------------------
-def _instrument(name: str) -> None:
-    """Set up ``name`` in this (fresh) process: a provider batching into a discarding exporter."""
+def _instrument(name: str, *, export_at_exit: bool = False) -> None:
+    """Set up ``name`` in this (fresh) process: a provider batching into a discarding exporter.
+
+    ``export_at_exit``: the batch processor exports only when the process ends, so no switch to its
+    thread lands inside a counted call (what it exports is counted on its own thread)."""
     from opentelemetry import trace
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
@@ -108,7 +113,8 @@ def _instrument(name: str) -> None:
     if name in ("official", "openai-v2"):  # content on the span, in the latest conventions
         os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
         os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
+    quiet = {"schedule_delay_millis": 3_600_000, "max_export_batch_size": 65536} if export_at_exit else {}
+    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536, **quiet))
     trace.set_tracer_provider(provider)
     module = importlib.import_module(PEERS[name][1] or "")
     module.OpenAIInstrumentor().instrument(tracer_provider=provider)
@@ -187,25 +193,31 @@ def capture_answers(base_url: str) -> dict[str, Any]:
 def count_worker(name: str, mode: str, calls: int, answers_path: str) -> None:
     """One process for valgrind: instrument, warm up, then ``calls`` calls of ``mode``."""
     if PEERS[name][1] is not None:
-        _instrument(name)
+        _instrument(name, export_at_exit=True)
     client = _client("http://model.invalid/v1", json.loads(Path(answers_path).read_text()))
     measure(client, 5, stream=mode == "stream")
     measure(client, calls, stream=mode == "stream")
 
 
-def _main_thread_instructions(out_dir: Path) -> int:
-    """The main thread's instruction count from callgrind's per-thread files (thread 1)."""
+def _thread_instructions(out_dir: Path) -> tuple[int, int]:
+    """The main thread's instruction count and the other threads' (callgrind writes one file a thread)."""
+    main, others = None, 0
     for path in out_dir.glob("cg.out*"):
-        if path.name.endswith("-01") or path.name == "cg.out":
-            for line in path.read_text(errors="replace").splitlines():
-                if line.startswith(("summary:", "totals:")):
-                    return int(line.split()[1])
-    raise RuntimeError(f"no callgrind count for the main thread in {out_dir}")
+        total = next((int(line.split()[1]) for line in path.read_text(errors="replace").splitlines()
+                      if line.startswith(("summary:", "totals:"))), 0)
+        if path.name.endswith("-01"):
+            main = total
+        else:
+            others += total
+    if main is None:
+        raise RuntimeError(f"no callgrind count for the main thread in {out_dir}")
+    return main, others
 
 
 def count_instructions(name: str, env: dict[str, str], mode: str, calls: int, seed: int, answers: Path,
-                       work: Path) -> float:
-    """Main-thread instructions of one call of ``mode`` under ``name``: (run of N calls - run of 0) / N."""
+                       work: Path) -> tuple[float, float]:
+    """Instructions of one call of ``mode`` under ``name``, on the calling thread and on the others
+    (the batch processor's: the chain, for us): (run of N calls - run of 0) / N."""
     counts = []
     for n in (0, calls):
         out_dir = work / f"{name}-{mode}-{seed}-{n}"
@@ -217,8 +229,8 @@ def count_instructions(name: str, env: dict[str, str], mode: str, calls: int, se
             env={**env, "PYTHONHASHSEED": str(seed)}, check=True, stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        counts.append(_main_thread_instructions(out_dir))
-    return (counts[1] - counts[0]) / calls
+        counts.append(_thread_instructions(out_dir))
+    return (counts[1][0] - counts[0][0]) / calls, (counts[1][1] - counts[0][1]) / calls
 
 
 def instructions(envs: dict[str, dict[str, str]], seeds: list[int], calls: dict[str, int]) -> dict[str, Any]:
@@ -232,15 +244,18 @@ def instructions(envs: dict[str, dict[str, str]], seeds: list[int], calls: dict[
         futures = {key: pool.submit(count_instructions, *args) for key, args in jobs.items()}
         per_call = {key: f.result() for key, f in futures.items()}
     shutil.rmtree(work, ignore_errors=True)
-    result: dict[str, Any] = {"method": "callgrind, main thread, in-process transport", "seeds": seeds,
-                              "calls": calls, "configs": list(envs)}
+    result: dict[str, Any] = {"method": "callgrind, calling thread, in-process transport, export at exit",
+                              "seeds": seeds, "calls": calls, "configs": list(envs)}
     for mode in MODES:
-        mean = {n: statistics.mean(per_call[(n, mode, s)] for s in seeds) for n in envs}
+        mean = {n: statistics.mean(per_call[(n, mode, s)][0] for s in seeds) for n in envs}
         added = {n: mean[n] - mean["baseline"] for n in envs if n != "baseline"}
         entry: dict[str, Any] = {
             "instructions_per_call": {n: round(v) for n, v in mean.items()},
             "instructions_added": {n: round(v) for n, v in added.items()},
-            "by_seed": {n: [round(per_call[(n, mode, s)]) for s in seeds] for n in envs},
+            "by_seed": {n: [round(per_call[(n, mode, s)][0]) for s in seeds] for n in envs},
+            "other_threads_instructions_per_call": {
+                n: round(statistics.mean(per_call[(n, mode, s)][1] for s in seeds)) for n in envs
+            },
         }
         if "agentreplay" in added:
             entry["ratio_added_agentreplay_to"] = {

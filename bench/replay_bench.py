@@ -7,7 +7,11 @@ agent (``bench/agents/long_agent.py``) under ``opentelemetry-instrument``. Measu
 * ``replay_s``: the agent's own wall time in strict replay (answers from the recording);
 * ``load_s``: reading the run from the store through the collector, verifying its chain,
   and building the recording the replay needs;
-* ``process_*_s``: the same for the whole process (interpreter and launcher start-up included).
+* ``process_*_s``: the same for the whole process (interpreter and launcher start-up included);
+* ``library_s``: the same agent with no instrumentation and every call answered in process
+  (the model server's response, saved once): the agent's own work with the OpenAI client alone.
+  A replay runs the client library as the agent does, so ``library_to_record`` is the floor
+  under ``replay_to_record`` for any replay that does.
 
 Goal: replay faster than recording (``replay_to_record`` < 1) and the load under 10% of the replay.
 Prints JSON and writes ``bench/results/replay.json``.
@@ -37,14 +41,31 @@ RESULTS = HERE / "results" / "replay.json"
 BIN = Path(sys.executable).parent
 
 
-def run_agent(env: dict[str, str], steps: int) -> tuple[float, float]:
+def run_agent(env: dict[str, str], steps: int, *, answer: Path | None = None) -> tuple[float, float]:
+    """The agent under the launcher; with ``answer``, alone (no launcher) and answered in process."""
     started = time.perf_counter()
-    done = subprocess.run([str(BIN / "opentelemetry-instrument"), sys.executable, str(AGENT), "--steps", str(steps)],
-                          env=env, capture_output=True, text=True, timeout=900)
+    command = [sys.executable, str(AGENT), "--steps", str(steps)]
+    if answer is not None:
+        command += ["--answer", str(answer)]
+    else:
+        command.insert(0, str(BIN / "opentelemetry-instrument"))
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=900)
     total = time.perf_counter() - started
     if done.returncode != 0:
         raise SystemExit(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])["agent_s"], total
+
+
+def save_answer(base_url: str, path: Path) -> None:
+    """The model server's response to a request like the agent's, saved for in-process answers."""
+    import httpx2
+
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "Where is order 1?"}]}
+    response = httpx2.post(f"{base_url}/chat/completions", json=body, timeout=30)
+    response.raise_for_status()
+    headers = {k: v for k, v in response.headers.items()
+               if k.lower() not in ("content-length", "content-encoding", "transfer-encoding", "connection")}
+    path.write_text(json.dumps({"headers": headers, "body": response.text}))
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -77,6 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
                 replay_env = env | {ENV_REPLAY: str(tmp / "bundle.json"), ENV_REPLAY_REPORT: str(tmp / "report.json")}
                 replay_s, process_replay_s = run_agent(replay_env, args.steps)
                 outcome = json.loads((tmp / "report.json").read_text())
+                save_answer(f"{base}/v1", tmp / "answer.json")
+                library_s, _ = run_agent(env, args.steps, answer=tmp / "answer.json")
         finally:
             model.terminate()
             model.wait(timeout=10)
@@ -87,6 +110,9 @@ def main(argv: list[str] | None = None) -> dict:
         "record_s": round(record_s, 3),
         "replay_s": round(replay_s, 3),
         "replay_to_record": round(replay_s / record_s, 3),
+        "library_s": round(library_s, 3),
+        "library_to_record": round(library_s / record_s, 3),
+        "replay_to_library": round(replay_s / library_s, 3),
         "load_s": round(load_s, 4),
         "load_to_replay": round(load_s / replay_s, 3),
         "process_record_s": round(process_record_s, 3),
