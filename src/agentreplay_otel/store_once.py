@@ -17,10 +17,16 @@ verifier, the collector and the store need nothing new. Part of the core: reader
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from json.encoder import encode_basestring
 from typing import Any, Final
 
 from agentreplay_otel import semconv
+
+try:
+    import orjson as _orjson
+except ImportError:  # optional: json.loads gives the same values
+    _orjson = None  # type: ignore[assignment]
 
 _VIEWS: Final = (
     (semconv.REQUEST, (semconv.GEN_AI_SYSTEM_INSTRUCTIONS, semconv.GEN_AI_INPUT_MESSAGES)),
@@ -28,7 +34,19 @@ _VIEWS: Final = (
 )
 _REF = '{"agentreplay.ref":'
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as the client libraries encode
+_literal: Callable[[str], str] = encode_basestring  # a string's JSON literal, as _ENCODER writes it
 SHARED_MIN_CHARS: Final = 32  # shorter strings cost less than their reference
+
+
+def _loads(text: str) -> Any:
+    """JSON to Python values; orjson where installed (the export thread runs this for every LLM span).
+    Anything orjson refuses (a lone surrogate escape, say) is left to json.loads to accept or refuse."""
+    if _orjson is not None:
+        try:
+            return _orjson.loads(text)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
 
 
 def _view_strings(attributes: Mapping[str, Any], views: tuple[str, ...]) -> list[str]:
@@ -39,7 +57,7 @@ def _view_strings(attributes: Mapping[str, Any], views: tuple[str, ...]) -> list
         text = attributes.get(name)
         if isinstance(text, str):
             try:
-                stack.append(json.loads(text))
+                stack.append(_loads(text))
             except ValueError:
                 continue
             while stack:
@@ -54,16 +72,21 @@ def _view_strings(attributes: Mapping[str, Any], views: tuple[str, ...]) -> list
     return sorted(seen, key=len, reverse=True)
 
 
-def _replaced(body: str, strings: list[str]) -> str:
-    for index, value in enumerate(strings):
-        body = body.replace(_ENCODER.encode(value), f"{_REF}{index}}}")
+def _replaced(body: str, literals: list[str]) -> str:
+    for index, literal in enumerate(literals):
+        body = body.replace(literal, f"{_REF}{index}}}")
     return body
 
 
-def _restored(body: str, strings: list[str]) -> str:
-    for index in range(len(strings) - 1, -1, -1):
-        body = body.replace(f"{_REF}{index}}}", _ENCODER.encode(strings[index]))
+def _restored(body: str, literals: list[str]) -> str:
+    for index in range(len(literals) - 1, -1, -1):
+        body = body.replace(f"{_REF}{index}}}", literals[index])
     return body
+
+
+def _literals(strings: list[str]) -> list[str]:
+    """Each string's JSON literal, encoded once for both the replacement and its check."""
+    return [_literal(value) for value in strings]
 
 
 def store_once(attributes: dict[str, Any]) -> dict[str, Any]:
@@ -79,9 +102,9 @@ def store_once(attributes: dict[str, Any]) -> dict[str, Any]:
         body = attributes.get(body_name)
         if not isinstance(body, str) or _REF in body:
             continue
-        strings = _view_strings(attributes, views)
-        compact = _replaced(body, strings) if strings else body
-        if compact != body and _restored(compact, strings) == body:
+        literals = _literals(_view_strings(attributes, views))
+        compact = _replaced(body, literals) if literals else body
+        if compact != body and _restored(compact, literals) == body:
             attributes[body_name] = compact
             changed.append(body_name)
     if changed:
@@ -103,5 +126,5 @@ def restore(attributes: Mapping[str, Any]) -> Mapping[str, Any]:
     for body_name, views in _VIEWS:
         body = out.get(body_name)
         if body_name in names and isinstance(body, str):
-            out[body_name] = _restored(body, _view_strings(out, views))
+            out[body_name] = _restored(body, _literals(_view_strings(out, views)))
     return out

@@ -66,6 +66,21 @@ def test_store_once_leaves_a_body_it_cannot_reference_exactly():
     assert restore_content(stored) is stored  # nothing to restore: the same mapping
 
 
+def test_store_once_reads_a_view_orjson_refuses():
+    """A NaN in the view: orjson refuses it, json.loads reads it, and the body is referenced all the same."""
+    text = "Book the flight for Friday and nothing else, whatever the seat map says."
+    view = '[{"role":"user","parts":[{"type":"text","content":"' + text + '"}],"n":NaN}]'
+    original = {
+        semconv.GEN_AI_INPUT_MESSAGES: view,
+        semconv.REQUEST: '{"messages":[{"role":"user","content":"' + text + '"}]}',
+    }
+    stored = store_once(dict(original))
+
+    assert json.loads(stored[semconv.CONTENT_REFS]) == [semconv.REQUEST]
+    assert stored[semconv.REQUEST] == '{"messages":[{"role":"user","content":{"agentreplay.ref":0}}]}'
+    assert {k: v for k, v in restore_content(stored).items() if k != semconv.CONTENT_REFS} == original
+
+
 def test_restore_without_the_marker_changes_nothing():
     attributes = {semconv.REQUEST: '{"a":{"agentreplay.ref":0}}', semconv.GEN_AI_INPUT_MESSAGES: "[]"}
     assert restore_content(attributes) == attributes
