@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test bench bench-deps bench-instructions clean
 
 $(BIN)/agentreplay: pyproject.toml collector/pyproject.toml replay/pyproject.toml dev/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -26,7 +26,7 @@ test: venv
 # two need different versions of one package): their entry points would otherwise double-instrument
 # every agent run under opentelemetry-instrument.
 PEER = $(BIN)/pip install -q --no-deps --target
-bench: venv
+bench-deps: venv
 	test -d bench/.deps/official || $(PEER) bench/.deps/official \
 		opentelemetry-instrumentation-genai-openai opentelemetry-util-genai
 	test -d bench/.deps/openai-v2 || $(PEER) bench/.deps/openai-v2 \
@@ -35,7 +35,13 @@ bench: venv
 		openinference-instrumentation-openai openinference-instrumentation openinference-semantic-conventions
 	test -d bench/.deps/openllmetry || $(PEER) bench/.deps/openllmetry \
 		opentelemetry-instrumentation-openai opentelemetry-semantic-conventions-ai
+
+bench: bench-deps
 	$(BIN)/python bench/instrumentation_bench.py
+
+# The same comparison in instructions on the calling thread (valgrind): steady on a busy machine.
+bench-instructions: bench-deps
+	$(BIN)/python bench/instrumentation_bench.py --instructions
 
 clean:
 	rm -rf $(VENV) .agentreplay
