@@ -24,6 +24,7 @@ checkout or from anywhere the package is installed.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import time
@@ -49,10 +50,31 @@ def step(text: str) -> None:
     console.rule(f"[bold cyan]{text}", align="left")
 
 
+def show_command(text: str) -> None:
+    """A command as the user would type it: on one line however long, so it can be copied whole."""
+    console.print(f"$ {text}", style="dim", soft_wrap=True, markup=False, highlight=False)
+
+
 def cli(world: FlightWorld, command: str, *rest: str) -> int:
-    shown = " ".join(f"'{a}'" if " " in a else a for a in (command, *rest))
-    console.print(f"[dim]$ agentreplay {shown}")
+    show_command(f"agentreplay {shlex.join((command, *rest))}")
     return subprocess.run(world.cli_args(command, *rest), env=world.env, timeout=300).returncode
+
+
+def replay_quietly(world: FlightWorld, run_id: str) -> int:
+    """``agentreplay replay RUN`` with the agent's own stderr held back: the replayed agent ends in the
+    recorded halt, and its traceback, passed through as it runs, reads like a crash of the demo. The
+    report that follows quotes how it ended; the traceback is summed up in one line."""
+    show_command(f"agentreplay replay {run_id}")
+    done = subprocess.run(world.cli_args("replay", run_id), env=world.env, timeout=300,
+                          stderr=subprocess.PIPE, text=True)
+    tail = [line for line in done.stderr.splitlines() if line.strip()]
+    if done.returncode not in (0, 1):  # the replay itself failed: its error is the news
+        sys.stderr.write(done.stderr)
+    elif tail:
+        console.print(f"(the agent's stderr, {len(tail)} lines, held back: it ends in the recorded "
+                      f"{tail[-1].split(':', 1)[0].rsplit('.', 1)[-1]}, as the report says)",
+                      style="dim", soft_wrap=True, markup=False, highlight=False)
+    return done.returncode
 
 
 def main() -> int:
@@ -62,7 +84,7 @@ def main() -> int:
         console.print(f"collector up: OTLP gRPC {world.collector.grpc}, control {world.collector.control}, "
                       f"store {STORE}; auth, scope and the transparency log on")
         step("3. record the flight agent, unmodified, under opentelemetry-instrument")
-        console.print(f"[dim]$ opentelemetry-instrument python {_shown(AGENT)} '{STORY_REQUEST}'")
+        show_command(f"opentelemetry-instrument python {_shown(AGENT)} {shlex.quote(STORY_REQUEST)}")
         recorded = world.record(STORY_REQUEST, check=False)
         console.print(f"agent stopped: [bold red]{_last_line(recorded.stderr)}")
         run_id = world.newest_verified_run()
@@ -77,7 +99,7 @@ def main() -> int:
         analyzed = cli(world, "analyze", run_id) == 1  # exit 1: the run failed
         step("6. replay it exactly: answers from the recording, zero live calls")
         calls, booked = world.model.request_count, world.bookings()
-        replayed = cli(world, "replay", run_id)
+        replayed = replay_quietly(world, run_id)
         console.print(f"model server requests during the replay: {world.model.request_count - calls}; "
                       f"bookings made: {world.bookings() - booked}")
         step("7. the incident: root cause, regression test, dispute and claim packets, walkthrough")
@@ -120,7 +142,7 @@ def _regression(world: FlightWorld, tests: Path, agent: Path | None) -> int:
         options.append(f"--agentreplay-agent={sys.executable} {agent}")
     command = [str(BIN / "python"), "-m", "pytest", _shown(tests.resolve()), "-q", "-p", "no:cacheprovider",
                "-o", "addopts=", *options]
-    console.print(f"[dim]$ pytest {_shown(tests.resolve())} {' '.join(options[2:])}".rstrip())
+    show_command(shlex.join(["pytest", _shown(tests.resolve()), *options[2:]]))
     done = subprocess.run(command, env=world.env, capture_output=True, text=True, timeout=300)
     lines = [ln for ln in done.stdout.splitlines() if ln.startswith(("FAILED", "ERROR")) or " passed" in ln
              or " failed" in ln]
