@@ -9,6 +9,14 @@ sync and async functions::
     @tool(side_effect=True, cost=lambda seats: 120.0 * seats)
     async def book_flight(flight: str, seats: int) -> dict: ...
 
+    @tool(side_effect=True, cost=lambda amount, order: amount, currency="EUR")
+    def issue_refund(order: str, amount: float) -> dict: ...
+
+``cost`` is what one call charges (money the call moves), in ``currency`` (ISO 4217, US dollars
+by default), recorded on the span as ``agentreplay.cost.amount`` and ``agentreplay.cost.currency``;
+a charge in US dollars is ``agentreplay.cost.usd`` too, and only such a charge counts toward the
+manifest's USD caps: no exchange rate is applied, so a charge in another currency counts toward none.
+
 Arguments and result are recorded as JSON; the span is current while the body runs, so
 LLM calls made inside a tool are its children.
 
@@ -53,6 +61,7 @@ class ToolSpec:
     name: str
     side_effect: bool = False
     cost: Cost = None
+    currency: str = semconv.CURRENCY_USD  # ISO 4217: what ``cost`` is counted in
     function: str = ""
     description: str = ""  # gen_ai.tool.description: the docstring's first line, or the framework's
 
@@ -157,7 +166,8 @@ def _decide(call: ToolInvocation, span: Span) -> Replayed | None:
     """Before the body, the interceptor's verdict: the guard raises ScopeViolation / RunHalted or
     lets the body run (None); a replay answers in its place (the body never runs)."""
     interceptor = intercept.current()
-    cost = _cost(call.spec.cost, call.arguments) if interceptor.acts else None
+    in_usd = call.spec.currency == semconv.CURRENCY_USD  # the manifest's caps are in USD: no exchange rate
+    cost = _cost(call.spec.cost, call.arguments) if interceptor.acts and in_usd else None
     try:
         sandboxed = interceptor.before_tool(intercept.ToolCall(
             name=call.spec.name, span=span, arguments=call.arguments, side_effect=call.spec.side_effect,
@@ -168,15 +178,19 @@ def _decide(call: ToolInvocation, span: Span) -> Replayed | None:
 
 
 def _charge(call: ToolInvocation, span: Span) -> None:
-    """The call's cost on its span and against the run's caps; a sandboxed call (a replay) cost nothing."""
+    """The call's charge on its span, in its currency, and (in US dollars) against the run's caps; a
+    sandboxed call (a replay) cost nothing."""
     interceptor = intercept.current()
     if not interceptor.acts:
         return
     cost = _cost(call.spec.cost, call.arguments)
     if cost is None:
         return
-    span.set_attribute(semconv.COST_USD, cost)
-    interceptor.charge(format(span.get_span_context().trace_id, "032x"), cost)
+    span.set_attribute(semconv.COST_AMOUNT, cost)
+    span.set_attribute(semconv.COST_CURRENCY, call.spec.currency)
+    if call.spec.currency == semconv.CURRENCY_USD:
+        span.set_attribute(semconv.COST_USD, cost)
+        interceptor.charge(format(span.get_span_context().trace_id, "032x"), cost)
 
 
 def _start(call: ToolInvocation, tracer: trace.Tracer | None) -> Span:
@@ -240,19 +254,23 @@ def spec_of(func: Callable[..., Any] | None) -> ToolSpec | None:
 @overload
 def tool(fn: F) -> F: ...
 @overload
-def tool(*, name: str | None = None, side_effect: bool = False, cost: Cost = None) -> Callable[[F], F]: ...
+def tool(*, name: str | None = None, side_effect: bool = False, cost: Cost = None,
+         currency: str = semconv.CURRENCY_USD) -> Callable[[F], F]: ...
 
 
 def tool(
-    fn: F | None = None, *, name: str | None = None, side_effect: bool = False, cost: Cost = None
+    fn: F | None = None, *, name: str | None = None, side_effect: bool = False, cost: Cost = None,
+    currency: str = semconv.CURRENCY_USD,
 ) -> F | Callable[[F], F]:
-    """Record each call of the decorated function as a tool call."""
+    """Record each call of the decorated function as a tool call; ``cost`` is counted in ``currency``."""
+    code = currency_code(currency)
 
     def decorate(func: F) -> F:
         spec = ToolSpec(
             name=name or func.__name__,
             side_effect=side_effect,
             cost=cost,
+            currency=code,
             function=f"{func.__module__}.{func.__qualname__}",
             description=_first_line(inspect.getdoc(func)),
         )
@@ -287,6 +305,14 @@ def _wrap(func: F, spec: ToolSpec) -> F:
 
     wrapper.__agentreplay_tool__ = spec  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def currency_code(currency: str) -> str:
+    """An ISO 4217 code (``"eur"`` -> ``"EUR"``); a ValueError, at decoration, for anything else."""
+    code = currency.strip().upper() if isinstance(currency, str) else ""
+    if len(code) != 3 or not code.isascii() or not code.isalpha():
+        raise ValueError(f"a tool's currency is a three-letter ISO 4217 code such as USD or EUR, not {currency!r}")
+    return code
 
 
 def _first_line(text: str | None) -> str:
