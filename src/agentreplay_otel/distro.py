@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from agentreplay_otel import determinism, exporters, guard, redaction, replay, semconv, settings
 from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.errors import AgentReplayError, ConfigurationError
-from agentreplay_otel.instrumentation import _precedence
+from agentreplay_otel.instrumentation import _precedence, _support
 from agentreplay_otel.runs import end_auto_run
 from agentreplay_otel.settings import Settings, env_flag
 from agentreplay_otel.version import __version__
@@ -249,8 +249,12 @@ class AgentReplayDistro(BaseDistro):
     """Defaults for the launcher: traces over OTLP/gRPC, metrics and logs kept local."""
 
     def load_instrumentor(self, entry_point: EntryPoint, **kwargs: Any) -> None:
-        """Every instrumentor but another one of a library ours record (see ``_precedence``)."""
+        """Ours when their own library is there (see ``_support``); every other instrumentor but
+        another one of a library ours record (see ``_precedence``)."""
         instrumentor = entry_point.load()()
+        if _precedence.ours(entry_point):
+            _support.load(instrumentor, **kwargs)
+            return
         keep = os.environ.get(semconv.ENV_OTHER_INSTRUMENTORS, "").strip().lower() == "keep"
         twice = _precedence.overlap(entry_point, instrumentor)
         if twice and not keep:

@@ -15,6 +15,8 @@ from types import ModuleType
 
 import wrapt
 
+from agentreplay_otel.instrumentation import _support
+
 
 class Deferred:
     """One instrumentor's wrapping of ``module``, pending until the module is imported."""
@@ -43,7 +45,10 @@ class Deferred:
             if apply is None or self._applied:
                 return
             self._applied = True
-        apply()
+        try:
+            apply()
+        except Exception as exc:  # noqa: BLE001 - raised into the agent's own import otherwise
+            _support.not_recorded(self.module, f"instrumenting it on import failed: {type(exc).__name__}: {exc}")
 
     def disarm(self) -> bool:
         """Drop a pending wrapping; True when it had been applied (the caller then unwraps)."""

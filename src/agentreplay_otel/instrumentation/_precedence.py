@@ -36,9 +36,13 @@ def libraries(instrumentor: Any) -> set[str]:
     return {_normalised(r) for r in requirements}
 
 
+def ours(entry_point: EntryPoint) -> bool:
+    return entry_point.value.startswith(OURS_PREFIX)
+
+
 def overlap(entry_point: EntryPoint, instrumentor: Any) -> set[str]:
     """What a foreign instrumentor would record twice; empty for ours and for other libraries."""
-    if entry_point.value.startswith(OURS_PREFIX):
+    if ours(entry_point):
         return set()
     return libraries(instrumentor) & RECORDED
 
