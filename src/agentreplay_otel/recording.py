@@ -66,6 +66,8 @@ class Recording:
     last_hash: str
     entrypoint: list[str]
     steps: list[RecordedStep]
+    working_directory: str = ""  # where the agent started ("" in runs recorded before it was kept)
+    interpreter: str = ""  # the Python that ran it (sys.executable), likewise
     nondeterminism: str | None = None  # the agent's clock, uuid and random draws (determinism.Draws)
 
     def to_json(self) -> str:
@@ -126,5 +128,7 @@ def recording_from_spans(spans: Iterable[SpanRecord]) -> Recording:
         last_hash=(root.attributes.get(semconv.CHAIN_HASH, "") if root else ""),
         entrypoint=[str(x) for x in entry] if isinstance(entry, list) else [],
         steps=steps,
+        working_directory=str(root.attributes.get(semconv.RUN_WORKING_DIRECTORY, "")) if root else "",
+        interpreter=str(root.attributes.get(semconv.RUN_INTERPRETER, "")) if root else "",
         nondeterminism=root.attributes.get(semconv.NONDETERMINISM) if root else None,
     )

@@ -15,6 +15,7 @@ import atexit
 import functools
 import inspect
 import itertools
+import os
 import sys
 import threading
 from collections import OrderedDict
@@ -116,6 +117,7 @@ def run_attributes(
         **_agent_identity(tracer_provider),
         semconv.RUN_KIND: kind,
         semconv.RUN_ENTRYPOINT: to_json(list(sys.argv)),
+        **_started_in(),
     }
     if input is not None and current.capture_content:
         attrs[semconv.RUN_INPUT] = to_json(input)
@@ -130,6 +132,16 @@ def run_attributes(
     if manifest:
         attrs[semconv.MANIFEST_SHA256] = manifest
     return attrs
+
+
+def _started_in() -> dict[str, str]:
+    """The working directory and interpreter the agent started with: a replay starts it there again."""
+    found = {semconv.RUN_INTERPRETER: sys.executable}
+    try:
+        found[semconv.RUN_WORKING_DIRECTORY] = os.getcwd()
+    except OSError:  # the directory was removed under the agent: nothing to record
+        pass
+    return {k: v for k, v in found.items() if v}
 
 
 _AGENT_IDENTITY = ((semconv.AGENT_ID, semconv.GEN_AI_AGENT_ID), (semconv.AGENT_VERSION, semconv.GEN_AI_AGENT_VERSION))

@@ -94,6 +94,9 @@ RUN_KIND: Final = "agentreplay.run.kind"
 RUN_INPUT: Final = "agentreplay.run.input"
 RUN_OUTPUT: Final = "agentreplay.run.output"
 RUN_ENTRYPOINT: Final = "agentreplay.run.entrypoint"
+# Where and with what the agent started (replay starts it the same way): os.getcwd(), sys.executable.
+RUN_WORKING_DIRECTORY: Final = "agentreplay.run.working_directory"
+RUN_INTERPRETER: Final = "agentreplay.run.interpreter"
 RUN_AUTO: Final = "agentreplay.run.auto"
 # Why the run cannot be replayed (one line), set when it starts: recorded without content, say.
 RUN_NOT_REPLAYABLE: Final = "agentreplay.run.not_replayable"

@@ -169,7 +169,9 @@ def try_model(source: RunReader, forks: RunReader, run_id: str, at: int, choice:
     try:
         outcome = replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified, otlp=otlp,
                                timeout_s=timeout_s, stdout=stdout, stderr=stderr)
-    except replayer.ReplayError as exc:
+    except replayer.CannotStart:
+        raise  # the command, not the model: the same for every trial
+    except replayer.ReplayError as exc:  # the agent did not start, or ran past its time: this trial errored
         return Trial(choice=choice, outcome=TRIAL_ERRORED, detail=str(exc))
     fork_id = outcome.report.replay_run_id if outcome.report is not None else ""
     if not fork_id:
@@ -204,7 +206,8 @@ def try_models(source: RunReader, forks: RunReader, run_id: str, specs: Sequence
                command: Sequence[str] = (), otlp: str | None = None, allow_unverified: bool = False,
                timeout_s: float = 600.0, stdout: TextIO, stderr: TextIO) -> Trials:
     """Every model of ``specs`` tried at ``at`` (default: the culprit step of the newest stored failed
-    verdict, else of the detectors' verdict now). ValueError when there is no step to fork at."""
+    verdict, else of the detectors' verdict now). ValueError when there is no step to fork at;
+    :class:`~agentreplay_replay.replayer.CannotStart` when the agent's command cannot run here."""
     spans = source.get_run_spans(run_id)
     if not spans:
         raise ValueError(f"run {run_id} has no stored spans")

@@ -18,7 +18,9 @@ uncaught exception, the divergence, and the analysis of the run.
 Options (each also an environment variable, for CI):
 
     --agentreplay-agent "python agent.py"   the agent's program; the recorded arguments follow it
-                                            (default: the recorded command line)
+    --agentreplay-recorded-command          without --agentreplay-agent: run the command the case
+                                            recorded (printed first; the case must check against
+                                            the org key, as every case must here)
     --agentreplay-model-url URL             where live OpenAI-compatible calls go after a divergence
     --agentreplay-anthropic-url URL         where live Anthropic calls go after a divergence
     --agentreplay-org-key FILE              the org public key cases are checked against
@@ -67,6 +69,7 @@ ENV_AGENT = "AGENTREPLAY_TEST_AGENT"
 ENV_MODEL_URL = "AGENTREPLAY_TEST_MODEL_URL"
 ENV_ANTHROPIC_URL = "AGENTREPLAY_TEST_ANTHROPIC_URL"
 ENV_TEST_COLLECTOR = "AGENTREPLAY_TEST_COLLECTOR"
+ENV_RECORDED_COMMAND = "AGENTREPLAY_TEST_RECORDED_COMMAND"  # "1": --agentreplay-recorded-command
 MARKER = "mast"
 TIMEOUT_S = 300.0
 
@@ -77,6 +80,11 @@ class CaseRefused(Exception):
 
 class RegressionError(Exception):
     """The regression run could not be made (not the same as a run that regressed)."""
+
+
+class AgentDidNotStart(RegressionError):
+    """The agent's process ended before it replayed anything: its command, exit code and stderr's tail
+    say why (a script not found, an import that failed). Not a regression of the agent's behaviour."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,7 +249,8 @@ def mode_label(mode_id: str) -> str:
 class Settings:
     """The plugin's options, as given on the command line or in the environment."""
 
-    agent: tuple[str, ...] = ()  # the agent's program; () runs the recorded command line
+    agent: tuple[str, ...] = ()  # the agent's program; () runs the recorded command line if asked
+    recorded_command: bool = False  # the case's recorded command may run (none given)
     model_url: str | None = None
     anthropic_url: str | None = None
     org_key: Path | None = None
@@ -277,24 +286,44 @@ class AgentReplay:
             raise CaseRefused(f"the org public key {path}: {exc}") from exc
 
     def regress(self, case: casefile.Case | str | Path, *, agent: str | Sequence[str] | None = None) -> Regression:
-        """Run the current agent on the case's recorded input in regression mode; tools sandboxed."""
+        """Run the current agent on the case's recorded input in regression mode; tools sandboxed.
+
+        The agent's program comes from ``agent`` or ``--agentreplay-agent`` (the recorded arguments
+        follow it); the case's own recorded command runs only with ``--agentreplay-recorded-command``,
+        and only for a case that checks against the org key. :class:`AgentDidNotStart` when the agent
+        never got to replay (a missing script, a failed import): not a regression."""
         loaded = case if isinstance(case, casefile.Case) else self.load(case)
         program = shlex.split(agent) if isinstance(agent, str) else tuple(agent or self.settings.agent)
-        command = [*program, *loaded.recording.entrypoint[1:]] if program else []
+        command = [*program, *loaded.recording.entrypoint[1:]] if program else self._recorded(loaded)
         plan = Plan(mode=Mode.REGRESSION, on_divergence=OnDivergence.LIVE)
         try:
             outcome = replayer.run(casefile.CaseReader(loaded), loaded.run_id, plan, command=command,
                                    otlp=self._otlp(), timeout_s=self.settings.timeout_s, stdout=sys.stdout,
                                    stderr=sys.stderr, env=self._env())
+        except replayer.DidNotStart as exc:
+            raise AgentDidNotStart("\n".join([str(exc), *exc.stderr_tail])) from exc
+        except replayer.CannotStart as exc:
+            raise AgentDidNotStart(f"the agent did not start: {exc.problem}: the recorded command `{exc.recorded}` "
+                                   f"cannot run here; give --agentreplay-agent") from exc
         except replayer.ReplayError as exc:
             raise RegressionError(str(exc)) from exc
-        if outcome.report is None:
-            raise RegressionError(f"the agent exited {outcome.exit_code} without a replay report (is it "
-                                  f"instrumented? command: {shlex.join(outcome.command)})\n"
-                                  + "\n".join(outcome.stderr_tail))
-        run_id = outcome.report.replay_run_id
+        run_id = outcome.report.replay_run_id if outcome.report is not None else ""
         spans = tuple(s for s in outcome.spans if not run_id or s.trace_id == run_id)
         return Regression(case=loaded, outcome=outcome, spans=spans)
+
+    def _recorded(self, case: casefile.Case) -> list[str]:
+        """No program given: the case's recorded command (``[]``), when asked for and the case checks
+        against the org key; printed before it runs. A case anyone may have edited never runs its own
+        command unasked."""
+        recorded = replayer.recorded_command(case.recording)
+        if not self.settings.recorded_command:
+            raise RegressionError(f"no agent to run: give --agentreplay-agent (or ${ENV_AGENT}); the case's "
+                                  f"recorded command ({recorded}) runs only with --agentreplay-recorded-command")
+        found = casefile.check(case, self._org_key())
+        if not found.ok:
+            raise CaseRefused(f"the case does not check against the org public key: {'; '.join(found.problems)}")
+        sys.stderr.write(f"agentreplay: running the case's recorded command: {recorded}\n")
+        return []
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -318,7 +347,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("agentreplay", "regression tests over recorded agent runs")
     group.addoption("--agentreplay-agent", default=os.environ.get(ENV_AGENT),
                     help="the agent's program, e.g. 'python agent.py'; the recorded arguments follow it "
-                         f"(default: the recorded command line; ${ENV_AGENT})")
+                         f"(${ENV_AGENT})")
+    group.addoption("--agentreplay-recorded-command", action="store_true",
+                    default=os.environ.get(ENV_RECORDED_COMMAND, "") in ("1", "true"),
+                    help="with no --agentreplay-agent: run the command the case recorded (printed first; the "
+                         f"case must check against the org key; ${ENV_RECORDED_COMMAND}=1)")
     group.addoption("--agentreplay-model-url", default=os.environ.get(ENV_MODEL_URL),
                     help="where live OpenAI-compatible calls go after a divergence (OPENAI_BASE_URL of the "
                          f"agent; ${ENV_MODEL_URL})")
@@ -346,6 +379,7 @@ def settings_from(config: pytest.Config) -> Settings:
     agent = config.getoption("--agentreplay-agent")
     org_key = config.getoption("--agentreplay-org-key")
     return Settings(agent=tuple(shlex.split(agent)) if agent else (),
+                    recorded_command=bool(config.getoption("--agentreplay-recorded-command")),
                     model_url=config.getoption("--agentreplay-model-url") or None,
                     anthropic_url=config.getoption("--agentreplay-anthropic-url") or None,
                     org_key=Path(org_key) if org_key else None,

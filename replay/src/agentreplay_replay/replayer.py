@@ -30,6 +30,7 @@ from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector.errors import StoreError
 from agentreplay_collector.store import RunReader
 from agentreplay_otel.core import (
     ChainReport,
@@ -73,6 +74,15 @@ class RunEnd:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ReplayRun:
+    """Where the replay's own run went: what a report may call "this replay's run"."""
+
+    run_id: str
+    stored: bool | None  # True: in the store; False: not there; None: sent elsewhere, not checked
+    where: str  # one line for a person
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReplayOutcome:
     recording: Recording
     chain: ChainReport
@@ -83,6 +93,8 @@ class ReplayOutcome:
     exception: RunEnd | None  # the uncaught exception the agent's stderr ends in, if any
     stderr_tail: tuple[str, ...]  # the last lines the agent wrote to stderr
     spans: tuple[SpanRecord, ...] = ()  # the replay's own spans, chained, as the agent exported them
+    replay_run: ReplayRun | None = None  # where the replay's own run went (the store, or why not)
+    cwd: str | None = None  # where the agent ran (None: the current directory)
 
     @property
     def diverged(self) -> bool:
@@ -183,15 +195,99 @@ def judge_exit(report: Report, recorded: RunEnd, exit_code: int, exception: RunE
     return dataclasses.replace(report, outcome=Outcome.DIVERGED, divergence=divergence)
 
 
-def agent_command(recording: Recording, command: Sequence[str]) -> list[str]:
-    """The command to run: the one given, else the recorded entry point, under the launcher."""
-    launcher = str(Path(sys.executable).parent / "opentelemetry-instrument")
+LAUNCHER = "opentelemetry-instrument"
+AFTER_DASHES = "give the agent's command after -- (e.g. `-- python agent.py`)"
+"""What the CLI asks for when the recorded command cannot (or may not) run."""
+
+
+class CannotStart(ReplayError):
+    """The recorded command cannot run here (its interpreter, directory or script is gone), or may not
+    run unasked (a case file's): nothing was started. ``recorded`` is the command as it was recorded."""
+
+    def __init__(self, recorded: str, problem: str, ask: str = AFTER_DASHES) -> None:
+        super().__init__(f"{problem}: the recorded command `{recorded}` cannot run; {ask}")
+        self.recorded = recorded
+        self.problem = problem
+
+
+class DidNotStart(ReplayError):
+    """The agent's process ended before it replayed anything (no report, or no run opened and a failed
+    exit): the script is missing, the interpreter failed, an import failed. Never a divergence."""
+
+    def __init__(self, command: Sequence[str], exit_code: int, stderr_tail: Sequence[str], why: str) -> None:
+        last = next((line for line in reversed(stderr_tail) if line.strip()), "no output on stderr")
+        super().__init__(f"the agent did not start: `{shlex.join(command)}` exited {exit_code} {why}: {last}")
+        self.command = list(command)
+        self.exit_code = exit_code
+        self.stderr_tail = tuple(stderr_tail)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentStart:
+    """How the agent's process starts: its command, and where (None: the current directory)."""
+
+    command: list[str]
+    cwd: str | None = None
+
+
+def recorded_command(recording: Recording) -> str:
+    """The recorded command line as a person types it: ``cd DIR && PYTHON agent.py ARGS``."""
+    line = shlex.join([recording.interpreter or "python", *recording.entrypoint])
+    return f"cd {shlex.quote(recording.working_directory)} && {line}" if recording.working_directory else line
+
+
+def launcher_for(interpreter: str) -> str:
+    """The launcher beside ``interpreter`` (its virtualenv's), else the one beside ours."""
+    beside = Path(interpreter).parent / LAUNCHER
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return str(Path(sys.executable).parent / LAUNCHER)
+
+
+def agent_start(recording: Recording, command: Sequence[str]) -> AgentStart:
+    """The agent's start: the command given, in the current directory; else the recorded one, with the
+    recorded interpreter (under the launcher of its environment) in the recorded working directory.
+
+    :class:`CannotStart` when the recorded interpreter, directory or script is not here. A run recorded
+    before the interpreter and directory were kept starts with ours, in the current directory.
+    """
     if command:
         cmd = list(command)
-        return cmd if Path(cmd[0]).name == "opentelemetry-instrument" else [launcher, *cmd]
+        return AgentStart(command=cmd if Path(cmd[0]).name == LAUNCHER else [launcher_for(sys.executable), *cmd])
     if not recording.entrypoint:
-        raise ReplayError("the run recorded no command line; give one after --")
-    return [launcher, sys.executable, *recording.entrypoint]
+        raise ReplayError(f"the run recorded no command line; {AFTER_DASHES}")
+    interpreter = recording.interpreter or sys.executable
+    cwd = recording.working_directory or None
+    if recording.interpreter and not (Path(interpreter).is_file() and os.access(interpreter, os.X_OK)):
+        raise CannotStart(recorded_command(recording), f"its interpreter {interpreter} is not here")
+    if cwd is not None and not Path(cwd).is_dir():
+        raise CannotStart(recorded_command(recording), f"its working directory {cwd} is not here")
+    script = recording.entrypoint[0]
+    if script and not script.startswith("-"):  # `-c CODE` has no file to look for
+        path = Path(cwd or os.getcwd()) / script
+        if not path.is_file():
+            raise CannotStart(recorded_command(recording), f"the agent's files are gone: {path} is not here")
+    return AgentStart(command=[launcher_for(interpreter), interpreter, *recording.entrypoint], cwd=cwd)
+
+
+def agent_command(recording: Recording, command: Sequence[str]) -> list[str]:
+    """The command :func:`agent_start` starts."""
+    return agent_start(recording, command).command
+
+
+def did_not_start(report: Report | None, exit_code: int) -> str | None:
+    """Why the agent's process counts as never started, or None when it replayed.
+
+    No report: it never entered replay mode (not run under the launcher, or the launcher failed).
+    A report with no run opened, no call made and a failed exit: it stopped before its first call
+    (the script missing, an import failing). An agent that exits 0 having made no call is judged
+    as a replay (``missing-calls``): it ran and did nothing.
+    """
+    if report is None:
+        return "without a replay report (is it run under opentelemetry-instrument with agentreplay installed?)"
+    if exit_code != 0 and not report.replay_run_id and report.steps_replayed == 0:
+        return "before its first call"
+    return None
 
 
 def replay_env(base: Mapping[str, str], bundle_path: Path, report_path: Path, otlp: str | None) -> dict[str, str]:
@@ -219,6 +315,37 @@ def read_report(path: Path) -> Report | None:
     return Report.from_json(path.read_text()) if path.exists() else None
 
 
+REFUSALS = {
+    "UNAUTHENTICATED": "the collector refused it: unauthenticated (start the replay with the agent's identity: "
+                       f"${semconv.ENV_AGENT_KEY} and ${semconv.ENV_IDENTITY})",
+    "PERMISSION_DENIED": "the collector refused it: permission denied (the agent's identity may not write that run)",
+}
+"""What the exporter's error on the agent's stderr says became of the replay's spans."""
+
+
+def replay_run(run_id: str, endpoint: str | None, stored_in: RunReader | None,
+               stderr_tail: Sequence[str]) -> ReplayRun:
+    """Whether the replay's run reached the store: read back from ``stored_in`` (the collector the
+    spans were sent to) once the agent has exited. A collector acknowledges an export only once it
+    is written, and the agent flushes at exit, so one read answers."""
+    if not run_id:
+        return ReplayRun(run_id="", stored=False, where="the agent opened no run")
+    if not endpoint:
+        return ReplayRun(run_id=run_id, stored=False,
+                         where="not stored: no collector answered, so the replay was not exported")
+    if stored_in is None:
+        return ReplayRun(run_id=run_id, stored=None, where=f"sent to {endpoint} (not checked)")
+    try:
+        stored = any(s.is_root for s in stored_in.get_run_spans(run_id))
+    except StoreError as exc:
+        return ReplayRun(run_id=run_id, stored=None, where=f"sent to {endpoint}; cannot check the store: {exc}")
+    if stored:
+        return ReplayRun(run_id=run_id, stored=True, where="stored")
+    text = "\n".join(stderr_tail)
+    why = next((said for code, said in REFUSALS.items() if code in text), "the collector did not store it")
+    return ReplayRun(run_id=run_id, stored=False, where=f"not stored: {why}")
+
+
 def run(
     source: RunReader,
     run_id: str,
@@ -227,6 +354,7 @@ def run(
     command: Sequence[str] = (),
     allow_unverified: bool = False,
     otlp: str | None = None,
+    stored_in: RunReader | None = None,
     timeout_s: float = 600.0,
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
@@ -234,30 +362,37 @@ def run(
 ) -> ReplayOutcome:
     """Replay ``run_id``; the agent's output goes to ``stdout`` and ``stderr`` (default: ours) as it runs.
 
-    ``env``: the environment the agent starts from (default: ours), e.g. where its live calls go.
+    ``command``: the agent's command (default: the recorded one, :func:`agent_start`). ``env``: the
+    environment the agent starts from (default: ours), e.g. where its live calls go. ``stored_in``:
+    where the replay's run is read back from to say it was stored (the collector behind ``otlp``).
+    :class:`CannotStart` before anything runs, :class:`DidNotStart` when the agent never replayed.
     """
     recording, chain, end = load(source, run_id, allow_unverified=allow_unverified)
-    cmd = agent_command(recording, command)
+    start = agent_start(recording, command)
     plan = Plan(**{**plan.__dict__, "allow": [*plan.allow, *allowed_endpoints(otlp)]})
     with tempfile.TemporaryDirectory(prefix="agentreplay-") as tmp:
         bundle_path, report_path = Path(tmp) / "bundle.json", Path(tmp) / "report.json"
         bundle_path.write_text(bundle(recording, plan))
         env = replay_env(os.environ if env is None else env, bundle_path, report_path, otlp)
         env[ENV_REPLAY_SPOOL] = str(Path(tmp) / "spans.jsonl")  # read back: no collector needed
-        exit_code, lines = run_passing_through(cmd, env, timeout_s=timeout_s,
+        exit_code, lines = run_passing_through(start.command, env, timeout_s=timeout_s, cwd=start.cwd,
                                                stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)
         report = read_report(report_path)
         spans = tuple(read_spool(env[ENV_REPLAY_SPOOL]))
+    why = did_not_start(report, exit_code)
+    if why is not None or report is None:
+        raise DidNotStart(start.command, exit_code, lines[-STDERR_TAIL_LINES:], why or "")
     exception = exception_in(lines)
-    if report is not None:
-        report = judge_exit(report, end, exit_code, exception)
-    return ReplayOutcome(recording=recording, chain=chain, command=cmd, exit_code=exit_code, report=report,
-                         recorded_end=end, exception=exception, stderr_tail=tuple(lines[-STDERR_TAIL_LINES:]),
-                         spans=spans)
+    report = judge_exit(report, end, exit_code, exception)
+    exported = None if env.get("OTEL_TRACES_EXPORTER") == "none" else otlp or env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    went = replay_run(report.replay_run_id, exported, stored_in, lines)
+    return ReplayOutcome(recording=recording, chain=chain, command=start.command, exit_code=exit_code,
+                         report=report, recorded_end=end, exception=exception,
+                         stderr_tail=tuple(lines[-STDERR_TAIL_LINES:]), spans=spans, replay_run=went, cwd=start.cwd)
 
 
 def run_passing_through(cmd: Sequence[str], env: Mapping[str, str], *, timeout_s: float, stdout: TextIO,
-                        stderr: TextIO) -> tuple[int, list[str]]:
+                        stderr: TextIO, cwd: str | None = None) -> tuple[int, list[str]]:
     """Run ``cmd`` with its output passed through to ``stdout`` and ``stderr`` as it comes, not captured.
 
     Its stdout goes straight to ``stdout``'s file (a terminal stays a terminal, so the agent
@@ -268,7 +403,7 @@ def run_passing_through(cmd: Sequence[str], env: Mapping[str, str], *, timeout_s
     out_fd = _fileno(stdout)
     stdout.flush()
     try:
-        proc = subprocess.Popen(list(cmd), env=dict(env), stdout=subprocess.PIPE if out_fd is None else out_fd,
+        proc = subprocess.Popen(list(cmd), env=dict(env), cwd=cwd, stdout=subprocess.PIPE if out_fd is None else out_fd,
                                 stderr=subprocess.PIPE)
     except OSError as exc:
         raise ReplayError(f"cannot run {shlex.join(cmd)}: {exc}") from exc

@@ -13,9 +13,11 @@ from typing import Annotated, Any
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector.store import RunReader
 from agentreplay_otel.core import InclusionProof, semconv
 from agentreplay_replay import case as cases
-from agentreplay_replay.cli._client import reader, resolve_run
+from agentreplay_replay import replayer
+from agentreplay_replay.cli._client import org_key_from_env, org_public_key, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -32,6 +34,42 @@ app = typer.Typer()
 
 RunOrCaseArg = Annotated[str, typer.Argument(
     help="Run id or unique prefix (`agentreplay runs` lists them), or a case file (`agentreplay export`).")]
+RecordedCommandOpt = Annotated[bool, typer.Option(
+    "--recorded-command", help="A case file with no command after --: run the command the case recorded "
+    "(printed first), only once the case verifies against the org key. A run of your own store runs its "
+    "recorded command without it.")]
+CaseOrgKeyOpt = Annotated[Path | None, typer.Option(
+    "--org-key", envvar=semconv.ENV_ORG_PUBLIC_KEY, show_envvar=True, dir_okay=False,
+    help="The org public key (PEM) a case file is checked against.")]
+
+
+def agent_command(source: RunReader, command: list[str] | None, recorded_command: bool,
+                  org: Ed25519PublicKey | None) -> list[str]:
+    """The agent's command for a replay: the one given after ``--``; else, for a run of the store,
+    the recorded one (``[]``); for a case file, whose recorded command anyone who edits the file
+    chooses, the recorded one only with ``--recorded-command`` and a case that verifies against the
+    org key ``org``, printed before it runs."""
+    if command or not isinstance(source, cases.CaseReader):
+        return list(command or ())
+    case = source.case
+    recorded = replayer.recorded_command(case.recording)
+    if not recorded_command:
+        raise CLIError(f"a case file's recorded command runs only when asked ({recorded}): "
+                       f"{replayer.AFTER_DASHES}, or --recorded-command with the org key to run it")
+    if org is None:
+        raise CLIError(f"--recorded-command runs a case's command only once the case verifies against the org "
+                       f"key: give --org-key or ${semconv.ENV_ORG_PUBLIC_KEY} (recorded: {recorded})")
+    found = cases.check(case, org)
+    if not found.ok:
+        raise CLIError(f"the case does not verify against the org key ({found.problems[0]}): its recorded "
+                       f"command is not run ({recorded})")
+    err.print(f"running the case's recorded command: {recorded}", soft_wrap=True)
+    return []
+
+
+def case_org_key(path: Path | None) -> Ed25519PublicKey | None:
+    """``--org-key`` (or ``$AGENTREPLAY_ORG_PUBLIC_KEY``) loaded; None when neither is given."""
+    return org_public_key(path) if path is not None else org_key_from_env()
 
 
 @app.command(rich_help_panel=PANEL)

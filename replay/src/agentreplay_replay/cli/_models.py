@@ -32,9 +32,11 @@ from agentreplay_otel.replay import ENDPOINTS
 from agentreplay_replay import models as multi
 from agentreplay_replay.analysis import Verdict
 from agentreplay_replay.cli._analyze import verdict_store
+from agentreplay_replay.cli._case import CaseOrgKeyOpt, RecordedCommandOpt, agent_command, case_org_key
 from agentreplay_replay.cli._client import Collector, open_run, reader
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, out, print_json
 from agentreplay_replay.cli._control import AdminOpt
+from agentreplay_replay.replayer import ReplayError
 
 PANEL = "Analysis"
 app = typer.Typer()
@@ -76,6 +78,8 @@ def models(
     timeout_s: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds each fork may run.")] = 600.0,
     allow_unverified: Annotated[bool, typer.Option("--allow-unverified",
                                                    help="Fork a run whose chain does not verify.")] = False,
+    recorded_command: RecordedCommandOpt = False,
+    org_key: CaseOrgKeyOpt = None,
     otlp_endpoint: Annotated[str | None, typer.Option(
         "--otlp-endpoint", help="Where the forks' runs are sent (OTLP/gRPC; default: the running collector's)")] = None,
     json_: Annotated[bool, typer.Option("--json", help="Print JSON; the agents' own output goes to stderr.")] = False,
@@ -97,7 +101,7 @@ def models(
     Examples:
       agentreplay models 3f2a9c --model gpt-4o --model anthropic:claude-haiku-4-5
       agentreplay models 3f2a9c --at 3 --model openai:gpt-4o-mini --model openai:gpt-4o
-      agentreplay models incident.case.json --model anthropic:claude-sonnet-4-5
+      agentreplay models incident.case.json --model anthropic:claude-sonnet-4-5 -- python agent.py
       agentreplay models --report --agent flight-booker
     """
     if report:
@@ -108,15 +112,17 @@ def models(
     if run_id is None or not model:
         raise CLIError("give a run (or a case file) and at least one --model; or --report")
     base_urls = {semconv.PROVIDER_OPENAI: openai_base_url, semconv.PROVIDER_ANTHROPIC: anthropic_base_url}
-    with open_run(run_id, store, collector, allow_unverified=allow_unverified) as (source, full):
+    org = case_org_key(org_key)
+    with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
+        agent_cmd = agent_command(source, command, recorded_command, org)
         forks, otlp = _forks(source, collector, otlp_endpoint)
         stored = _stored_verdicts(source, full)
         try:
             trials = multi.try_models(source, forks, full, model, at=at, stored=stored, base_urls=base_urls,
-                                      command=command or (), otlp=otlp, allow_unverified=allow_unverified,
+                                      command=agent_cmd, otlp=otlp, allow_unverified=allow_unverified,
                                       timeout_s=timeout_s, stdout=sys.stderr if json_ else sys.stdout,
                                       stderr=sys.stderr)
-        except ValueError as exc:
+        except (ValueError, ReplayError) as exc:
             raise CLIError(str(exc)) from exc
         saved, why = _save(source, collector, admin_token, trials.records())
     if json_:

@@ -20,8 +20,8 @@ from rich.tree import Tree
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary, TraceSummary
 from agentreplay_otel.core import ChainReport, RecordedStep, SealStatus
 from agentreplay_otel.replay import Divergence, Outcome, Reason
-from agentreplay_replay.diffing import StepPair, answer_text, clip, step_label
-from agentreplay_replay.replayer import ReplayOutcome
+from agentreplay_replay.diffing import RequestChange, StepPair, answer_text, clip, excerpts, step_label
+from agentreplay_replay.replayer import ReplayOutcome, ReplayRun
 from agentreplay_replay.timeline import TimelineNode, first_failure
 
 CHAIN_STATES: dict[ChainState, str] = {
@@ -211,8 +211,9 @@ def replay_report(outcome: ReplayOutcome) -> Group:
     facts.add_row("live calls", str(report.live_calls))
     facts.add_row("tools sandboxed", str(report.tools_sandboxed))
     facts.add_row("connections blocked", str(report.blocked_connections))
-    if report.replay_run_id:
-        facts.add_row("this replay's run", report.replay_run_id)
+    went = outcome.replay_run
+    if went is not None and went.run_id:
+        facts.add_row("this replay's run", replay_run_text(went))
     parts: list[Any] = [source, facts, Text(report.outcome.upper(), style=_OUTCOME_STYLE[report.outcome])]
     divergence = report.divergence
     if divergence is not None and divergence.reason is Reason.EXIT_DIFFERS:  # the exit is the divergence
@@ -224,6 +225,13 @@ def replay_report(outcome: ReplayOutcome) -> Group:
     if outcome.exit_code != 0:
         parts.append(Text(exit_line(outcome), style="yellow"))
     return Group(*parts)
+
+
+def replay_run_text(went: ReplayRun) -> Text:
+    """The replay's own run id, as stored; or the id with where its spans went when it is not in the store."""
+    if went.stored:
+        return Text(went.run_id)
+    return Text.assemble(went.run_id, (f" ({went.where})", "yellow" if went.stored is None else "bold yellow"))
 
 
 def exit_line(outcome: ReplayOutcome) -> str:
@@ -268,6 +276,24 @@ def side_by_side(left_id: str, right_id: str, pairs: Sequence[StepPair]) -> Tabl
         table.add_row(str(pair.step), _cell(pair.left), _cell(pair.right),
                       Text(pair.status, style=_PAIR_STYLE.get(pair.status, "")))
     return table
+
+
+def request_changes(left_id: str, right_id: str, pair: StepPair, changes: Sequence[RequestChange]) -> Table:
+    """The fields of the request that changed at the step where two runs part, each run's value beside it
+    (long text shown from just before where the two start to differ)."""
+    table = Table(title=f"request changes at step {pair.step}", title_justify="left")
+    for column in ("field", "role", left_id[:12], right_id[:12]):
+        table.add_column(column)
+    for change in changes[:_MAX_CHANGES]:
+        left, right = excerpts("—" if change.left is None else change.left,
+                               "—" if change.right is None else change.right, 70)
+        table.add_row(change.path, change.role, left, right)
+    if len(changes) > _MAX_CHANGES:
+        table.add_row(f"… {len(changes) - _MAX_CHANGES} more (--json has them all)", "", "", "")
+    return table
+
+
+_MAX_CHANGES = 20
 
 
 def _cell(step: RecordedStep | None) -> Text:

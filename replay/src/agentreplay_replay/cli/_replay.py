@@ -15,10 +15,16 @@ from agentreplay_otel.core import recording_from_spans
 from agentreplay_otel.replay import Mode, OnDivergence, Plan
 from agentreplay_replay import replayer
 from agentreplay_replay.cli import _render as render
-from agentreplay_replay.cli._case import RunOrCaseArg
+from agentreplay_replay.cli._case import (
+    CaseOrgKeyOpt,
+    RecordedCommandOpt,
+    RunOrCaseArg,
+    agent_command,
+    case_org_key,
+)
 from agentreplay_replay.cli._client import Collector, open_run, reader, resolve_run
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
-from agentreplay_replay.diffing import first_difference, pair_steps
+from agentreplay_replay.diffing import first_difference, pair_steps, request_changes
 
 PANEL = "Replay"
 app = typer.Typer()
@@ -26,8 +32,9 @@ app = typer.Typer()
 ModeOpt = Annotated[str, typer.Option("--mode", help="strict: every answer from the recording, the first "
                                        "difference fails. regression: a new version against the recording.")]
 CommandArg = Annotated[list[str] | None, typer.Argument(
-    help="The agent's command, after --, e.g. `-- python agent.py` (default: the recorded command line).",
-    show_default=False)]
+    help="The agent's command, after --, e.g. `-- python agent.py`, run in the current directory (default: the "
+    "recorded command line, with the recorded interpreter in the recorded directory; a case file's only with "
+    "--recorded-command).", show_default=False)]
 AllowUnverifiedOpt = Annotated[bool, typer.Option("--allow-unverified",
                                                   help="Replay a run whose chain does not verify.")]
 OtlpOpt = Annotated[str | None, typer.Option("--otlp-endpoint", help="Where the replay's own run is sent "
@@ -36,12 +43,15 @@ JsonReplayOpt = Annotated[bool, typer.Option("--json", help="Print the report as
                                              "then goes to stderr, so stdout holds the JSON alone.")]
 
 
-def _replay(source: RunReader, run_id: str, plan: Plan, command: list[str] | None, allow_unverified: bool,
+def _replay(source: RunReader, run_id: str, plan: Plan, command: list[str], allow_unverified: bool,
             collector: str | None, otlp_endpoint: str | None, json_: bool) -> replayer.ReplayOutcome:
-    otlp = otlp_endpoint or Collector(collector).otlp_endpoint()
+    client = source if isinstance(source, Collector) else Collector(collector)
+    otlp = otlp_endpoint or client.otlp_endpoint()
+    stored_in = client if otlp and client.healthy() else None  # where the replay's run is looked for after
     try:
-        return replayer.run(source, run_id, plan, command=command or (), allow_unverified=allow_unverified,
-                            otlp=otlp, stdout=sys.stderr if json_ else sys.stdout, stderr=sys.stderr)
+        return replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified,
+                            otlp=otlp, stored_in=stored_in, stdout=sys.stderr if json_ else sys.stdout,
+                            stderr=sys.stderr)
     except replayer.ReplayError as exc:
         raise CLIError(str(exc)) from exc
 
@@ -55,14 +65,12 @@ def _outcome_json(outcome: replayer.ReplayOutcome) -> dict[str, Any]:
         "agent_exception": dataclasses.asdict(outcome.exception) if outcome.exception else None,
         "recorded_end": dataclasses.asdict(outcome.recorded_end),
         "stderr_tail": list(outcome.stderr_tail),
+        "replay_run": dataclasses.asdict(outcome.replay_run) if outcome.replay_run else None,
     }
 
 
 def _finish(outcome: replayer.ReplayOutcome, json_: bool) -> None:
     """The report, and the exit code: 1 when the replay diverged (its calls, or how the agent exited)."""
-    if outcome.report is None:
-        raise CLIError(f"the agent exited {outcome.exit_code} without a replay report "
-                       f"(is it instrumented? command: {' '.join(outcome.command)})")
     if json_:
         print_json(_outcome_json(outcome))
     else:
@@ -79,6 +87,8 @@ def replay(
     on_divergence: Annotated[str, typer.Option(help="regression mode, after the first divergence: fail, or "
                                                "live (call the model for real; tools stay sandboxed).")] = "fail",
     allow_unverified: AllowUnverifiedOpt = False,
+    recorded_command: RecordedCommandOpt = False,
+    org_key: CaseOrgKeyOpt = None,
     otlp_endpoint: OtlpOpt = None,
     json_: JsonReplayOpt = False,
     store: StoreOpt = None,
@@ -98,15 +108,18 @@ def replay(
       agentreplay replay 3f2a9c                          the recorded command, strictly
       agentreplay replay 3f2a9c -- python agent_v2.py    a new version of the agent
       agentreplay replay 3f2a9c --mode regression --on-divergence live -- python agent_v2.py
-      agentreplay replay incident.case.json              from a case file: no store, no collector
+      agentreplay replay incident.case.json -- python agent.py   from a case file: no store, no collector
+      agentreplay replay incident.case.json --recorded-command --org-key org.pub
     """
     if mode not in ("strict", "regression") or on_divergence not in ("fail", "live"):
         raise CLIError("--mode is strict or regression; --on-divergence is fail or live")
     if on_divergence == "live" and mode != "regression":
         raise CLIError("--on-divergence live needs --mode regression")
     plan = Plan(mode=Mode(mode), on_divergence=OnDivergence(on_divergence))
-    with open_run(run_id, store, collector, allow_unverified=allow_unverified) as (source, full):
-        outcome = _replay(source, full, plan, command, allow_unverified, collector, otlp_endpoint, json_)
+    org = case_org_key(org_key)
+    with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
+        agent = agent_command(source, command, recorded_command, org)
+        outcome = _replay(source, full, plan, agent, allow_unverified, collector, otlp_endpoint, json_)
     _finish(outcome, json_)
 
 
@@ -125,6 +138,8 @@ def fork(
     steps: Annotated[int | None, typer.Option(min=1, help="Live LLM calls to make after the fork (default: "
                                               "to the end).")] = None,
     allow_unverified: AllowUnverifiedOpt = False,
+    recorded_command: RecordedCommandOpt = False,
+    org_key: CaseOrgKeyOpt = None,
     otlp_endpoint: OtlpOpt = None,
     json_: JsonReplayOpt = False,
     store: StoreOpt = None,
@@ -141,7 +156,7 @@ def fork(
       agentreplay fork 3f2a9c --at 3 --system "Book the day the customer asked for."
       agentreplay fork 3f2a9c --at 0 --model gpt-4o --steps 1
       agentreplay fork 3f2a9c --at 2 --patch fix.json
-      agentreplay fork incident.case.json --at 3 --system "Book the day the customer asked for."
+      agentreplay fork incident.case.json --at 3 --system "Book the day the customer asked for." -- python agent.py
     """
     fix: dict[str, Any] = {"system": system, "message": message, "model": model, "temperature": temperature}
     if patch is not None:
@@ -152,8 +167,10 @@ def fork(
     if not any(v is not None for v in fix.values()):
         raise CLIError("give a fix: --system, --message, --model, --temperature or --patch")
     plan = Plan(mode=Mode.FORK, fork_at=at, fork_steps=steps, fix={k: v for k, v in fix.items() if v is not None})
-    with open_run(run_id, store, collector, allow_unverified=allow_unverified) as (source, full):
-        outcome = _replay(source, full, plan, command, allow_unverified, collector, otlp_endpoint, json_)
+    org = case_org_key(org_key)
+    with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
+        agent = agent_command(source, command, recorded_command, org)
+        outcome = _replay(source, full, plan, agent, allow_unverified, collector, otlp_endpoint, json_)
         fork_id = outcome.report.replay_run_id if outcome.report else ""
         forked = list(outcome.spans) or (source.get_run_spans(fork_id) if fork_id else [])
     if forked and not json_:
@@ -170,7 +187,9 @@ def diff(
     store: StoreOpt = None,
     collector: CollectorOpt = None,
 ) -> None:
-    """Two runs side by side, step by step: what each asked, what each got, where they part.
+    """Two runs side by side, step by step: what each asked, what each got, where they part, and which
+    fields of the request changed there (model, messages, system prompt, tools, temperature, a tool's
+    arguments).
 
     Exit 0 when every step is the same, 1 when they differ.
 
@@ -183,13 +202,18 @@ def diff(
         rec_a, rec_b = recording_from_spans(source.get_run_spans(a)), recording_from_spans(source.get_run_spans(b))
     pairs = pair_steps(rec_a, rec_b)
     first = first_difference(pairs)
+    changes = request_changes(first) if first else []
     if json_:
         print_json({"left": a, "right": b, "first_difference": first.step if first else None,
+                    "first_status": first.status if first else None,
+                    "request_changes": [c.to_json() for c in changes],
                     "steps": [{"step": p.step, "status": p.status,
                                "left": p.left.span_name if p.left else None,
                                "right": p.right.span_name if p.right else None} for p in pairs]})
     else:
         out.print(render.side_by_side(a, b, pairs))
         out.print(f"first difference at step {first.step}: {first.status}" if first else "the runs match step for step")
+        if changes and first is not None:
+            out.print(render.request_changes(a, b, first, changes))
     if first is not None:
         raise typer.Exit(1)
