@@ -23,9 +23,10 @@ from agentreplay_otel.errors import (
 )
 from agentreplay_otel.intercept import Answer, Sandboxed, ToolCall
 from agentreplay_otel.recording import KIND_LLM, KIND_TOOL, RecordedStep, Recording, request_fingerprint
-from agentreplay_otel.replay._diff import decode, field_diff, mock_result, text_diff
-from agentreplay_otel.replay._fork import apply_fix, fork_route
+from agentreplay_otel.replay._diff import decode, field_diff, text_diff
+from agentreplay_otel.replay._fork import ForkedCall, apply_fix, carry_fix, fork_route, forked_call
 from agentreplay_otel.replay._model import Divergence, Mode, OnDivergence, Outcome, Plan, Reason, Report
+from agentreplay_otel.replay._sandbox import stand_in
 
 
 def _step_of(span: Span) -> int | None:
@@ -64,6 +65,7 @@ class ReplaySession:
         self.divergence: Divergence | None = None
         self.live_after_divergence = plan.mode is Mode.REGRESSION and plan.on_divergence is OnDivergence.LIVE
         self.forked = False
+        self._forked_call: ForkedCall | None = None  # the fork's call, whose later calls the fix reaches too
 
     @property
     def run_kind(self) -> str:
@@ -108,7 +110,8 @@ class ReplaySession:
                     recorded_span_id=recorded.span_id, recorded_name=recorded.span_name), step, provider)
             if self.plan.mode is Mode.FORK and step == self.plan.fork_at:
                 self.forked = True
-                return self._live(apply_fix(body, self.plan.fix), step, provider)
+                self._forked_call = forked_call(self.recording, step, provider, body)
+                return self._live(apply_fix(body, self.plan.fix, provider), step, provider)
             if request_fingerprint(body) != recorded.fingerprint:
                 return self._diverge(body, self._request_divergence(step, KIND_LLM, name, body, recorded),
                                      step, provider)
@@ -126,7 +129,9 @@ class ReplaySession:
                 f"the fork made its {self.plan.fork_steps} live step(s); stopping at step {step}"))
         self.live_calls += 1
         route = None
-        if self.plan.mode is Mode.FORK:  # the fix's model from the fork on, perhaps another provider's
+        if self.plan.mode is Mode.FORK:  # the fix from the fork on; its model perhaps another provider's
+            if self._forked_call is not None and step != self.plan.fork_at:
+                body = carry_fix(body, self.plan.fix, provider, self._forked_call)
             body, route = fork_route(self.recording, self.plan.fix, self.plan.fork_at, step, provider, body)
         # Forks are deterministic where the API lets them be (Anthropic's current API has no temperature).
         if self.plan.mode is Mode.FORK and "temperature" not in body and provider == semconv.PROVIDER_OPENAI:
@@ -195,7 +200,8 @@ class ReplaySession:
 
     def _sandboxed(self, name: str, arguments: Mapping[str, Any], func: Any,
                    recorded: RecordedStep | None) -> tuple[Any, str]:
-        """Recorded result by position (same tool, same arguments), else by arguments, else a mock.
+        """Recorded result by position (same tool, same arguments), else by arguments, else an
+        empty value of the shape the tool's recorded results had (:func:`stand_in`).
 
         A recorded result for other arguments is never returned: after a fork, the booking
         of another flight must not come back as the original booking's confirmation.
@@ -207,7 +213,9 @@ class ReplaySession:
         for s in self.recording.steps:
             if s.kind == KIND_TOOL and s.name == name and s.fingerprint == printed:
                 return decode(s.result), "recorded-by-arguments"
-        return mock_result(func), "mock"
+        results = [decode(s.result) for s in self.recording.steps
+                   if s.kind == KIND_TOOL and s.name == name and not s.failed and s.result is not None]
+        return stand_in(results, func), "mock"
 
     # --- the end -----------------------------------------------------------------------
     def finish(self, replay_run_id: str = "") -> Report:
