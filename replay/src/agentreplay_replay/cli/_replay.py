@@ -128,15 +128,20 @@ def fork(
     run_id: RunOrCaseArg,
     at: Annotated[int, typer.Option("--at", min=0, help="The step to fork at (an LLM call; `show` numbers them).")],
     command: CommandArg = None,
-    system: Annotated[str | None, typer.Option(help="Replace the system prompt from the fork on.")] = None,
-    message: Annotated[str | None, typer.Option(help="Add this user message to the forked call.")] = None,
-    model: Annotated[str | None, typer.Option(help="Call this model from the fork on.")] = None,
+    system: Annotated[str | None, typer.Option(help="Replace the system prompt from the fork on (every later "
+                                               "call of the forked call's model).")] = None,
+    message: Annotated[str | None, typer.Option(help="Add this user message to the forked call; later calls "
+                                                "that continue its conversation carry it there.")] = None,
+    model: Annotated[str | None, typer.Option(help="Call this model from the fork on, where the forked "
+                                              "call's model was called.")] = None,
     temperature: Annotated[float | None, typer.Option(help="Temperature from the fork on (default: 0 "
                                                       "where the API has one).")] = None,
     patch: Annotated[Path | None, typer.Option(help="A JSON merge patch (RFC 7386) applied to the forked "
                                                "call's arguments.", exists=True, dir_okay=False)] = None,
     steps: Annotated[int | None, typer.Option(min=1, help="Live LLM calls to make after the fork (default: "
                                               "to the end).")] = None,
+    only_at_fork: Annotated[bool, typer.Option("--only-at-fork", help="Apply the fix to the forked call alone; "
+                                               "later calls go out as the agent sends them.")] = False,
     allow_unverified: AllowUnverifiedOpt = False,
     recorded_command: RecordedCommandOpt = False,
     org_key: CaseOrgKeyOpt = None,
@@ -147,9 +152,11 @@ def fork(
 ) -> None:
     """Replay up to a step, apply a fix there, and go live from there with every tool sandboxed.
 
-    Tools return their recorded result (by position, else by arguments) or an empty value of
-    their declared type; their bodies never run. The fork is a run of its own, linked to its
-    parent, and is shown beside the original when the collector stores it.
+    The fix reaches every later call of the forked call's model too (--only-at-fork: the forked
+    call alone). Tools return their recorded result (by position, else by arguments) or an empty
+    value of the type they returned when recorded (else of their declared type); their bodies
+    never run. The fork is a run of its own, linked to its parent, and is shown beside the
+    original when the collector stores it.
 
     \b
     Examples:
@@ -166,6 +173,8 @@ def fork(
             raise CLIError(f"{patch}: not JSON: {exc}") from exc
     if not any(v is not None for v in fix.values()):
         raise CLIError("give a fix: --system, --message, --model, --temperature or --patch")
+    if only_at_fork:
+        fix["only_at_fork"] = True
     plan = Plan(mode=Mode.FORK, fork_at=at, fork_steps=steps, fix={k: v for k, v in fix.items() if v is not None})
     org = case_org_key(org_key)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
