@@ -159,8 +159,18 @@ class ReplaySession:
 
     # --- tool calls -----------------------------------------------------------------
     def before_tool(self, call: ToolCall) -> Sandboxed:
-        """The tool's sandboxed result and where it came from; the body never runs."""
-        value, source = self.on_tool_call(call.name, call.arguments, call.func, _step_of(call.span))
+        """The tool's sandboxed result and where it came from; the body never runs.
+
+        A call that fails here (its recorded failure, a divergence) says so too: the collector
+        exempts from enforcement only the calls whose spans say they never ran."""
+        try:
+            value, source = self.on_tool_call(call.name, call.arguments, call.func, _step_of(call.span))
+        except ReplayDivergence:
+            call.span.set_attribute(semconv.REPLAY_SOURCE, "diverged")
+            raise
+        except (ScopeViolation, RunHalted, ReplayedToolError):
+            call.span.set_attribute(semconv.REPLAY_SOURCE, "recorded")
+            raise
         call.span.set_attribute(semconv.REPLAY_SOURCE, source)
         return Sandboxed(value=value, source=source)
 
