@@ -1,8 +1,12 @@
-"""Two runs side by side, step by step: what each asked and what each got back."""
+"""Two runs side by side, step by step: what each asked and what each got back, and at the step
+where they part, which fields of the request changed (model, messages, system prompt, tools,
+temperature, a tool's arguments)."""
 
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +44,77 @@ def pair_steps(left: Recording, right: Recording) -> list[StepPair]:
 
 def first_difference(pairs: list[StepPair]) -> StepPair | None:
     return next((p for p in pairs if p.status != "same"), None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestChange:
+    """One field of the request that differs between the two runs at a step.
+
+    ``path`` names it as the request holds it (``messages[0].content``, ``temperature``; a tool's
+    arguments under ``arguments.``); ``role`` is the message's role when the field is in a message,
+    so a changed system prompt reads as one whichever provider's shape carried it."""
+
+    path: str
+    left: Any
+    right: Any
+    role: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "role": self.role, "left": self.left, "right": self.right}
+
+
+_TOOL = "tool"  # the path of a tool step's name: a different tool called at the same step
+_ARGUMENTS = "arguments"  # a tool step's request is its arguments: their paths start here
+_MESSAGE_INDEX = re.compile(r"^(messages|input)\[(\d+)\]")
+
+
+def request_changes(pair: StepPair) -> list[RequestChange]:
+    """What changed in the request at ``pair``'s step, field by field (empty when the requests are equal
+    or one side has no step there). A different kind of call (a tool for a model call) is one change."""
+    from agentreplay_otel.replay import field_diff  # the replay package is heavy; only diff needs it here
+
+    left, right = pair.left, pair.right
+    if left is None or right is None or (left.fingerprint == right.fingerprint and left.name == right.name):
+        return []
+    if left.kind != right.kind:
+        return [RequestChange(path="kind", left=left.kind, right=right.kind)]
+    if left.kind == KIND_TOOL:
+        changes = [RequestChange(path=_TOOL, left=left.name, right=right.name)] if left.name != right.name else []
+        return changes + [RequestChange(path=f"{_ARGUMENTS}.{d.path}" if d.path else _ARGUMENTS,
+                                        left=d.recorded, right=d.replayed)
+                          for d in field_diff(left.request, right.request)]
+    return [RequestChange(path=d.path, left=d.recorded, right=d.replayed,
+                          role=_message_role(d.path, left.request, right.request))
+            for d in field_diff(left.request, right.request)]
+
+
+def _message_role(path: str, left: dict[str, Any], right: dict[str, Any]) -> str:
+    """The role of the message ``path`` lies in (either side's, the left's first); "system" for Anthropic's
+    top-level ``system``; "" outside messages."""
+    if path == "system" or path.startswith(("system.", "system[")):
+        return "system"
+    found = _MESSAGE_INDEX.match(path)
+    if found is None:
+        return ""
+    key, index = found.group(1), int(found.group(2))
+    for request in (left, right):
+        messages = request.get(key)
+        if isinstance(messages, list) and index < len(messages) and isinstance(messages[index], dict):
+            role = messages[index].get("role")
+            if isinstance(role, str) and role:
+                return role
+    return ""
+
+
+def excerpts(left: Any, right: Any, limit: int) -> tuple[str, str]:
+    """Both values as text of at most ``limit`` characters each, cut where they start to differ: a
+    sentence added at the end of a long system prompt shows, not the prompt's shared opening."""
+    a, b = (v if isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in (left, right))
+    same = len(os.path.commonprefix([a, b]))
+    start = max(0, same - limit // 4) if same > limit // 2 else 0
+    if start:
+        a, b = "…" + a[start + 1:], "…" + b[start + 1:]
+    return clip(a, limit), clip(b, limit)
 
 
 def step_label(step: RecordedStep) -> str:
