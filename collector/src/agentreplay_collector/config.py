@@ -128,6 +128,7 @@ class ScopeConfig:
     require_manifests: bool = False
     manifests_dir: Path | None = None
     admin_token: str | None = field(default=None, repr=False)
+    admin_token_file: Path | None = None  # where admin_token was read from, if a file
     webhooks: tuple[str, ...] = ()
     webhook_retries: int = 5
     webhook_timeout_s: float = 5.0
@@ -154,6 +155,14 @@ class TracesPipeline:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SecretFile:
+    """A key or token file the config names (``key``: its dotted path), which no one else may open."""
+
+    key: str
+    path: Path
+
+
+@dataclass(frozen=True, kw_only=True)
 class CollectorConfig:
     """The validated config. Only the components the traces pipeline uses are kept."""
 
@@ -168,6 +177,7 @@ class CollectorConfig:
     scope: ScopeConfig | None = None
     analysis: AnalysisConfig | None = None  # agentreplay_analysis, an extension
     transparency: TransparencyConfig | None = None
+    secret_files: tuple[SecretFile, ...] = ()  # key and token files the config names: owner-only
 
 
 # --- substitution ------------------------------------------------------------------
@@ -455,10 +465,16 @@ def _parse_scope(sec: _Section) -> ScopeConfig:
     if raw_token is not None and not isinstance(raw_token, str):
         raise ConfigError(sec.at("admin_token"), "a string (empty turns admin operations off)", raw_token)
     token = raw_token or None
+    token_file = sec.string("admin_token_file")
+    if token_file is not None:
+        if token is not None:
+            raise ConfigError(sec.at("admin_token_file"), "admin_token or admin_token_file, not both", token_file)
+        token = _read_token(sec.at("admin_token_file"), Path(token_file))
     cfg = ScopeConfig(
         require_manifests=sec.boolean("require_manifests", False),
         manifests_dir=Path(manifests) if manifests else None,
         admin_token=token or None,
+        admin_token_file=Path(token_file) if token_file else None,
         webhooks=hooks,
         webhook_retries=sec.integer("webhook_retries", 5, minimum=0, maximum=20),
         webhook_timeout_s=sec.duration("webhook_timeout", 5.0),
@@ -471,6 +487,17 @@ def _parse_scope(sec: _Section) -> ScopeConfig:
     if cfg.trust_tiers is not None and not cfg.trust_tiers.is_file():
         raise ConfigError(sec.at("trust_tiers"), "an existing trust tier table (JSON)", tiers)
     return cfg
+
+
+def _read_token(key: str, path: Path) -> str:
+    """The admin token a file holds (its first line): a secret kept out of the config itself."""
+    try:
+        token = path.read_text().strip()
+    except OSError as exc:
+        raise ConfigError(key, f"a readable file holding the admin token ({exc.strerror})", str(path)) from exc
+    if not token or "\n" in token:
+        raise ConfigError(key, "a file holding the admin token on one line", str(path))
+    return token
 
 
 def _parse_transparency(sec: _Section) -> TransparencyConfig:
@@ -523,8 +550,13 @@ def _components(root: _Section, kind: str, parsers: Mapping[str, Any]) -> dict[s
     return out
 
 
-def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> CollectorConfig:
-    """Validate a parsed YAML document into a :class:`CollectorConfig` (or raise ConfigError)."""
+def parse_config(raw: Any, environ: Mapping[str, str] | None = None, *, strict: bool = True) -> CollectorConfig:
+    """Validate a parsed YAML document into a :class:`CollectorConfig` (or raise ConfigError).
+
+    ``strict`` (what the collector starts with) also refuses an endpoint exposed without
+    authentication and a key or token file others may open; a checker that lists every insecure
+    setting at once (``agentreplay init --validate``) parses with it off and judges those itself.
+    """
     env = os.environ if environ is None else environ
     doc = substitute(raw, "", env)
     root = _Section("", doc)
@@ -579,11 +611,50 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None) -> Collecto
         scope=used(processors, pipeline.processors, "agentreplay_scope"),
         transparency=next((extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_transparency"), None),
     )
-    _check_exposure(config, pipeline, ext_ids)
+    config = replace(config, secret_files=_secret_files(config, pipeline, ext_ids))
+    if strict:
+        _check_exposure(config, pipeline, ext_ids)
+        _check_secret_files(config)
     config = replace(config, analysis=_with_org_key(config, next(
         (extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_analysis"), None)))
     _check_transparency(config, ext_ids)
     return config
+
+
+def _secret_files(config: CollectorConfig, p: TracesPipeline, ext_ids: tuple[str, ...]) -> tuple[SecretFile, ...]:
+    files: list[SecretFile] = []
+    if config.transparency is not None:
+        ext = next(e for e in ext_ids if _component_type(e) == "agentreplay_transparency")
+        files.append(SecretFile(key=f"extensions.{ext}.signing_key", path=config.transparency.signing_key))
+    if config.scope is not None and config.scope.admin_token_file is not None:
+        proc = next(c for c in p.processors if _component_type(c) == "agentreplay_scope")
+        files.append(SecretFile(key=f"processors.{proc}.admin_token_file", path=config.scope.admin_token_file))
+    return tuple(files)
+
+
+def open_to_others(path: Path) -> int | None:
+    """The file's permission bits if its group or others may open it at all, else None.
+
+    A private key or token that others can read is no longer the owner's; one they can write,
+    they can replace. ``ssh`` refuses such key files for the same reason.
+    """
+    if os.name != "posix":
+        return None
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError:
+        return None
+    return mode if mode & 0o077 else None
+
+
+def _check_secret_files(config: CollectorConfig) -> None:
+    """The collector refuses to start with a key or token file others may open, naming it."""
+    for secret in config.secret_files:
+        mode = open_to_others(secret.path)
+        if mode is not None:
+            raise ConfigError(
+                secret.key, f"{secret.path} to be open to its owner only: it is mode {mode:04o} (chmod 600 it)"
+            )
 
 
 def _check_transparency(config: CollectorConfig, ext_ids: tuple[str, ...]) -> None:
@@ -669,8 +740,8 @@ def _check_pipeline(
         )
 
 
-def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> CollectorConfig:
-    """Read, substitute and validate a config file."""
+def load_config(path: str | Path, environ: Mapping[str, str] | None = None, *, strict: bool = True) -> CollectorConfig:
+    """Read, substitute and validate a config file (``strict``: as :func:`parse_config`)."""
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -679,7 +750,7 @@ def load_config(path: str | Path, environ: Mapping[str, str] | None = None) -> C
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError("", f"valid YAML ({exc})") from exc
-    return parse_config(raw, environ)
+    return parse_config(raw, environ, strict=strict)
 
 
 # --- agentreplay_analysis: the failure-analysis worker (agentreplay_collector.analysis) -------------

@@ -12,6 +12,7 @@ from agentreplay_replay.cli import (
     _control,
     _identity,
     _incident,
+    _init,
     _log,
     _read,
     _replay,
@@ -32,7 +33,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 for group in (_read.app, _case.app, _replay.app, _analyze.app, _testgen.app, _incident.app, _control.app,
-              _identity.app, _log.app):
+              _identity.app, _init.app, _log.app):
     app.add_typer(group)
 app.add_typer(models_app)
 

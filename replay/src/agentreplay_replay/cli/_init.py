@@ -1,0 +1,432 @@
+"""``agentreplay init``: a collector set-up in one command, and ``init --validate``: what is insecure in one.
+
+``init --production DIR`` writes the org key, an admin token, the transparency log's key and the
+org's certificate of it, and a collector config with auth on, manifests required, a private read
+API and the log signed; then prints the environment the CLI and the agents need and what to do
+next. ``init DIR`` writes the local-development config. ``init --validate CONFIG`` names each
+insecure setting of any config, one line each. Heavy imports (keys, YAML, the collector's config)
+happen inside the command: the CLI's start-up does not pay for them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from agentreplay_replay.cli._common import CLIError
+
+if TYPE_CHECKING:
+    from agentreplay_collector.config import CollectorConfig
+
+PANEL = "Keys and identities"
+GRPC_PORT, HTTP_PORT, CONTROL_PORT = 4317, 4318, 4320
+app = typer.Typer()
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where ``init`` puts each file under DIR (absolute, so the collector starts from anywhere)."""
+
+    root: Path
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys"
+
+    @property
+    def org_key(self) -> Path:
+        return self.keys / "org.key"
+
+    @property
+    def org_pub(self) -> Path:
+        return self.keys / "org.pub"
+
+    @property
+    def admin_token(self) -> Path:
+        return self.root / "admin.token"
+
+    @property
+    def log_key(self) -> Path:
+        return self.root / "log" / "log.key"
+
+    @property
+    def log_cert(self) -> Path:
+        return self.root / "log" / "log.cert.json"
+
+    @property
+    def manifests(self) -> Path:
+        return self.root / "manifests"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "otel-collector.yaml"
+
+    @property
+    def store(self) -> Path:
+        return self.root / "store"
+
+    def files(self, production: bool) -> list[Path]:
+        if not production:
+            return [self.config]
+        return [self.org_key, self.org_pub, self.admin_token, self.log_key, self.log_cert, self.config]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One insecure setting: the config key it is at, and why it matters."""
+
+    key: str
+    why: str
+
+
+@app.command("init", rich_help_panel=PANEL)
+def init(
+    directory: Annotated[Path | None, typer.Argument(help="Where to write the keys and the config.")] = None,
+    production: Annotated[
+        bool, typer.Option("--production", help="Auth on, manifests required, private read API, signed log.")
+    ] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace files that exist (old keys stop verifying).")] = False,
+    listen: Annotated[
+        str, typer.Option("--listen", help="The address the collector binds (production; loopback for development).")
+    ] = "0.0.0.0",
+    host: Annotated[
+        str | None, typer.Option("--host", help="How agents reach the collector (default: this machine's name).")
+    ] = None,
+    validate: Annotated[
+        Path | None, typer.Option("--validate", metavar="CONFIG", help="Name each insecure setting of CONFIG.")
+    ] = None,
+) -> None:
+    """Set up a collector in one command, or check a config for anything insecure.
+
+    \b
+    --production DIR writes, into DIR: keys/org.key (0600) and keys/org.pub, admin.token (0600),
+    log/log.key (0600) and log/log.cert.json, and otel-collector.yaml; then prints the environment
+    for the CLI and for agents, and the next steps. Existing files are kept unless --force.
+    --validate CONFIG: one line per insecure setting, exit 1; exit 0 when there is none.
+
+    \b
+    Examples:
+      agentreplay init --production /etc/agentreplay
+      agentreplay init --production ./prod --listen 10.0.0.5 --host collector.internal
+      agentreplay init ./dev
+      agentreplay init --validate /etc/agentreplay/otel-collector.yaml
+    """
+    if validate is not None:
+        if directory is not None:
+            raise CLIError("give DIR or --validate CONFIG, not both")
+        raise typer.Exit(_validate(validate))
+    if directory is None:
+        raise CLIError("give the directory to write into (agentreplay init --production DIR), or --validate CONFIG")
+    layout = Layout(directory.expanduser().resolve())
+    existing = [path for path in layout.files(production) if path.exists()]
+    if existing and not force:
+        raise CLIError(f"{existing[0]} exists; pass --force to replace it (keys replaced stop verifying)")
+    if production:
+        _write_production(layout, listen)
+        _print_production(layout, listen, host or _machine_name())
+    else:
+        _write_owner_first(layout.config, collector_yaml(layout, production=False, listen="127.0.0.1"), mode=0o644)
+        _print_development(layout)
+
+
+# --- writing -----------------------------------------------------------------------------------------
+def _write_production(layout: Layout, listen: str) -> None:
+    from agentreplay_otel import core
+
+    for folder in (layout.root, layout.keys, layout.log_key.parent):
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    layout.manifests.mkdir(parents=True, exist_ok=True)
+    org = core.generate_key()
+    core.write_private_key(org, layout.org_key)
+    core.write_public_key(org.public_key(), layout.org_pub)
+    import secrets
+
+    _write_owner_first(layout.admin_token, secrets.token_urlsafe(32) + "\n", mode=0o600)
+    log = core.generate_key()
+    core.write_private_key(log, layout.log_key)
+    certificate = core.certify_log_key(org, log.public_key())
+    _write_owner_first(layout.log_cert, json.dumps(certificate, indent=2) + "\n", mode=0o644)
+    _write_owner_first(layout.config, collector_yaml(layout, production=True, listen=listen), mode=0o644)
+
+
+def _write_owner_first(path: Path, text: str, *, mode: int) -> None:
+    """Write ``text`` created with ``mode`` (a secret is never readable by others, even for a moment)."""
+    import os
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+    os.chmod(path, mode)
+
+
+def _q(value: str) -> str:
+    """A YAML double-quoted scalar (JSON's string syntax is YAML's)."""
+    return json.dumps(value)
+
+
+def collector_yaml(layout: Layout, *, production: bool, listen: str) -> str:
+    """The collector config ``init`` writes, in the grammar of otel-collector.yaml."""
+    host = _bracketed(listen)
+    if production:
+        head = (
+            "# AgentReplay collector, production: written by `agentreplay init --production`.\n"
+            "# The grammar of otel-collector.yaml (docs/collector.md). Auth is on: every export carries an\n"
+            "# identity token the org key issued, for an agent under a signed manifest. Reads take the admin\n"
+            "# token or an agent's own token. The collector speaks plain gRPC and HTTP: off a trusted network,\n"
+            "# put TLS in front of it (identity tokens are bearer tokens).\n"
+            "# `agentreplay init --validate` on this file names anything insecure.\n"
+        )
+        auth = f"    org_public_key: {_q(str(layout.org_pub))}\n"
+        scope = (
+            "    require_manifests: true             # an agent whose token binds no known manifest is refused\n"
+            f"    manifests_dir: {_q(str(layout.manifests))}   # signed manifests known at start\n"
+            f"    admin_token_file: {_q(str(layout.admin_token))}   # owner-only: kill, resume, every read\n"
+        )
+        control_insecure = "    insecure: false                       # reads take the admin token or an agent's own\n"
+        transparency = (
+            "  agentreplay_transparency:\n"
+            f"    signing_key: {_q(str(layout.log_key))}   # owner-only\n"
+            f"    certificate: {_q(str(layout.log_cert))}\n"
+            "    checkpoint_interval: 10s\n"
+            "    checkpoint_refresh: 1h\n"
+        )
+        extensions = "[agentreplay_control, agentreplay_analysis, agentreplay_transparency]"
+    else:
+        head = (
+            "# AgentReplay collector, local development: written by `agentreplay init`.\n"
+            "# Every endpoint on loopback, auth off, reads open. For anything shared:\n"
+            "# `agentreplay init --production DIR`.\n"
+        )
+        auth = "    insecure: true                        # local development only: logged loudly at start\n"
+        scope = (
+            "    require_manifests: false\n"
+            "    admin_token: ${env:AGENTREPLAY_ADMIN_TOKEN:-}   # empty: kill/resume are refused\n"
+        )
+        control_insecure = "    insecure: true                        # reads need no token (loopback only)\n"
+        transparency = ""
+        extensions = "[agentreplay_control, agentreplay_analysis]"
+    store = _q(f"${{env:AGENTREPLAY_STORE_ENDPOINT:-chdb://{layout.store}}}")
+    return (
+        f"{head}\n"
+        "receivers:\n  otlp:\n    protocols:\n"
+        f"      grpc:\n        endpoint: ${{env:AGENTREPLAY_OTLP_GRPC_ENDPOINT:-{host}:{GRPC_PORT}}}\n"
+        "        max_recv_msg_size_mib: 16\n"
+        f"      http:\n        endpoint: ${{env:AGENTREPLAY_OTLP_HTTP_ENDPOINT:-{host}:{HTTP_PORT}}}\n"
+        "        max_request_body_size: 16777216\n\n"
+        "processors:\n"
+        f"  agentreplay_auth:\n{auth}"
+        "  agentreplay_chain:\n    quiet_period: 2s\n    incomplete_after: 5m\n"
+        f"  agentreplay_scope:\n{scope}"
+        "    webhooks: []                          # alert receivers, e.g. [https://alerts.example.com/agentreplay]\n"
+        "  batch:\n    timeout: 200ms\n\n"
+        f"exporters:\n  clickhouse:\n    endpoint: {store}\n"
+        "    database: agentreplay\n    create_schema: true\n    ttl: 0\n\n"
+        "extensions:\n"
+        f"  agentreplay_control:\n    endpoint: ${{env:AGENTREPLAY_CONTROL_ENDPOINT:-{host}:{CONTROL_PORT}}}\n"
+        f"{control_insecure}"
+        "  agentreplay_analysis:\n    poll_interval: 2s\n    judge:\n"
+        "      base_url: ${env:AGENTREPLAY_ANALYSIS_BASE_URL:-}\n"
+        "      model: ${env:AGENTREPLAY_ANALYSIS_MODEL:-}\n"
+        "      api_key: ${env:AGENTREPLAY_ANALYSIS_API_KEY:-}\n"
+        f"{transparency}\n"
+        f"service:\n  extensions: {extensions}\n"
+        "  pipelines:\n    traces:\n      receivers: [otlp]\n"
+        "      processors: [agentreplay_auth, agentreplay_chain, agentreplay_scope, batch]\n"
+        "      exporters: [clickhouse]\n"
+        "  telemetry:\n    logs:\n      level: info\n"
+    )
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _machine_name() -> str:
+    import socket
+
+    return socket.gethostname() or "127.0.0.1"
+
+
+# --- printing ----------------------------------------------------------------------------------------
+def _say(*lines: str) -> None:
+    """Plain lines, never wrapped or marked up: every command and export line can be copied whole."""
+    sys.stdout.write("".join(line + "\n" for line in lines))
+
+
+def _print_production(layout: Layout, listen: str, host: str) -> None:
+    from agentreplay_otel.core import semconv
+
+    local = "127.0.0.1" if listen in ("0.0.0.0", "::", "localhost") else _bracketed(listen)
+    agent_host = _bracketed(host)
+    files = [
+        (layout.org_key, "the org's signing key (owner-only): keep it offline once agents are issued"),
+        (layout.org_pub, "the org public key: for agents, the collector and verifiers"),
+        (layout.admin_token, "the admin token (owner-only)"),
+        (layout.log_key, "the collector's transparency-log key (owner-only)"),
+        (layout.log_cert, "the org's certificate of the log key"),
+        (layout.manifests, "signed manifests the collector loads at start"),
+        (layout.config, "the collector: auth on, manifests required, private read API, signed log"),
+    ]
+    names = [str(path.relative_to(layout.root)) for path, _ in files]
+    width = max(map(len, names))
+    _say(f"production set-up in {layout.root}:",
+         *(f"  {name.ljust(width)}  {what}" for name, (_, what) in zip(names, files, strict=True)))
+    _say(
+        "",
+        "start the collector:",
+        f"  agentreplay-collector --config {layout.config}",
+        "",
+        "environment for the CLI (on the collector's machine):",
+        f"  export {semconv.ENV_COLLECTOR}=http://{local}:{CONTROL_PORT}",
+        f'  export {semconv.ENV_ADMIN_TOKEN}="$(cat {layout.admin_token})"',
+        f"  export {semconv.ENV_ORG_PUBLIC_KEY}={layout.org_pub}",
+        f"  export {semconv.ENV_ORG_KEY}={layout.org_key}",
+        f"  export {semconv.ENV_STORE}={layout.store}",
+        "",
+        "next, for each agent: sign its manifest, issue its identity (it prints the agent's own lines):",
+        f"  agentreplay manifest sign AGENT.manifest.json --keys {layout.keys}",
+        f"  agentreplay identity issue --agent AGENT --manifest AGENT.manifest.signed.json --keys {layout.keys}",
+        "",
+        "environment for agents (with the lines identity issue prints):",
+        f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{agent_host}:{GRPC_PORT}",
+        f"  export {semconv.ENV_COLLECTOR}=http://{agent_host}:{CONTROL_PORT}",
+        f"  export {semconv.ENV_ORG_PUBLIC_KEY}={layout.org_pub}",
+        "  opentelemetry-instrument python agent.py",
+        "",
+        "check it any time: agentreplay init --validate " + str(layout.config),
+    )
+    if listen not in ("127.0.0.1", "::1", "localhost"):
+        _say(f"the collector listens on {listen} in plain gRPC/HTTP: off a trusted network, put TLS in front of it")
+
+
+def _print_development(layout: Layout) -> None:
+    from agentreplay_otel.core import semconv
+
+    _say(
+        f"development config: {layout.config} (loopback only, auth off, reads open)",
+        "",
+        "start the collector:",
+        f"  agentreplay-collector --config {layout.config}",
+        "",
+        "environment for the CLI:",
+        f"  export {semconv.ENV_COLLECTOR}=http://127.0.0.1:{CONTROL_PORT}",
+        f"  export {semconv.ENV_STORE}={layout.store}",
+        "",
+        "environment for agents:",
+        f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{GRPC_PORT}",
+        "  opentelemetry-instrument python agent.py",
+        "",
+        f"for anything shared: agentreplay init --production DIR (and --validate {layout.config})",
+    )
+
+
+# --- validate ----------------------------------------------------------------------------------------
+def _validate(path: Path) -> int:
+    """One line per insecure setting of the config at ``path``: 1 if any, else 0."""
+    from agentreplay_collector.config import load_config
+    from agentreplay_collector.errors import ConfigError
+
+    try:
+        config = load_config(path, strict=False)
+    except ConfigError as exc:
+        raise CLIError(f"{path}: {exc}") from exc
+    findings = insecure_settings(config, path)
+    for finding in findings:
+        _say(f"insecure: {finding.key}: {finding.why}")
+    if not findings:
+        _say(f"{path}: nothing insecure (auth on, manifests required, read API private, log signed, "
+             "key files owner-only)")
+    return 1 if findings else 0
+
+
+def insecure_settings(config: CollectorConfig, path: Path) -> list[Finding]:
+    """Everything in ``config`` that leaves runs, reads or keys open, in the order of the file."""
+    return [*_auth_findings(config), *_scope_findings(config, path), *_control_findings(config),
+            *_log_findings(config), *_file_findings(config)]
+
+
+def _auth_findings(config: CollectorConfig) -> list[Finding]:
+    if config.auth is not None and not config.auth.insecure:
+        return []
+    key = "processors.agentreplay_auth" + (".insecure" if config.auth is not None else "")
+    why = "auth is off: anyone who reaches the receivers records runs as any agent"
+    exposed = [str(r.endpoint) for r in (config.otlp.grpc, config.otlp.http)
+               if r is not None and not r.endpoint.is_loopback]
+    if config.control is not None and not config.control.endpoint.is_loopback:
+        exposed.append(str(config.control.endpoint))
+    if exposed:
+        why += f", and {', '.join(exposed)} is off loopback (the collector refuses to start)"
+    return [Finding(key, why)]
+
+
+def _scope_findings(config: CollectorConfig, path: Path) -> list[Finding]:
+    scope = config.scope
+    if scope is None:
+        return [Finding("processors.agentreplay_scope",
+                        "not in the pipeline: no manifest is enforced, no spend cap, no kill switch")]
+    found = []
+    if not scope.require_manifests:
+        found.append(Finding("processors.agentreplay_scope.require_manifests",
+                             "false: an agent with no manifest is recorded, not restricted"))
+    if scope.admin_token is None:
+        found.append(Finding("processors.agentreplay_scope.admin_token",
+                             "none: no one can kill a runaway run or agent (admin_token_file: an owner-only file)"))
+    elif scope.admin_token_file is None and _literal_token(path):
+        from agentreplay_collector.config import open_to_others
+
+        mode = open_to_others(path)
+        if mode is not None:
+            found.append(Finding("processors.agentreplay_scope.admin_token",
+                                 f"written in {path}, which others may read (mode {mode:04o}): "
+                                 "use admin_token_file, owner-only"))
+    return found
+
+
+def _literal_token(path: Path) -> bool:
+    """Whether the config file itself holds the admin token (not an ``${env:...}`` reference)."""
+    import yaml
+
+    try:
+        doc = yaml.safe_load(path.read_text())
+        token = doc["processors"]["agentreplay_scope"]["admin_token"]
+    except (OSError, yaml.YAMLError, KeyError, TypeError):
+        return False
+    return isinstance(token, str) and bool(token) and "${env:" not in token
+
+
+def _control_findings(config: CollectorConfig) -> list[Finding]:
+    if config.control is not None and config.control.insecure:
+        return [Finding("extensions.agentreplay_control.insecure",
+                        "true: the read API answers without a token (prompts, tool arguments and results)")]
+    return []
+
+
+def _log_findings(config: CollectorConfig) -> list[Finding]:
+    if config.transparency is not None:
+        return []
+    return [Finding("extensions.agentreplay_transparency",
+                    "off: no signed checkpoints, so a deleted run or a rolled-back store goes unnoticed "
+                    "(agentreplay log certify)")]
+
+
+def _file_findings(config: CollectorConfig) -> list[Finding]:
+    from agentreplay_collector.config import open_to_others
+
+    found = []
+    for secret in config.secret_files:
+        if (mode := open_to_others(secret.path)) is not None:
+            found.append(Finding(secret.key, f"{secret.path} is open to others (mode {mode:04o}): chmod 600 it "
+                                             "(the collector refuses to start)"))
+    org_pub = config.auth.org_public_key if config.auth is not None else None
+    org_key = org_pub.with_name("org.key") if org_pub is not None else None
+    if org_key is not None and (mode := open_to_others(org_key)) is not None:
+        found.append(Finding("processors.agentreplay_auth.org_public_key",
+                             f"the org's private key beside it, {org_key}, is open to others (mode {mode:04o}): "
+                             "chmod 600 it, or keep it off this machine"))
+    return found
