@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import typer
+from rich.markup import escape
 
 from agentreplay_replay.cli import (
     _analyze,
@@ -43,5 +44,5 @@ def main() -> None:
     try:
         app()
     except CLIError as exc:
-        err.print(f"[bold red]error:[/] {exc}")
+        err.print(f"[bold red]error:[/] {escape(str(exc))}", soft_wrap=True)  # one line: paths stay whole
         sys.exit(2)
