@@ -175,3 +175,22 @@ def test_validate_of_a_config_that_does_not_parse_is_one_error(tmp_path: Path) -
     bad.write_text("receivers: {otlp: {protocols: {grpc: {endpoint: nowhere}}}}\n")
     done = agentreplay("init", "--validate", str(bad))
     assert done.returncode == 2 and "receivers.otlp.protocols.grpc.endpoint" in done.stderr.replace("\n", "")
+
+
+def test_the_admin_token_file_is_read_and_checked(tmp_path: Path, org: dict[str, Path]) -> None:
+    from agentreplay_collector.config import parse_config
+    from agentreplay_collector.errors import ConfigError
+
+    token = tmp_path / "admin.token"
+    token.write_text("from-the-file\n")
+    token.chmod(0o600)
+    scope = {"require_manifests": True, "admin_token_file": str(token)}
+    doc = config_doc(tmp_path, auth={"org_public_key": str(org["org_pub"])}, control={}, scope=scope)
+    config = parse_config(doc, {})
+    assert config.scope is not None and config.scope.admin_token == "from-the-file"
+    with pytest.raises(ConfigError, match="agentreplay_scope.admin_token_file: expected admin_token or"):
+        parse_config(config_doc(tmp_path, auth={"org_public_key": str(org["org_pub"])}, control={},
+                                scope={**scope, "admin_token": "literal"}), {})
+    token.write_text("\n")
+    with pytest.raises(ConfigError, match="admin_token_file: expected a file holding the admin token"):
+        parse_config(doc, {})
