@@ -1,4 +1,5 @@
-"""``agentreplay-collector --config otel-collector.yaml [--validate]``."""
+"""``agentreplay-collector --config otel-collector.yaml [--validate]``, and
+``agentreplay-collector copy --from STORE --to URL`` (:mod:`.storecopy`)."""
 
 from __future__ import annotations
 
@@ -12,10 +13,55 @@ from agentreplay_collector.config import load_config
 from agentreplay_collector.errors import ConfigError
 
 
+def copy_main(argv: list[str]) -> int:
+    """``copy``: a store's tables into another ClickHouse (a server for Grafana). Exit 0 copied, 2 not."""
+    from agentreplay_collector import storecopy
+    from agentreplay_collector.store import DEFAULT_DATABASE, DEFAULT_STORE
+
+    parser = argparse.ArgumentParser(
+        prog="agentreplay-collector copy",
+        description="Copy a store (by default the embedded one) into a ClickHouse server: creates the schema "
+        "there, then copies every table in batches. Stop the collector that holds the store first.",
+    )
+    parser.add_argument("--from", dest="source", default=DEFAULT_STORE,
+                        help=f"the store: a chDB directory or chdb://DIR (default {DEFAULT_STORE})")
+    parser.add_argument("--to", dest="target", required=True,
+                        help="the target: http(s)://USER:PASSWORD@HOST:8123/?database=NAME, or chdb://DIR")
+    parser.add_argument("--database", default=DEFAULT_DATABASE,
+                        help=f"the store's database (default {DEFAULT_DATABASE}; the target's is in --to, "
+                        "else the same)")
+    parser.add_argument("--cluster", default=None,
+                        help="create the target's tables ON CLUSTER (the collector's clickhouse.cluster_name)")
+    parser.add_argument("--append", action="store_true",
+                        help="into a target that already holds rows: copy only the rows it lacks (resumes an "
+                        "interrupted copy; copying again copies nothing twice)")
+    parser.add_argument("--batch-rows", type=int, default=65_536, help="rows per insert (default 65536)")
+    args = parser.parse_args(argv)
+
+    def progress(line: str) -> None:
+        print(f"copy: {line}", file=sys.stderr, flush=True)
+
+    try:
+        source = storecopy.parse_endpoint(args.source, args.database)
+        target = storecopy.parse_endpoint(args.target, args.database)
+        copies = storecopy.copy_store(source, target, cluster=args.cluster, append=args.append,
+                                      batch_rows=max(1, args.batch_rows), progress=progress)
+    except storecopy.CopyError as exc:
+        print(f"agentreplay-collector copy: {exc}", file=sys.stderr)
+        return 2
+    print(storecopy.summary(copies))
+    print(f"copied to {target.shown}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["copy"]:
+        return copy_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="agentreplay-collector",
-        description="OTLP collector for AgentReplay: verifies hash chains and writes runs to ClickHouse or chDB.",
+        description="OTLP collector for AgentReplay: verifies hash chains and writes runs to ClickHouse or chDB. "
+        "`agentreplay-collector copy --help`: copy a store into a ClickHouse server.",
     )
     parser.add_argument(
         "--config", default="otel-collector.yaml", help="config file (OpenTelemetry Collector grammar)"
