@@ -30,7 +30,7 @@ POLICY = "You are a refund agent. Refund the order's total."
 FIX = "You are a refund agent. Refund once, the amount the customer asked for."
 ASK = "Please refund $12.50 of order A17: the kettle arrived dented."
 SUMMARY_PROMPT = "You summarise support conversations."
-AGENT_MODEL = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5"}
+AGENT_MODEL = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5", "anthropic-stream": "claude-haiku-4-5"}
 REFUND_STEP = 2  # lookup_order's request (0) and call (1), then the first refund's request
 
 REFUNDS: list[tuple[str, float]] = []
@@ -128,13 +128,19 @@ def openai_agent(server: LLMServer, seen: list) -> str:
     return summary.choices[0].message.content or ""
 
 
-def anthropic_agent(server: LLMServer, seen: list) -> str:
+def anthropic_agent(server: LLMServer, seen: list, *, stream: bool = False) -> str:
+    """With ``stream``, the agent's calls go through the ``messages.stream()`` helper."""
     client = anthropic.Anthropic(base_url=server.base_url_anthropic, api_key="t", max_retries=0)
     tools = [{"name": n, "input_schema": p} for n, p in SCHEMAS.items()]
     messages: list[dict] = [{"role": "user", "content": ASK}]
     for _ in range(8):
-        reply = client.messages.create(model=AGENT_MODEL["anthropic"], max_tokens=300, system=POLICY,
-                                       tools=tools, messages=messages)
+        kwargs = {"model": AGENT_MODEL["anthropic"], "max_tokens": 300, "system": POLICY, "tools": tools,
+                  "messages": messages}
+        if stream:
+            with client.messages.stream(**kwargs) as events:
+                reply = events.get_final_message()
+        else:
+            reply = client.messages.create(**kwargs)
         uses = [b for b in reply.content if b.type == "tool_use"]
         if not uses:
             break
@@ -147,7 +153,9 @@ def anthropic_agent(server: LLMServer, seen: list) -> str:
     return "".join(b.text for b in summary.content if b.type == "text")
 
 
-AGENTS = {"openai": openai_agent, "anthropic": anthropic_agent}
+AGENTS: dict[str, Callable[[LLMServer, list], str]] = {
+    "openai": openai_agent, "anthropic": anthropic_agent,
+    "anthropic-stream": lambda server, seen: anthropic_agent(server, seen, stream=True)}
 
 
 def _agent_requests(server: LLMServer, provider: str) -> list[dict]:
@@ -184,7 +192,8 @@ def fork(instrumented) -> Iterator[Callable[..., tuple[ReplaySession, LLMServer,
 PROVIDERS = pytest.mark.parametrize("provider", ["openai", "anthropic"])
 
 
-@PROVIDERS
+@pytest.mark.parametrize("provider", ["openai", "anthropic", "anthropic-stream"])
+
 def test_fork_system_prompt_reaches_every_later_call_of_the_agent(fork, provider):
     session, server, _, _ = fork(provider, {"system": FIX})
     agent_requests = _agent_requests(server, provider)
@@ -253,3 +262,53 @@ def test_stand_in_is_the_empty_value_of_the_recorded_shape_else_of_the_declared_
     assert stand_in([], declared) == []  # nothing recorded: the declared type's
     assert stand_in([None], declared) is None  # the tool did return None
     assert stand_in([], undeclared) is None  # nothing tells its shape
+
+
+@pytest.mark.filterwarnings("ignore:create_react_agent has been moved")  # the quickstart's spelling, as users have it
+def test_fork_of_a_langgraph_agent_carries_the_fix_to_its_later_calls(instrumented):
+    """The LangGraph quickstart's agent (``create_react_agent`` on ``ChatOpenAI``, LangChain tools):
+    its prompt goes out through the openai client on every call, and the fork's with it."""
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from langgraph.prebuilt import create_react_agent
+
+    from agentreplay_otel.instrumentation.langchain import LangChainInstrumentor
+    from agentreplay_otel.instrumentation.langgraph import LangGraphInstrumentor
+
+    ran: list[str] = []
+
+    @tool
+    def lookup_order(order_id: str) -> str:
+        """The order: its total and items."""
+        return json.dumps({"order_id": order_id, "total": 50.0})
+
+    @tool
+    def issue_refund(order_id: str, amount: float) -> str:
+        """Refund an amount of an order."""
+        ran.append(order_id)
+        return f"refunded {amount} of {order_id}"
+
+    instrumentors = [LangChainInstrumentor(), LangGraphInstrumentor()]
+    for i in instrumentors:
+        i.instrument(tracer_provider=instrumented.provider)
+    try:
+        with LLMServer(refund_model) as server:
+            model = ChatOpenAI(model=AGENT_MODEL["openai"], base_url=server.base_url_openai, api_key="t",
+                               max_retries=0)
+            agent = create_react_agent(model, tools=[lookup_order, issue_refund], prompt=POLICY)
+
+            def run() -> list:
+                return agent.invoke({"messages": [{"role": "user", "content": ASK}]})["messages"]
+
+            _, recording, _ = instrumented.record_run(run, "refunds")
+            assert len(ran) == 2  # the recorded double refund
+            install(ReplaySession(recording, Plan(mode=Mode.FORK, fork_at=REFUND_STEP, fix={"system": FIX})))
+            server.reset()
+            _, _, spans = instrumented.record_run(run, "refunds")
+            sent = [dict(r.body) for r in server.requests]
+    finally:
+        for i in instrumentors:
+            i.uninstrument()
+    assert [_system(b) for b in sent] == [FIX, FIX]
+    assert len([s for s in spans if s.name == f"{semconv.OP_EXECUTE_TOOL} issue_refund"]) == 1
+    assert len(ran) == 2  # nothing refunded by the fork
