@@ -60,7 +60,7 @@ RUN_COLUMNS = (
 )
 
 DECISION_COLUMNS = (
-    "Timestamp", "RunId", "SpanId", "AgentId", "Tool", "Decision", "Rule", "ManifestSha256", "Detail",
+    "Timestamp", "RunId", "SpanId", "AgentId", "Tool", "Decision", "Rule", "ManifestSha256", "Detail", "Replayed",
 )
 HALT_COLUMNS = ("Scope", "TargetId", "Reason", "Actor", "Active", "UpdatedAt")
 ALERT_COLUMNS = (
@@ -74,16 +74,17 @@ TRUST_COLUMNS = (
 
 def decision_row(d: DecisionRecord) -> list[Any]:
     detail = json.dumps({"detail": d.detail, "source": d.source}, separators=(",", ":"))
-    return [dt(d.time_ns), d.run_id, d.span_id, d.agent_id, d.tool, d.decision, d.rule, d.manifest_sha256, detail]
+    return [dt(d.time_ns), d.run_id, d.span_id, d.agent_id, d.tool, d.decision, d.rule, d.manifest_sha256, detail,
+            int(d.replayed)]
 
 
 def decision_from_row(r: Sequence[Any]) -> DecisionRecord:
-    time_ns, run_id, span_id, agent, tool, decision, rule, digest, detail = r
+    time_ns, run_id, span_id, agent, tool, decision, rule, digest, detail, replayed = r
     extra = json_object(detail)
     return DecisionRecord(
         time_ns=int(time_ns), run_id=run_id, span_id=span_id, agent_id=agent, tool=tool, decision=decision,
         rule=rule, manifest_sha256=digest, detail=str(extra.get("detail", detail)),
-        source=str(extra.get("source", "")),
+        source=str(extra.get("source", "")), replayed=bool(replayed),
     )
 
 

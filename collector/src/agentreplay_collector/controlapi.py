@@ -195,6 +195,7 @@ def routes(
                         "manifest_sha256": d.manifest_sha256,
                         "detail": d.detail,
                         "source": d.source,
+                        "replayed": d.replayed,
                     }
                     for time_text, d in listed
                 ],

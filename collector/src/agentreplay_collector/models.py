@@ -39,6 +39,17 @@ NOT_VIOLATIONS = frozenset({RULE_HALTED, RULE_AUTHORIZE_UNAVAILABLE})
 RULE_COST_INVALID = "cost.invalid"
 """The collector's rule for a span whose ``agentreplay.cost.usd`` is not a finite amount >= 0."""
 
+REPLAY_RUN_KINDS = frozenset({semconv.RUN_KIND_REPLAY, semconv.RUN_KIND_REGRESSION, semconv.RUN_KIND_FORK})
+"""Run kinds that say a run replays another (``agentreplay.replay.of``): a replay, a regression
+replay, a fork or a model trial. A claim the collector checks before it believes it."""
+
+RULE_REPLAY_VERIFIED = "replay.verified"
+"""The collector's decision on a run whose replay claim held: its sandboxed and recorded calls are
+stored as replayed and enforce nothing (no halt, no alert, no spend, no violation)."""
+
+RULE_REPLAY_UNVERIFIED = "replay.unverified"
+"""The collector's decision on a run that claims to be a replay and could not show it: judged as live."""
+
 TOOL_ATTRIBUTES = (
     semconv.GEN_AI_TOOL_NAME,
     semconv.GEN_AI_TOOL_CALL_ID,
@@ -385,6 +396,7 @@ class DecisionRecord:
     manifest_sha256: str
     detail: str
     source: str  # who decided: the guard's source, "collector", ...
+    replayed: bool = False  # made on a verified replay's call: recorded, never enforced or counted
 
 
 @dataclass(frozen=True, kw_only=True)

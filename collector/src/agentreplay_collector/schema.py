@@ -168,7 +168,8 @@ _DECISIONS = _Table(
     Decision LowCardinality(String),
     Rule String,
     ManifestSha256 String,
-    Detail String CODEC(ZSTD(1))""",
+    Detail String CODEC(ZSTD(1)),
+    Replayed UInt8 DEFAULT 0""",
     engine="MergeTree",
     tail="PARTITION BY toDate(Timestamp)\nORDER BY (AgentId, Timestamp)",
     ttl_column="Timestamp",
@@ -459,6 +460,23 @@ def ddl(opts: SchemaOptions) -> list[str]:
         statements.extend(_create_table(table, opts))
         if table is _TRACE_ID_TS:
             statements.append(_trace_id_ts_view(opts))
+    return statements
+
+
+_ADDED_COLUMNS = ((_DECISIONS, "Replayed UInt8 DEFAULT 0"),)
+"""Columns added to a table after stores were made with it: a store made before gets them at start."""
+
+
+def added_columns(opts: SchemaOptions) -> list[str]:
+    """``ALTER ... ADD COLUMN IF NOT EXISTS`` for each added column (idempotent; on a cluster, the
+    local tables and the Distributed table over them), run after :func:`ddl`. Old rows read the default."""
+    cluster = f" ON CLUSTER {opts.cluster_name}" if opts.cluster_name else ""
+    statements: list[str] = []
+    for table, column in _ADDED_COLUMNS:
+        names = [f"{table.name}_local", table.name] if opts.cluster_name else [table.name]
+        statements.extend(
+            f"ALTER TABLE {opts.database}.{name}{cluster} ADD COLUMN IF NOT EXISTS {column}" for name in names
+        )
     return statements
 
 

@@ -11,6 +11,10 @@ On a violation it halts the run: the halt is stored, pushed to every ``Watch`` s
 that agent, and an alert is stored and sent to the webhooks. Nothing is dropped: a halted
 run's spans are still written whole. ``Authorize`` answers from the same state.
 
+A replay acts on nothing: once :mod:`agentreplay_collector.replays` has verified a run's claim
+to be one, the calls it replayed are judged and stored as replayed, and change nothing (no
+halt, alert, spend or violation). A claim that does not hold is judged as live.
+
 All state changes happen on the collector's event loop (the pipeline and the control API
 both run there); the rebuild at start runs before the receivers take exports.
 
@@ -44,7 +48,9 @@ from agentreplay_collector.config import ScopeConfig
 from agentreplay_collector.errors import PermissionDenied
 from agentreplay_collector.models import (
     NOT_VIOLATIONS,
+    REPLAY_RUN_KINDS,
     RULE_COST_INVALID,
+    RULE_REPLAY_VERIFIED,
     SCOPE_AGENT,
     SCOPE_RUN,
     Alert,
@@ -54,6 +60,7 @@ from agentreplay_collector.models import (
     tool_of,
 )
 from agentreplay_collector.ownership import RunOwners
+from agentreplay_collector.replays import Held, ReplayClaims, run_kind, says_replayed, unverified
 from agentreplay_collector.store import Store
 from agentreplay_collector.trust import TrustBook
 from agentreplay_otel.core import (
@@ -78,6 +85,7 @@ from agentreplay_otel.core import (
 _log = logging.getLogger(__name__)
 _RUN_MEMORY = 100_000
 ACTOR = "agentreplay_scope"
+ACTOR_COLLECTOR = "collector"  # the source of the collector's own decisions
 
 
 @dataclass
@@ -153,6 +161,8 @@ class ScopeProcessor:
         self._runs: OrderedDict[str, RunUsage] = OrderedDict()
         self._day: dict[tuple[str, str], float] = {}
         self.violations = 0
+        self.replays = ReplayClaims(store, self.owners)
+        self._claim_timer: asyncio.TimerHandle | None = None
         if config.manifests_dir is not None:
             self._load_dir(config.manifests_dir)
 
@@ -161,6 +171,9 @@ class ScopeProcessor:
         self.writer.start()
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
+        if self._claim_timer is not None:
+            self._claim_timer.cancel()
+        self._settle_overdue(time.time_ns(), wait_s=0.0)  # spans still waiting for their run span: live
         self.writer.shutdown(timeout_s)
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
@@ -299,6 +312,7 @@ class ScopeProcessor:
         for agent in agents:
             if not self.trust.known(agent):
                 self.trust.multiplier(agent)
+        self.replays.lookup(request.records)
 
     def process(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None:
         manifest = self.manifest_for(identity)
@@ -311,13 +325,69 @@ class ScopeProcessor:
                     else "no manifest in its identity token"
                 )
             )
-        day = utc_day(time.time_ns())  # spend goes in the day the collector received it
+        now = time.time_ns()
+        day = utc_day(now)  # spend goes in the day the collector received it
+        self._settle_overdue(now)
         for record in request.records:
             agent = identity.agent_id if identity is not None else record.resource.get(semconv.AGENT_ID, "")
             m = manifest or self.manifest_for(None, record.attributes.get(semconv.MANIFEST_SHA256, ""))
-            self._observe(record, agent, m, day)
+            self._judge(Held(record=record, agent=agent, manifest=m, day=day))
+        self._arm_claim_timer()
 
-    def _observe(self, record: SpanRecord, agent: str, m: Manifest | None, day: str) -> None:
+    # --- replays ------------------------------------------------------------------------------
+    def _judge(self, span: Held) -> None:
+        """Live, replayed, or held until the run span says which (see :mod:`agentreplay_collector.replays`)."""
+        record = span.record
+        run_id = record.trace_id
+        kind = run_kind(record)
+        verdict = self.replays.verdict_of(run_id)
+        if kind is not None and verdict is None and (kind in REPLAY_RUN_KINDS or self.replays.is_pending(run_id)):
+            verdict = self._settle(span, self.replays.judge(record, span.agent, _digest(span.manifest)))
+        elif says_replayed(record) and verdict is None:
+            if self.replays.hold(span):
+                return
+            verdict = self._settle(span, unverified("too many replayed spans await their run span", ""))
+        replayed = verdict is not None and verdict.rule == RULE_REPLAY_VERIFIED
+        self._observe(span, replayed=replayed and (says_replayed(record) or kind is not None))
+
+    def _settle(self, span: Held, verdict: Decision) -> Decision:
+        """Store the run's verdict (the decision says why) and judge the spans held for it by it."""
+        replayed = verdict.rule == RULE_REPLAY_VERIFIED
+        self._record_decision(span.record, span.agent, "", verdict, ACTOR_COLLECTOR, span.record.end_ns,
+                              replayed=replayed)
+        for held in self.replays.settle(span.record.trace_id, verdict):
+            self._observe(held, replayed=replayed)
+        return verdict
+
+    def _settle_overdue(self, now_ns: int, *, wait_s: float | None = None) -> None:
+        """Runs whose replayed spans waited too long for their run span are judged as live."""
+        late = self.replays.overdue(now_ns) if wait_s is None else self.replays.overdue(now_ns, wait_s=wait_s)
+        for run_id in late:
+            first = self.replays.first_held(run_id)
+            if first is not None:
+                self._settle(first, unverified("its run span, which says what it replays, did not arrive in time",
+                                               _digest(first.manifest)))
+
+    def _arm_claim_timer(self) -> None:
+        """Wake up when the oldest held claim is due, even if no export comes by then."""
+        if self._claim_timer is not None:
+            return
+        delay = self.replays.next_deadline_s(time.time_ns())
+        if delay is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # called off a loop (a test, a tool): the next export settles them
+            return
+        self._claim_timer = loop.call_later(delay + 0.01, self._on_claim_timer)
+
+    def _on_claim_timer(self) -> None:
+        self._claim_timer = None
+        self._settle_overdue(time.time_ns())
+        self._arm_claim_timer()
+
+    # --- judging one span -------------------------------------------------------------------------
+    def _observe(self, span: Held, *, replayed: bool = False) -> None:
         """Judge one span by what it records, not by what the agent says of its own judgement.
 
         The agent's decision events become rows, and its denials violations, but they exempt
@@ -326,7 +396,12 @@ class ScopeProcessor:
         or agent is halted is not counted again when the collector itself has it halted. Each
         distinct span counts once: the same span again (a retried export) is skipped, a
         different span that reuses a span id is not.
+
+        ``replayed``: a verified replay's call. Judged the same way and its decisions stored,
+        marked replayed, but nothing follows from them: no halt, no alert, no violation, and its
+        cost is not the agent's day's spend.
         """
+        record, agent, m, day = span.record, span.agent, span.manifest, span.day
         run = self._run(record.trace_id, agent)
         fingerprint = _fingerprint(record)
         if fingerprint in run.spans:
@@ -334,7 +409,7 @@ class ScopeProcessor:
         run.spans.add(fingerprint)
         attrs = record.attributes
         tool = tool_of(record.name, attrs)
-        admitted = self._agent_decisions(record, agent, tool or "")
+        admitted = self._agent_decisions(record, agent, tool or "", replayed=replayed)
         if admitted is False and tool is not None and self.halted(record.trace_id, agent) is not None:
             tool = None  # refused while halted, and the collector has it halted: the call never ran
         cost = _cost(attrs.get(semconv.COST_USD))
@@ -345,7 +420,7 @@ class ScopeProcessor:
                 manifest_sha256=m.sha256 if m else "",
                 detail=f"{semconv.COST_USD} is {attrs.get(semconv.COST_USD)!r}, not a finite amount >= 0",
             )
-            self._collector_violation(record, agent, tool or "", verdict)
+            self._collector_violation(record, agent, tool or "", verdict, replayed=replayed)
             cost = 0.0
         multiplier = self.trust.multiplier(agent)
         if tool is not None and m is not None:
@@ -363,22 +438,24 @@ class ScopeProcessor:
                 spend_multiplier=multiplier,
             )
             if not verdict.allowed and not admitted:
-                self._collector_violation(record, agent, tool, verdict)
+                self._collector_violation(record, agent, tool, verdict, replayed=replayed)
         if tool is not None:
             run.seen[tool] = run.seen.get(tool, 0) + 1
         if cost:
             run.spend_usd += cost
-            self._day[(agent, day)] = self._day.get((agent, day), 0.0) + cost
+            day_spend = self._day.get((agent, day), 0.0) + cost
+            if not replayed:  # a replay's calls spent nothing of the agent's day
+                self._day[(agent, day)] = day_spend
             if m is not None and tool is None:
                 verdict = evaluate_spend(
                     m,
-                    Usage(run_spend_usd=run.spend_usd, day_spend_usd=self._day[(agent, day)]),
+                    Usage(run_spend_usd=run.spend_usd, day_spend_usd=day_spend),
                     spend_multiplier=multiplier,
                 )
                 if not verdict.allowed:
-                    self._collector_violation(record, agent, "", verdict)
+                    self._collector_violation(record, agent, "", verdict, replayed=replayed)
 
-    def _agent_decisions(self, record: SpanRecord, agent: str, tool: str) -> bool | None:
+    def _agent_decisions(self, record: SpanRecord, agent: str, tool: str, *, replayed: bool = False) -> bool | None:
         """Store the span's decision events; a denial by a violating rule is a violation.
 
         Returns True if the agent admitted a violation here (its guard refused the call by a
@@ -398,9 +475,10 @@ class ScopeProcessor:
             )
             source = ea.get(semconv.POLICY_SOURCE, "")
             self._record_decision(
-                record, agent, ea.get(semconv.GEN_AI_TOOL_NAME, tool), decision, source, event.time_ns
+                record, agent, ea.get(semconv.GEN_AI_TOOL_NAME, tool), decision, source, event.time_ns,
+                replayed=replayed,
             )
-            if decision.allowed:
+            if decision.allowed or replayed:
                 continue
             if decision.rule in NOT_VIOLATIONS:
                 claimed = claimed or False
@@ -416,8 +494,12 @@ class ScopeProcessor:
             )
         return claimed
 
-    def _collector_violation(self, record: SpanRecord, agent: str, tool: str, verdict: Decision) -> None:
-        self._record_decision(record, agent, tool, verdict, "collector", record.end_ns)
+    def _collector_violation(
+        self, record: SpanRecord, agent: str, tool: str, verdict: Decision, *, replayed: bool = False
+    ) -> None:
+        self._record_decision(record, agent, tool, verdict, ACTOR_COLLECTOR, record.end_ns, replayed=replayed)
+        if replayed:
+            return
         self.violation(
             run_id=record.trace_id,
             agent_id=agent,
@@ -428,7 +510,15 @@ class ScopeProcessor:
         )
 
     def _record_decision(
-        self, record: SpanRecord, agent: str, tool: str, decision: Decision, source: str, time_ns: int
+        self,
+        record: SpanRecord,
+        agent: str,
+        tool: str,
+        decision: Decision,
+        source: str,
+        time_ns: int,
+        *,
+        replayed: bool = False,
     ) -> None:
         self.writer.put(
             DecisionRecord(
@@ -442,6 +532,7 @@ class ScopeProcessor:
                 manifest_sha256=decision.manifest_sha256,
                 detail=decision.detail,
                 source=source,
+                replayed=replayed,
             )
         )
 
@@ -552,10 +643,15 @@ class ScopeProcessor:
             "manifests": len(self.manifests),
             "halts": len(self.halts),
             "violations": self.violations,
+            "replayed_spans_held": self.replays.held,
             "watchers": self.bus.watchers,
             "webhooks_delivered": self.writer.delivered,
             "webhooks_failed": self.writer.failed_deliveries,
         }
+
+
+def _digest(manifest: Manifest | None) -> str:
+    return manifest.sha256 if manifest is not None else ""
 
 
 def _cost(raw: str | None) -> float | None:

@@ -32,6 +32,7 @@ from agentreplay_collector import _rows, schema
 from agentreplay_collector.config import ClickHouseConfig
 from agentreplay_collector.errors import StoreError, StoreRejected, StoreUnavailable
 from agentreplay_collector.models import (
+    RULE_REPLAY_VERIFIED,
     SCOPE_AGENT,
     SCOPE_RUN,
     TOOL_ATTRIBUTES,
@@ -266,7 +267,7 @@ class Store:
     def ensure_schema(self, opts: schema.SchemaOptions | None = None) -> None:
         opts = opts or schema.SchemaOptions(database=self.database)
         self._retire_first_classifications(opts)
-        for statement in schema.ddl(opts):
+        for statement in [*schema.ddl(opts), *schema.added_columns(opts)]:
             self._call("DDL", "command", statement)
         self._add_log_runs_projection(opts)
 
@@ -385,6 +386,19 @@ class Store:
         result = self._call("span read", "query", sql, parameters={"run": run_id})
         return [_rows.span_from_row(r) for r in result.result_rows]
 
+    def run_heads(self, run_id: str) -> set[str]:
+        """The chain hash of each stored root span of the run: its last link (one, for an honest run;
+        none, for a run the store does not hold). What a replay of the run must name as its head."""
+        db = self.database
+        sql = (
+            f"WITH (SELECT (min(Start), max(End)) FROM {db}.{schema.TRACE_ID_TS} WHERE TraceId = {{run:String}})"
+            f" AS range SELECT DISTINCT {schema.CHAIN_HASH_KEY} FROM {db}.{schema.TRACES}"
+            " WHERE TraceId = {run:String} AND ParentSpanId = ''"
+            " AND Timestamp >= range.1 AND Timestamp <= range.2"
+        )
+        rows = self._call("run head read", "query", sql, parameters={"run": run_id}).result_rows
+        return {str(r[0]) for r in rows}
+
     def list_traces(
         self,
         *,
@@ -480,9 +494,10 @@ class Store:
     def track_record(self, agent_id: str, *, window: int, not_violations: Iterable[str]) -> TrackRecord:
         """The agent's last ``window`` runs by the collector's clock that count: received live
         (their times agree with when the collector received them), verified (intact or unsealed),
-        and, for a regression replay, replaying a counted recorded run of the same agent. Of those:
-        failed, regression replays (and passed), and runs with a denial that counts as a violation
-        (any rule but ``not_violations``)."""
+        and, for a regression replay, replaying a counted recorded run of the same agent; a replay or
+        fork the collector verified as one (``replay.verified``) is not the agent's run and is left
+        out. Of those: failed, regression replays (and passed), and runs with a denial that counts as
+        a violation (any rule but ``not_violations``, on a call that was not replayed)."""
         db = self.database
         counted = (  # the agent's runs received live and verified, with when they arrived
             f"SELECT r.RunId AS RunId, r.StatusCode AS StatusCode, r.RunKind AS RunKind, r.ReplayOf AS ReplayOf,"
@@ -496,11 +511,14 @@ class Store:
         sql = (
             f"WITH (SELECT groupArray(RunId) FROM ({counted}) WHERE RunKind = {{record:String}}) AS recorded,"
             f" (SELECT groupUniqArray(RunId) FROM {db}.{schema.DECISIONS} WHERE AgentId = {{a:String}}"
-            "   AND Decision = {deny:String} AND Rule NOT IN {skip:Array(String)}) AS violating"
+            "   AND Decision = {deny:String} AND Rule NOT IN {skip:Array(String)} AND Replayed = 0) AS violating,"
+            f" (SELECT groupUniqArray(RunId) FROM {db}.{schema.DECISIONS} WHERE AgentId = {{a:String}}"
+            "   AND Rule = {replay_verified:String}) AS replays"
             " SELECT count(), countIf(StatusCode = 'Error'), countIf(RunKind = {regression:String}),"
             " countIf(RunKind = {regression:String} AND StatusCode != 'Error'), countIf(has(violating, RunId))"
             f" FROM (SELECT RunId, StatusCode, RunKind FROM ({counted})"
-            "  WHERE RunKind != {regression:String} OR has(recorded, ReplayOf)"
+            "  WHERE (RunKind != {regression:String} OR has(recorded, ReplayOf))"
+            "   AND NOT (RunKind != {regression:String} AND has(replays, RunId))"
             "  ORDER BY Received DESC LIMIT {window:UInt32})"
         )
         params = {
@@ -509,6 +527,7 @@ class Store:
             "deny": DENY,
             "regression": semconv.RUN_KIND_REGRESSION,
             "record": semconv.RUN_KIND_RECORD,
+            "replay_verified": RULE_REPLAY_VERIFIED,
             "verified": [str(ChainState.INTACT), str(ChainState.UNSEALED)],
             "window": int(window),
         }
@@ -530,7 +549,9 @@ class Store:
         the last ``days``. The day is the one the collector received the run on (the span's own time
         only for a run with no arrival row); a cost that is not a finite amount >= 0 counts 0; every
         tool span is a call, whatever decision it carries, and a span is a tool span by any of its
-        tool attributes (as :func:`~agentreplay_collector.models.tool_of` says)."""
+        tool attributes (as :func:`~agentreplay_collector.models.tool_of` says). A verified replay's
+        replayed spans (``agentreplay.replay.source``, in a run with a ``replay.verified`` decision)
+        spent nothing of the agent's and are left out, as the scope processor left them out."""
         db = self.database
         attr = "SpanAttributes['{}']".format
         tool_keys = ", ".join(f"'{k}'" for k in TOOL_ATTRIBUTES)
@@ -555,13 +576,16 @@ class Store:
             f" if({is_tool}, {tool}, ''),"
             f" sum(if(isFinite({cost}) AND {cost} >= 0, {cost}, 0)), count()"
             f" FROM (SELECT * FROM {db}.{schema.TRACES}"
-            " WHERE Timestamp >= now() - toIntervalDay({days:UInt32})"
-            f"   OR TraceId IN (SELECT RunId FROM ({arrivals}))"
+            " WHERE (Timestamp >= now() - toIntervalDay({days:UInt32})"
+            f"   OR TraceId IN (SELECT RunId FROM ({arrivals})))"
+            f"   AND NOT ({attr(semconv.REPLAY_SOURCE)} != '' AND TraceId IN (SELECT RunId FROM {db}.{schema.DECISIONS}"
+            "     WHERE Rule = {replay_verified:String}))"
             f" LIMIT 1 BY {schema.SPAN_DEDUPE_KEY}) AS t"
             f" LEFT JOIN ({arrivals}) AS a ON a.RunId = t.TraceId"
             " GROUP BY 1, 2, 3, 4, 5"
         )
-        rows = self._call("spend", "query", sql, parameters={"days": int(days)}).result_rows
+        params = {"days": int(days), "replay_verified": RULE_REPLAY_VERIFIED}
+        rows = self._call("spend", "query", sql, parameters=params).result_rows
         return [
             SpendTotals(agent_id=agent, run_id=run_id, day=day, operation=operation, tool=tool,
                         cost_usd=float(cost), calls=int(calls))
@@ -649,7 +673,7 @@ class Store:
         """A run's policy decisions in time order, each with the store's text of its time."""
         sql = (
             "SELECT toString(Timestamp), toUnixTimestamp64Nano(Timestamp), RunId, SpanId, AgentId, Tool,"
-            f" Decision, Rule, ManifestSha256, Detail FROM {self.database}.{schema.DECISIONS}"
+            f" Decision, Rule, ManifestSha256, Detail, Replayed FROM {self.database}.{schema.DECISIONS}"
             " WHERE RunId = {run:String} ORDER BY Timestamp"
         )
         rows = self._call("decision list", "query", sql, parameters={"run": run_id}).result_rows
