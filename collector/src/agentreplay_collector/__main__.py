@@ -38,6 +38,9 @@ def copy_main(argv: list[str]) -> int:
     parser.add_argument("--batch-rows", type=int, default=65_536, help="rows per insert (default 65536)")
     args = parser.parse_args(argv)
 
+    # clickhouse-connect logs a failed request before raising it; the raised error is what is said, once
+    logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
+
     def progress(line: str) -> None:
         print(f"copy: {line}", file=sys.stderr, flush=True)
 

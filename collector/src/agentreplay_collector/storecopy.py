@@ -24,6 +24,7 @@ import os
 import struct
 import subprocess
 import sys
+import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -133,7 +134,8 @@ class SourceProcess:
     def __init__(self, source: Endpoint) -> None:
         self.source = source
         command = [sys.executable, "-m", "agentreplay_collector.storecopy"]
-        self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self._stderr = tempfile.TemporaryFile()  # chDB writes some of its errors there, not in the exception
+        self._proc = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
         assert self._proc.stdin is not None and self._proc.stdout is not None
         self._requests: IO[bytes] = self._proc.stdin
         self._answers: IO[bytes] = self._proc.stdout
@@ -145,14 +147,20 @@ class SourceProcess:
         while True:
             head = self._answers.read(_FRAME.size)
             if len(head) < _FRAME.size:
-                raise CopyError(f"the process reading {self.source.shown} ended (exit {self._proc.wait()})")
+                code = self._proc.wait()
+                raise CopyError(_source_error(self.source, f"the reading process ended (exit {code})", self._said()))
             kind, length = _FRAME.unpack(head)
             payload = self._answers.read(length)
             if kind == _END:
                 return
             if kind == _ERROR:
-                raise CopyError(_source_error(self.source, payload.decode(errors="replace")))
+                raise CopyError(_source_error(self.source, payload.decode(errors="replace"), self._said()))
             yield from pa.ipc.open_stream(payload)
+
+    def _said(self) -> str:
+        """What the reading process wrote to stderr so far."""
+        self._stderr.seek(0)
+        return self._stderr.read().decode(errors="replace")
 
     def _send(self, request: dict[str, Any]) -> None:
         try:
@@ -176,6 +184,7 @@ class SourceProcess:
             self._proc.kill()
             self._proc.wait()
         self._answers.close()
+        self._stderr.close()
 
     def __enter__(self) -> SourceProcess:
         return self
@@ -184,8 +193,9 @@ class SourceProcess:
         self.close()
 
 
-def _source_error(source: Endpoint, message: str) -> str:
-    if any(sign in message for sign in _HELD):
+def _source_error(source: Endpoint, message: str, said: str) -> str:
+    """One line for a failure of the source: its error, or that another process holds it."""
+    if any(sign in message or sign in said for sign in _HELD):
         return (f"the store {source.endpoint} is held by another process (a running collector?): stop the "
                 "collector, then copy")
     return f"reading {source.shown} failed: {message.splitlines()[0] if message else 'no reason given'}"
