@@ -183,6 +183,17 @@ def test_an_unreachable_target_is_one_clear_line(copied: Copied) -> None:
     assert "s3cret" not in done.stderr
 
 
+def test_the_copy_creates_the_tables_with_the_ttl_asked_for(copied: Copied) -> None:
+    target = copied.target.parent / "with-ttl"
+    done = copy(copied.world.store, f"chdb://{target}", "--ttl", "720h")
+    assert done.returncode == 0, done.stderr
+    [[create]] = in_target(target, "SELECT create_table_query FROM system.tables"
+                                   f" WHERE database = 'agentreplay' AND name = '{schema.RUNS}'")
+    assert "TTL toDateTime(Start) + toIntervalDay(30)" in create
+    bad = copy(copied.world.store, f"chdb://{target}", "--ttl", "a month")
+    assert bad.returncode == 2 and "not a duration" in bad.stderr
+
+
 def test_no_store_there_is_said(tmp_path: Path) -> None:
     done = copy(tmp_path / "nothing", f"chdb://{tmp_path / 'target'}")
     assert done.returncode == 2 and "no store at" in done.stderr

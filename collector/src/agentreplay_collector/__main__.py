@@ -9,7 +9,7 @@ import gc
 import logging
 import sys
 
-from agentreplay_collector.config import load_config
+from agentreplay_collector.config import load_config, parse_duration
 from agentreplay_collector.errors import ConfigError
 
 
@@ -32,6 +32,8 @@ def copy_main(argv: list[str]) -> int:
                         "else the same)")
     parser.add_argument("--cluster", default=None,
                         help="create the target's tables ON CLUSTER (the collector's clickhouse.cluster_name)")
+    parser.add_argument("--ttl", default="0", help="the tables' TTL where the copy creates them, as the collector's "
+                        "clickhouse.ttl (e.g. 720h; default none)")
     parser.add_argument("--append", action="store_true",
                         help="into a target that already holds rows: copy only the rows it lacks (resumes an "
                         "interrupted copy; copying again copies nothing twice)")
@@ -44,10 +46,14 @@ def copy_main(argv: list[str]) -> int:
     def progress(line: str) -> None:
         print(f"copy: {line}", file=sys.stderr, flush=True)
 
+    ttl_s = parse_duration(args.ttl)
+    if ttl_s is None or ttl_s < 0:
+        print(f"agentreplay-collector copy: --ttl {args.ttl}: not a duration (e.g. 720h)", file=sys.stderr)
+        return 2
     try:
         source = storecopy.parse_endpoint(args.source, args.database)
         target = storecopy.parse_endpoint(args.target, args.database)
-        copies = storecopy.copy_store(source, target, cluster=args.cluster, append=args.append,
+        copies = storecopy.copy_store(source, target, cluster=args.cluster, ttl_s=int(ttl_s), append=args.append,
                                       batch_rows=max(1, args.batch_rows), progress=progress)
     except storecopy.CopyError as exc:
         print(f"agentreplay-collector copy: {exc}", file=sys.stderr)

@@ -245,6 +245,7 @@ def copy_store(
     target: Endpoint,
     *,
     cluster: str | None = None,
+    ttl_s: int = 0,
     append: bool = False,
     batch_rows: int = 65_536,
     progress: Callable[[str], None] = lambda line: None,
@@ -269,7 +270,7 @@ def copy_store(
         try:
             try:
                 store.check()
-                store.ensure_schema(schema.SchemaOptions(database=target.database, cluster_name=cluster))
+                store.ensure_schema(schema.SchemaOptions(database=target.database, cluster_name=cluster, ttl_s=ttl_s))
             except StoreUnavailable as exc:
                 raise CopyError(f"cannot reach the target {target.shown}: {_redact(str(exc), target)}") from exc
             plans = [_plan(reader, store, source, target, table) for table in tables]
@@ -277,7 +278,10 @@ def copy_store(
             if filled and not append:
                 listed = ", ".join(f"{p.table} {p.target_rows}" for p in filled)
                 raise CopyError(f"the target already holds rows ({listed}): --append copies only what it lacks")
-            return [_copy_table(reader, store, p, batch_rows, progress) for p in plans]
+            # into a Distributed table, an insert returns once the shards hold it (docs/scaling.md), so the
+            # counts read after each table, and a resumed copy's watermarks, see every row copied
+            settings = {"distributed_foreground_insert": 1} if cluster else {}
+            return [_copy_table(reader, store, p, batch_rows, settings, progress) for p in plans]
         finally:
             store.close()
 
@@ -311,7 +315,7 @@ def _plan(reader: SourceProcess, store: Store, source: Endpoint, target: Endpoin
                  columns=columns, watermark=watermark, source_rows=int(count["n"]), target_rows=int(target_rows))
 
 
-def _copy_table(reader: SourceProcess, store: Store, plan: _Plan, batch_rows: int,
+def _copy_table(reader: SourceProcess, store: Store, plan: _Plan, batch_rows: int, settings: dict[str, Any],
                 progress: Callable[[str], None]) -> TableCopy:
     selected = ", ".join(_ident(c) for c in plan.columns)
     key = f"toUnixTimestamp64Nano({_ident(plan.watermark)})"
@@ -325,7 +329,8 @@ def _copy_table(reader: SourceProcess, store: Store, plan: _Plan, batch_rows: in
             if not batch.num_rows:
                 continue
             try:
-                store._call(f"{plan.table} copy", "insert_arrow", plan.target, pa.Table.from_batches([batch]))
+                store._call(f"{plan.table} copy", "insert_arrow", plan.target, pa.Table.from_batches([batch]),
+                            settings=settings)
             except StoreUnavailable as exc:
                 raise CopyError(f"{plan.table}: the target refused rows after {copied} of {total} were copied "
                                 f"(copy again with --append to go on): {exc}") from exc
