@@ -46,7 +46,7 @@ def test_the_story_becomes_a_whole_incident(flight, tmp_path):
     cause = json.loads((out / "root-cause.json").read_text())
     assert cause["verdict"] == "failed" and "FM-1.1" in [m["mode"] for m in cause["modes"]]
     claim = json.loads((out / "claim.json").read_text())
-    assert claim["claim"]["nothing_to_claim"] is False and claim["claim"]["amount_usd"] > 0
+    assert claim["claim"]["nothing_to_claim"] is False and claim["claim"]["amounts"]["USD"] > 0
     assert written["claim"] == claim["claim"]
     walk = (out / "walkthrough.html").read_text()
     assert f'data-step="{cause["culprit"]["step"]}"' in walk and "culprit" in walk

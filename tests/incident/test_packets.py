@@ -90,10 +90,11 @@ def test_dispute_packet_lists_every_decision_and_the_amounts(story):
     amounts = packet["amounts"]
     charged_span = _tool_spans(case, "book_flight")[0]
     recorded = float(charged_span.attributes[semconv.COST_USD])
-    assert [(c["tool"], c["arguments"]["day"], c["amount_usd"]) for c in amounts["charges"]] == [
-        ("book_flight", "Saturday", recorded)]
-    assert amounts["charged_usd"] == recorded and amounts["currency"] == "USD"
-    assert [(c["arguments"]["day"], c["amount_usd"]) for c in amounts["refused"]] == [("Friday", None)]
+    assert [(c["tool"], c["arguments"]["day"], c["amount"], c["currency"]) for c in amounts["charges"]] == [
+        ("book_flight", "Saturday", recorded, "USD")]
+    assert amounts["charged"] == {"USD": recorded}
+    assert [(c["arguments"]["day"], c["amount"]) for c in amounts["refused"]] == [("Friday", None)]
+    assert "notice" not in packet  # a signed run's packet says nothing of signing
     json.dumps(packet)  # a JSON document as it stands
 
 
@@ -125,11 +126,14 @@ def test_insurance_packet_computes_the_loss_from_recorded_costs_and_the_price_ta
     loss = packet["loss"]
     wrong_span = _tool_spans(case, "book_flight")[0]
     wrong = float(wrong_span.attributes[semconv.COST_USD])
-    assert [(c["tool"], c["arguments"]["day"], c["amount_usd"]) for c in loss["wrong_charges"]] == [
+    assert [(c["tool"], c["arguments"]["day"], c["amount"]) for c in loss["wrong_charges"]] == [
         ("book_flight", "Saturday", wrong)]
-    assert loss["wrong_charges_usd"] == wrong and loss["other_charges"] == []
+    assert loss["by_currency"]["USD"]["lost_whole"] == wrong and loss["other_charges"] == []
+    # the request names no amount: the booking the analysis blames (the wrong day) is lost whole, and it says so
+    assert loss["by_currency"]["USD"]["computation"].startswith("the request names no amount")
+    assert f"booked {wrong:.2f} USD" in loss["by_currency"]["USD"]["computation"]
     # the refused second ticket: not charged, listed as prevented, bounded by the manifest's cap
-    assert [(p["arguments"]["day"], p["amount_usd"], p["at_most_usd"]) for p in loss["prevented"]] == [
+    assert [(p["arguments"]["day"], p["amount"], p["at_most_usd"]) for p in loss["prevented"]] == [
         ("Friday", None, 500.0)]
     assert "at most 1" in loss["prevented"][0]["why"]
     # the model spend, priced again from the recorded tokens and the price table
@@ -141,7 +145,8 @@ def test_insurance_packet_computes_the_loss_from_recorded_costs_and_the_price_ta
     assert llm and loss["model_spend"]["priced_usd"] == pytest.approx(expected) and expected > 0
     for call in loss["model_spend"]["calls"]:
         assert call["priced_usd"] == pytest.approx(call["recorded_usd"])
-    assert loss["total_usd"] == pytest.approx(wrong + expected) == packet["claim"]["amount_usd"]
+    assert loss["total"] == {"USD": pytest.approx(wrong + expected, abs=1e-6)} and loss["unsure"] == []
+    assert packet["claim"]["amounts"] == loss["total"]
     # the cause and the limits in force
     cause = packet["cause"]
     assert [c["mode"] for c in cause["classification"]] == ["FM-1.1", "FM-1.2"]
@@ -165,7 +170,7 @@ def test_a_run_without_failure_has_nothing_to_claim(fixed):
     case, verdict = fixed
     assert verdict.outcome is Outcome.OK
     packet = insurance_packet(case, verdict)
-    assert packet["claim"]["nothing_to_claim"] is True and packet["claim"]["amount_usd"] == 0.0
+    assert packet["claim"]["nothing_to_claim"] is True and packet["claim"]["amounts"] == {}
     assert "Nothing to claim" in packet["claim"]["reason"] and packet["loss"] is None
     assert insurance_packet(case, None)["claim"]["nothing_to_claim"] is True  # not analysed: no claim either
     dispute = dispute_packet(case, verdict)

@@ -70,6 +70,10 @@ from agentreplay_otel.core import (
 from agentreplay_replay.analysis.verdict import Outcome, Verdict
 
 CASE_FORMAT = "agentreplay-case/1"
+UNSIGNED_NOTICE = ("UNSIGNED: this run was recorded without an agent key, so nothing in it is signed. "
+                   "It is not evidence: anyone could have written it.")
+"""The first line of every output made from an unsigned run (case file, packets, walkthrough, test)."""
+NOTICE = "notice"
 COLLECTOR_SOURCE = "collector"
 """The source of a decision the collector made itself (not one recorded in the agent's spans)."""
 
@@ -109,6 +113,13 @@ class Case:
         return next((s for s in reversed(self.spans) if s.is_root), None)
 
     @property
+    def signed(self) -> bool:
+        """Whether its run span carries a seal (the run was recorded with an agent key). An unsigned
+        run can be read and analysed like any other; what is made from it says it is not evidence."""
+        root = self.root
+        return bool(root is not None and root.attributes.get(semconv.CHAIN_SEAL))
+
+    @property
     def manifest_obj(self) -> Manifest | None:
         """The manifest carried, parsed (its signature is :func:`check`'s business); None without one."""
         if self.manifest is None:
@@ -126,6 +137,7 @@ class Case:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            **({} if self.signed else {NOTICE: UNSIGNED_NOTICE}),
             "format": CASE_FORMAT,
             "run_id": self.run_id,
             "exported_ns": str(self.exported_ns),
@@ -219,7 +231,7 @@ def _manifest_body(text: str) -> dict[str, Any]:
 # --- file ----------------------------------------------------------------------------------------------
 def write(case: Case, path: Path) -> int:
     """Write the case as one JSON file (atomically: a reader never sees half of one); its size in bytes."""
-    data = (json.dumps(case.to_json(), indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+    data = (json_text(case.to_json(), indent=1) + "\n").encode("utf-8")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -232,6 +244,12 @@ def write(case: Case, path: Path) -> int:
             os.unlink(tmp)
         raise
     return len(data)
+
+
+def json_text(doc: Mapping[str, Any], *, indent: int) -> str:
+    """``doc`` as indented JSON; when it opens with an UNSIGNED notice, the notice is on the first line."""
+    text = json.dumps(doc, indent=indent, ensure_ascii=False)
+    return "{" + text[1:].lstrip() if next(iter(doc), None) == NOTICE else text
 
 
 def read(path: Path) -> Case:
@@ -389,6 +407,35 @@ def check(case: Case, org_key: Ed25519PublicKey | None) -> CaseCheck:
         found.notes.append("no org key: seals, certificates and signatures were not checked")
     return CaseCheck(run_id=case.run_id, chain=report, problems=tuple(found.problems), proven=tuple(found.proven),
                      notes=tuple(found.notes), log_indexes=indexes)
+
+
+def check_as_recorded(case: Case, org_key: Ed25519PublicKey | None) -> CaseCheck:
+    """What an incident or a regression test needs of a case: a signed run checked against the org
+    key, which is then required; a run recorded without keys (no seal) checked without it, for its
+    chain's links. With a key given, the run must be signed by it. :class:`CaseError` for a signed
+    run and no key; the returned check's ``problems`` for anything else."""
+    if org_key is None and case.signed:
+        raise CaseError(f"run {case.run_id} is signed: give the org public key (--org-key or "
+                        f"${semconv.ENV_ORG_PUBLIC_KEY}) to check it against")
+    found = check(case, org_key)
+    if org_key is not None and not case.signed:
+        return CaseCheck(run_id=case.run_id, chain=found.chain, problems=(
+            f"run {case.run_id} was recorded without an agent key (unsigned), so it cannot be checked against "
+            f"the org key; without one (no --org-key, ${semconv.ENV_ORG_PUBLIC_KEY} unset) what is made from it "
+            "is marked UNSIGNED",), notes=found.notes)
+    return found
+
+
+def read_unsigned(path: Path) -> Case:
+    """An unsigned run's case, for its regression test: its chain's links checked; a signed case is
+    refused here (it is checked against the org key instead)."""
+    case = read(path)
+    if case.signed:
+        raise CaseError(f"{path} is a signed run's case: check it against the org public key")
+    found = check(case, None)
+    if not found.ok:
+        raise CaseError(f"{path} does not verify: {'; '.join(found.problems)}")
+    return case
 
 
 def _check_spans(case: Case, org_key: Ed25519PublicKey | None, found: _Findings) -> ChainReport | None:

@@ -14,11 +14,13 @@ The folder::
     dispute.json .html   for the counterparty
     claim.json .html     for the insurer ("nothing to claim" when the run did not fail)
     walkthrough.html     one self-contained page, opened on the culprit step
+
+A run recorded without keys (no seal) gets its incident too: the first line of every file says it is
+UNSIGNED and not evidence (:data:`~agentreplay_replay.case.UNSIGNED_NOTICE`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -58,7 +60,8 @@ class Incident:
     run_id: str
     verdict: Verdict
     files: tuple[Written, ...]
-    claim: dict[str, Any]  # the claim packet's "claim": nothing_to_claim, reason, amount_usd
+    claim: dict[str, Any]  # the claim packet's "claim": nothing_to_claim, reason, amounts by currency
+    signed: bool = True  # False: a run recorded without keys; every file says UNSIGNED first
     checks: tuple[testgen.Check, ...]  # the generated test's functions
 
     @property
@@ -66,14 +69,15 @@ class Incident:
         return next(w.path for w in self.files if w.path.suffix == ".py")
 
     def to_json(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "verdict": self.verdict.to_json(), "claim": self.claim,
+        return {"run_id": self.run_id, "signed": self.signed, "verdict": self.verdict.to_json(), "claim": self.claim,
                 "files": [{"path": str(w.path), "what": w.what} for w in self.files],
                 "checks": [{"name": c.name, "mode": c.mode} for c in self.checks]}
 
 
-def write_incident(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey, *,
+def write_incident(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey | None, *,
                    trust: TrustScore | None = None) -> Incident:
-    """Check ``case`` against the org key, then write every part of its incident into ``out_dir``."""
+    """Check ``case`` (a signed run against the org key, an unsigned one for its chain's links), then
+    write every part of its incident into ``out_dir``."""
     try:
         generated = testgen.generate(case, out_dir / TESTS_DIR, org_key)  # checks the case first
     except testgen.TestgenError as exc:
@@ -81,8 +85,10 @@ def write_incident(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey
     verdict = testgen.verdict_of(case)
     case_ref = str(generated.case.relative_to(out_dir))
     files = [Written(path=generated.test, what="the regression test (pytest)"),
-             Written(path=generated.case, what="its case: the run, checkable offline with the org key")]
-    files.append(_json(out_dir / ROOT_CAUSE, verdict.to_json(), "the root cause: failure modes, culprit, evidence"))
+             Written(path=generated.case, what="its case: the run, checkable offline with the org key" if case.signed
+                     else "its case: the run, UNSIGNED (only its chain's links can be checked)")]
+    cause = verdict.to_json() if case.signed else {casefile.NOTICE: casefile.UNSIGNED_NOTICE, **verdict.to_json()}
+    files.append(_json(out_dir / ROOT_CAUSE, cause, "the root cause: failure modes, culprit, evidence"))
     dispute = packets.dispute_packet(case, verdict, case_file=case_ref, org_key=ORG_KEY_NAME)
     claim = packets.insurance_packet(case, verdict, trust=trust, case_file=case_ref, org_key=ORG_KEY_NAME)
     for name, packet, what in ((DISPUTE, dispute, "the dispute packet, for the counterparty"),
@@ -92,11 +98,11 @@ def write_incident(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey
     files.append(_text(out_dir / WALKTHROUGH, walkthrough.walkthrough_html(case, verdict),
                        "the narrated walkthrough (open it in a browser; arrow keys step)"))
     return Incident(run_id=case.run_id, verdict=verdict, files=tuple(files), claim=dict(claim["claim"]),
-                    checks=generated.checks)
+                    checks=generated.checks, signed=case.signed)
 
 
 def _json(path: Path, doc: Any, what: str) -> Written:
-    return _text(path, json.dumps(doc, indent=2, ensure_ascii=False) + "\n", what)
+    return _text(path, casefile.json_text(doc, indent=2) + "\n", what)
 
 
 def _text(path: Path, text: str, what: str) -> Written:

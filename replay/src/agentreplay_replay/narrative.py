@@ -28,6 +28,26 @@ _PAST = {"book": "booked", "buy": "bought", "purchase": "purchased", "pay": "pai
 """Past tenses of the first words of tool names (``book_flight`` -> "booked"), for captions."""
 
 
+@dataclass(frozen=True)
+class Money:
+    """An amount in one currency (ISO 4217). Amounts of two currencies are never added up."""
+
+    amount: float
+    currency: str
+
+    def __str__(self) -> str:
+        """``$12.50`` for US dollars, ``12.50 EUR`` for any other currency."""
+        return usd(self.amount) if self.currency == semconv.CURRENCY_USD else f"{self.amount:,.2f} {self.currency}"
+
+    @property
+    def exact(self) -> str:
+        """``12.50 USD``: the amount and its code, as a computation shows it."""
+        return f"{self.amount:,.2f} {self.currency}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"amount": self.amount, "currency": self.currency}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToldStep:
     """One LLM or tool call, with what a person needs to follow it."""
@@ -43,7 +63,8 @@ class ToldStep:
     result: str  # tool calls: the result as recorded
     said: str  # LLM calls: what the model answered in words
     asked_for: tuple[str, ...]  # LLM calls: the tool calls it asked for, as "name(k=v, ...)"
-    cost_usd: float | None  # as recorded on the span (a side effect's cost, or the call's token cost)
+    cost_usd: float | None  # as recorded on the span (a side effect's cost in USD, or the call's token cost)
+    charge: Money | None  # tool calls: what the call charged, in its declared currency
     side_effect: bool
     decisions: tuple[Decision, ...]
     refused: bool  # a policy decision denied it: it did not run, nothing was charged
@@ -95,16 +116,31 @@ def _told(step: Step, span: SpanRecord | None, halted: bool) -> ToldStep:
     return ToldStep(
         step=step.step, kind="tool" if step.is_tool else "llm", name=step.name, span_id=step.span_id,
         start_ns=span.start_ns if span else 0, end_ns=span.end_ns if span else 0,
-        caption=caption(step, cost_of(attrs), halted=halted),
+        caption=caption(step, charge_of(attrs) if step.is_tool else None, halted=halted),
         arguments=dict(step.arguments), result=step.result, said=step.text,
         asked_for=tuple(call_words(c.name, c.arguments) for c in step.tool_calls),
-        cost_usd=cost_of(attrs), side_effect=step.is_tool and step.acts, decisions=step.decisions,
+        cost_usd=cost_of(attrs), charge=charge_of(attrs) if step.is_tool else None,
+        side_effect=step.is_tool and step.acts, decisions=step.decisions,
         refused=refused, failed=step.failed, error=step.error,
     )
 
 
 def cost_of(attributes: Mapping[str, str]) -> float | None:
-    raw = attributes.get(semconv.COST_USD)
+    return _amount(attributes.get(semconv.COST_USD))
+
+
+def charge_of(attributes: Mapping[str, str]) -> Money | None:
+    """A tool call's charge: its declared amount and currency, else (recorded before currencies were)
+    its ``agentreplay.cost.usd``."""
+    currency = (attributes.get(semconv.COST_CURRENCY) or "").strip().upper()
+    if currency:
+        amount = _amount(attributes.get(semconv.COST_AMOUNT))
+        return Money(amount, currency) if amount is not None else None
+    usd_ = cost_of(attributes)
+    return Money(usd_, semconv.CURRENCY_USD) if usd_ is not None else None
+
+
+def _amount(raw: str | None) -> float | None:
     try:
         return float(raw) if raw else None
     except ValueError:
@@ -131,12 +167,18 @@ def _args_words(arguments: Mapping[str, Any]) -> str:
 
 
 def past_tense(tool: str) -> str:
-    """What the agent did with a tool, in one word (``book_flight`` -> "booked"), else "called"."""
+    """What the agent did with a tool, in one word (``book_flight`` -> "booked", ``issue_refund`` ->
+    "refunded": the first word that is a known verb), else "called"."""
     words = key_words(tool)
-    return _PAST.get(words[0], "called") if words else "called"
+    at = _verb_at(words)
+    return _PAST[words[at]] if at is not None else "called"
 
 
-def caption(step: Step, cost: float | None, *, halted: bool = False) -> str:
+def _verb_at(words: Sequence[str]) -> int | None:
+    return next((i for i, w in enumerate(words) if w in _PAST), None)
+
+
+def caption(step: Step, cost: Money | None, *, halted: bool = False) -> str:
     """One plain sentence for a step: what the agent did, what came of it."""
     if step.is_llm:
         return _llm_caption(step)
@@ -153,10 +195,11 @@ def caption(step: Step, cost: float | None, *, halted: bool = False) -> str:
         return f"The agent called {step.name} ({args}) and it failed: {clip(step.error or 'error', 160)}."
     verb = past_tense(step.name)
     words = key_words(step.name)
-    thing = " ".join(words[1:]) if verb != "called" and len(words) > 1 else ""
+    at = _verb_at(words)
+    thing = " ".join(words[at + 1:]) if at is not None else ""
     what = f"{verb} {_article(thing)}{thing} ({args})" if thing else (
         f"{verb} {step.name} ({args})" if verb == "called" else f"{verb} ({args})")
-    charged = f" for {usd(cost)}" if cost is not None and cost > 0 else ""
+    charged = f" for {cost}" if cost is not None and cost.amount > 0 else ""
     effect = " This acted on the world." if step.acts else ""
     result = f" It answered: {clip(' '.join(step.result.split()), 140)}" if step.result and not charged else ""
     return f"The agent {what}{charged}.{effect}{result}"

@@ -6,23 +6,40 @@ Both are pure functions of a case (:mod:`agentreplay_replay.case`: the run's spa
 certificates, manifest and decisions) and an analysis verdict: no store, no network. Each packet
 carries its proof (the chain head, the seal, the agent key the org certified, the transparency-log
 inclusion when the case has one) and the one command that checks it offline with the org's public
-key. Amounts are the recorded ones (``agentreplay.cost.usd`` on each span, so US dollars); the
-model spend is priced again from the price table so an insurer can see how it was computed.
+key. Amounts are the recorded ones, each in its currency (``agentreplay.cost.amount`` and
+``agentreplay.cost.currency`` on a tool's span, else ``agentreplay.cost.usd``), and amounts of two
+currencies are never added up; the model spend is priced again from the price table (US dollars)
+so an insurer can see how it was computed.
+
+The claim's loss is what was charged beyond what the request allowed, with the computation shown:
+a charge the analysis blames on anything but its amount (the wrong day, a second booking) is lost
+whole; the other charges in a currency are held to the one amount the request names in it
+("refund $12.50": refunded 50.00 USD, allowed 12.50 USD, loss 37.50 USD). A request that names no
+amount gives nothing to hold a charge to: the charges the analysis blames are lost whole, the others
+are not claimed, and the computation says so. Where the request's amounts cannot be matched to the
+charges (several amounts, several tools, another currency), the loss says unsure.
+
+A run recorded without keys makes packets too; their first line is the UNSIGNED notice.
 """
 
 from __future__ import annotations
 
 import html
 import json
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agentreplay_collector.models import TrustScore
 from agentreplay_otel.core import Prices, SpanRecord, cost_usd, json_or, load_prices, semconv
 from agentreplay_replay.analysis import Outcome, Verdict, run_view
+from agentreplay_replay.analysis.constraints import Kind, Mention, argument_values, mentions
 from agentreplay_replay.analysis.transcript import chain_head
+from agentreplay_replay.case import NOTICE, UNSIGNED_NOTICE
 from agentreplay_replay.narrative import (
     Contradiction,
+    Money,
     ToldStep,
     contradictions,
     past_tense,
@@ -35,15 +52,20 @@ from agentreplay_replay.narrative import (
 if TYPE_CHECKING:
     from agentreplay_replay.case import Case
 
-DISPUTE = "agentreplay-dispute/1"
-CLAIM = "agentreplay-claim/1"
+DISPUTE = "agentreplay-dispute/2"
+CLAIM = "agentreplay-claim/2"
 """Each packet's ``format``: what the document is, and the version of its shape."""
 
 CASE_FILE = "CASE.json"
 ORG_KEY = "ORG.pub"
 """The names the verify command uses when the caller does not say where the case and the key lie."""
 
-CURRENCY = "USD"  # every recorded cost is agentreplay.cost.usd
+USD = semconv.CURRENCY_USD  # the model spend's currency (the price table's), and the manifest caps'
+_SYMBOLS = {"$": USD, "€": "EUR", "£": "GBP"}
+_WORDS = {"usd": USD, "dollar": USD, "dollars": USD, "bucks": USD, "eur": "EUR", "euro": "EUR", "euros": "EUR",
+          "gbp": "GBP", "pound": "GBP", "pounds": "GBP"}
+"""The currency an amount in a request is written in (``$12.50``, ``12.50 EUR``): what the analysis's
+constraints recognise as money."""
 
 
 def verify_command(case_file: str = CASE_FILE, org_key: str = ORG_KEY) -> str:
@@ -56,7 +78,7 @@ def dispute_packet(case: Case, verdict: Verdict | None, *, case_file: str = CASE
     """For the counterparty: what the user asked, what the agent did and when, what it was allowed,
     every policy decision, the amounts, and the proof with the command that verifies it."""
     told = _told(case)
-    return {
+    return _notice(case) | {
         "format": DISPUTE,
         "title": f"Dispute packet for run {case.run_id}",
         "run": _run(case),
@@ -79,7 +101,7 @@ def insurance_packet(case: Case, verdict: Verdict | None, *, trust: TrustScore |
     failure in has nothing to claim: said in ``claim``, not raised."""
     told = _told(case)
     loss = _loss(case, verdict, told, prices) if verdict is not None and verdict.outcome is Outcome.FAILED else None
-    return {
+    return _notice(case) | {
         "format": CLAIM,
         "title": f"Insurance claim for run {case.run_id}",
         "run": _run(case),
@@ -90,6 +112,11 @@ def insurance_packet(case: Case, verdict: Verdict | None, *, trust: TrustScore |
         "timeline": [_action_json(s) for s in told],
         "proof": _proof(case, case_file=case_file, org_key=org_key),
     }
+
+
+def _notice(case: Case) -> dict[str, str]:
+    """An unsigned run's packet opens with the UNSIGNED notice (its first line, as written)."""
+    return {} if case.signed else {NOTICE: UNSIGNED_NOTICE}
 
 
 def _told(case: Case) -> tuple[ToldStep, ...]:
@@ -127,7 +154,8 @@ def _contradiction_json(c: Contradiction) -> dict[str, Any]:
 
 def _action_json(s: ToldStep) -> dict[str, Any]:
     doc: dict[str, Any] = {"step": s.step, "time": s.when, "kind": s.kind, "name": s.name, "span_id": s.span_id,
-                           "caption": s.caption, "cost_usd": s.cost_usd}
+                           "caption": s.caption, "cost_usd": s.cost_usd,
+                           "charge": s.charge.to_json() if s.charge is not None else None}
     if s.kind == "tool":
         doc |= {"arguments": dict(s.arguments), "result": s.result, "side_effect": s.side_effect,
                 "refused": s.refused}
@@ -170,18 +198,33 @@ def _decisions(case: Case, told: Sequence[ToldStep]) -> list[dict[str, Any]]:
 
 
 def _amounts(told: Sequence[ToldStep]) -> dict[str, Any]:
-    charges = [_charge(s) for s in told if s.kind == "tool" and s.cost_usd and not s.refused]
+    """Each charge in its currency, the total charged in each currency (never across two), the
+    refused calls (not charged) and the model spend (US dollars)."""
+    charged = _charged(told)
     refused = [_charge(s) for s in told if s.kind == "tool" and s.refused]
     model = sum(s.cost_usd or 0.0 for s in told if s.kind == "llm")
     return {
-        "currency": CURRENCY, "charges": charges, "charged_usd": round(sum((c["amount_usd"] for c in charges), 0.0), 6),
+        "charges": [_charge(s) for s in charged], "charged": _by_currency(s.charge for s in charged),
         "refused": refused, "model_spend_usd": round(model, 6),
     }
 
 
+def _charged(told: Sequence[ToldStep]) -> list[ToldStep]:
+    """The tool calls that moved money: they ran (not refused) and recorded a charge."""
+    return [s for s in told if s.kind == "tool" and not s.refused and s.charge is not None and s.charge.amount]
+
+
+def _by_currency(amounts: Iterable[Money | None]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for m in amounts:
+        if m is not None:
+            totals[m.currency] = round(totals.get(m.currency, 0.0) + m.amount, 6)
+    return totals
+
+
 def _charge(s: ToldStep) -> dict[str, Any]:
     return {"step": s.step, "time": s.when, "tool": s.name, "what": past_tense(s.name), "arguments": dict(s.arguments),
-            "amount_usd": s.cost_usd}
+            "amount": s.charge.amount if s.charge else None, "currency": s.charge.currency if s.charge else None}
 
 
 # --- the claim ------------------------------------------------------------------------------------
@@ -189,9 +232,10 @@ def _claim(verdict: Verdict | None, loss: Mapping[str, Any] | None) -> dict[str,
     if loss is None:
         why = ("the run was not analysed" if verdict is None else
                f"the analysis found no failure (verdict: {verdict.outcome})")
-        return {"nothing_to_claim": True, "reason": f"Nothing to claim: {why}.", "amount_usd": 0.0}
-    return {"nothing_to_claim": False, "reason": "The run failed; the loss below is what it cost.",
-            "amount_usd": loss["total_usd"]}
+        return {"nothing_to_claim": True, "reason": f"Nothing to claim: {why}.", "amounts": {}, "unsure": []}
+    reason = " ".join(["The run failed; the loss is what it was charged beyond what the request allowed, and the "
+                       "model spend:", *(f"{line}." for line in loss["computation"])])
+    return {"nothing_to_claim": False, "reason": reason, "amounts": dict(loss["total"]), "unsure": list(loss["unsure"])}
 
 
 def _blamed_steps(verdict: Verdict) -> set[int]:
@@ -203,32 +247,141 @@ def _blamed_steps(verdict: Verdict) -> set[int]:
     return steps
 
 
+def _blamed_amounts(verdict: Verdict) -> set[int]:
+    """The tool steps the analysis blames for an amount argument (the request named another amount)."""
+    prefix = semconv.GEN_AI_TOOL_CALL_ARGUMENTS + "."
+    return {e.step for h in verdict.modes for e in h.evidence
+            if e.step is not None and e.path.startswith(prefix)
+            and any(m.kind is Kind.AMOUNT for m in argument_values(e.path.removeprefix(prefix), e.value))}
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Charged:
+    """A charge, and what the analysis says of it."""
+
+    told: ToldStep
+    money: Money
+    blamed: bool  # a step the analysis names, or a call its culprit asked for
+    on_amount: bool  # blamed for its amount: held to what the request allowed, not lost whole
+
+    @property
+    def whole(self) -> bool:
+        return self.blamed and not self.on_amount
+
+    def words(self) -> str:
+        verb = past_tense(self.told.name)
+        return f"{verb if verb != 'called' else self.told.name + ' charged'} {self.money.exact} (step {self.told.step})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Loss:
+    """The loss in one currency: how it was computed, and whether part of it is unsure."""
+
+    currency: str
+    charged: float
+    lost_whole: float
+    allowed: float | None  # what the request allowed in this currency; None when it names none (or unsure)
+    allowed_quote: str
+    beyond: float  # charged beyond the allowed amount
+    loss: float
+    computation: str
+    unsure: str  # why part of the loss cannot be said; "" when it can
+
+    def to_json(self) -> dict[str, Any]:
+        return {"charged": round(self.charged, 6), "lost_whole": round(self.lost_whole, 6), "allowed": self.allowed,
+                "allowed_quote": self.allowed_quote, "beyond_allowed": round(self.beyond, 6),
+                "loss": round(self.loss, 6), "computation": self.computation, "unsure": self.unsure}
+
+
+def currency_of(quote: str) -> str | None:
+    """The currency an amount is written in (``$12.50``: USD, ``12.50 euros``: EUR), if it says."""
+    for symbol, code in _SYMBOLS.items():
+        if symbol in quote:
+            return code
+    word = re.search(r"([a-z]+)\s*$", quote.lower())
+    return _WORDS.get(word.group(1)) if word else None
+
+
+def loss_in(currency: str, charges: Sequence[_Charged], stated: Sequence[Mention]) -> _Loss:
+    """What was charged in ``currency`` beyond what the request (``stated``: its amounts) allowed."""
+    mine = [c for c in charges if c.money.currency == currency]
+    whole = [c for c in mine if c.whole]
+    held = [c for c in mine if not c.whole]
+    lost_whole, held_sum = sum((c.money.amount for c in whole), 0.0), sum((c.money.amount for c in held), 0.0)
+    here = [m for m in stated if currency_of(m.quote) == currency]
+    there = sorted({m.quote for m in stated if currency_of(m.quote) not in (currency, None)})
+    values = {m.value for m in here}
+    parts = [f"{_listed(whole)} lost whole (the analysis blames the call)"] if whole else []
+    allowed: float | None = None
+    quote, unsure, beyond = "", "", 0.0
+    if not here and not there:
+        parts.insert(0, "the request names no amount, so only what the analysis blames is lost")
+        if held:
+            parts.append(f"{_listed(held)} not blamed, not claimed")
+    elif not held:
+        parts.append(f"nothing else charged in {currency}")
+    elif not here:
+        unsure = (f"the request names {', '.join(there)}, the charges are in {currency} ({_listed(held)}): no exchange "
+                  "rate is applied, so what it allowed of them is unsure")
+    elif len(values) > 1 or any(m.bound == "min" for m in here):
+        unsure = (f"the request names {', '.join(m.quote for m in here)}: which of {_listed(held)} each allowed is "
+                  "unsure")
+    elif len({c.told.name for c in held}) > 1:
+        unsure = (f"the request names one amount ({here[0].quote}) and the charges held to it come from several "
+                  f"tools ({_listed(held)}): which it allowed is unsure")
+    else:
+        allowed, quote = float(here[0].value), here[0].quote
+        beyond = max(0.0, held_sum - allowed)
+        parts.append(f"{_listed(held)}; the request allowed {Money(allowed, currency).exact} (“{quote}”); "
+                     f"{Money(beyond, currency).exact} beyond it")
+    if unsure:
+        parts.append(f"unsure: {unsure}")
+    loss = lost_whole + beyond
+    computation = "; ".join([*parts, f"loss {'at least ' if unsure else ''}{Money(loss, currency).exact}"])
+    return _Loss(currency=currency, charged=lost_whole + held_sum, lost_whole=lost_whole, allowed=allowed,
+                 allowed_quote=quote, beyond=beyond, loss=loss, computation=computation, unsure=unsure)
+
+
+def _listed(charges: Sequence[_Charged]) -> str:
+    if len(charges) == 1:
+        return charges[0].words()
+    total = Money(sum(c.money.amount for c in charges), charges[0].money.currency)
+    return f"{' and '.join(c.words() for c in charges)}: {total.exact} in all"
+
+
 def _loss(case: Case, verdict: Verdict, told: Sequence[ToldStep], prices: Prices | None) -> dict[str, Any]:
-    """Wrong charges: side effects the analysis blames (named in its evidence, or asked for by a
-    culprit step); the model spend of the failed run, priced from the price table; and what the
-    manifest refused (prevented: not charged)."""
-    blamed = _blamed_steps(verdict)
+    """The charges beyond what the request allowed, in each currency (:func:`loss_in`); the model spend
+    of the failed run, priced from the price table; and what the manifest refused (prevented: not charged)."""
+    blamed, on_amount = _blamed_steps(verdict), _blamed_amounts(verdict)
     view = run_view(case.spans)
     steps = {s.step: s for s in view.steps}
-    wrong: list[dict[str, Any]] = []
-    other: list[dict[str, Any]] = []
-    for s in told:
-        if s.kind != "tool" or s.refused or not s.cost_usd:
-            continue
+    charges: list[_Charged] = []
+    for s in _charged(told):
         issuer = view.issuer(steps[s.step]) if s.step in steps else None
-        (wrong if s.step in blamed or (issuer is not None and issuer.step in blamed) else other).append(_charge(s))
+        named = s.step in blamed or (issuer is not None and issuer.step in blamed)
+        assert s.charge is not None
+        charges.append(_Charged(told=s, money=s.charge, blamed=named, on_amount=s.step in on_amount))
+    stated = [m for m in mentions(request_of(case.spans)) if m.kind is Kind.AMOUNT and not m.negated]
+    losses = [loss_in(c, charges, stated) for c in dict.fromkeys(c.money.currency for c in charges)]
+    counted = {c.told.step for c in charges
+               if c.whole or any(x.currency == c.money.currency and x.beyond > 0 for x in losses)}
     model = _model_spend(case.spans, prices)
-    prevented = [_charge(s) | {"amount_usd": None, "at_most_usd": _cap(case, s.name),
+    prevented = [_charge(s) | {"at_most_usd": _cap(case, s.name),
                                "why": next((d.detail or d.rule for d in s.decisions if d.outcome == "deny"), "")}
                  for s in told if s.kind == "tool" and s.refused]
-    wrong_usd = round(sum((c["amount_usd"] for c in wrong), 0.0), 6)
+    total = {x.currency: round(x.loss, 6) for x in losses}
+    total[USD] = round(total.get(USD, 0.0) + model["priced_usd"], 6)
+    computation = [f"{x.currency}: {x.computation}" for x in losses]
+    computation.append(f"model spend {Money(model['priced_usd'], USD)} (the LLM calls, priced from their tokens)")
     return {
-        "currency": CURRENCY,
-        "wrong_charges": wrong, "wrong_charges_usd": wrong_usd,
-        "other_charges": other, "other_charges_usd": round(sum((c["amount_usd"] for c in other), 0.0), 6),
+        "computation": computation,
+        "by_currency": {x.currency: x.to_json() for x in losses},
+        "wrong_charges": [_charge(c.told) for c in charges if c.told.step in counted],
+        "other_charges": [_charge(c.told) for c in charges if c.told.step not in counted],
         "model_spend": model,
         "prevented": prevented,
-        "total_usd": round(wrong_usd + model["priced_usd"], 6),
+        "total": total,
+        "unsure": [f"{x.currency}: {x.unsure}" for x in losses if x.unsure],
     }
 
 
@@ -310,12 +463,17 @@ def _proof(case: Case, *, case_file: str, org_key: str) -> dict[str, Any]:
         "manifest_sha256": case.manifest_sha256,
         "certificates": dict(case.certificates),
         "transparency_log": list(case.inclusion),
-        "verify": verify_command(case_file, org_key),
-        "how": "The seal is the agent's Ed25519 signature over (run, agent, last seq, chain head, manifest); "
+        "verify": verify_command(case_file, org_key) if case.signed else f"agentreplay verify {case_file}",
+        "how": _UNSIGNED_HOW if not case.signed else "The seal is the agent's Ed25519 signature over (run, agent, last seq, chain head, manifest); "
                "the certificate is the org's token for that agent key; the command recomputes every link "
                "from the spans, checks the seal with the certified key, the manifest's signature and each "
                "log inclusion proof, with the org's public key alone.",
     }
+
+
+_UNSIGNED_HOW = ("The run is unsigned: it was recorded without an agent key, so it has no seal and no certificate. "
+                 "The command checks only that the chain's links agree with the spans, which whoever edits the "
+                 "spans can redo: this proves nothing about who recorded the run.")
 
 
 # --- HTML -----------------------------------------------------------------------------------------
@@ -330,20 +488,24 @@ white-space:pre-wrap;word-break:break-all}
 .deny{color:#b42318;font-weight:600}.allow{color:#1a7f37}.big{font-size:1.3rem;font-weight:600}
 .vs{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.vs div{border:2px solid #d0d7de;border-radius:6px;
 padding:.6rem}.vs .right{border-color:#b42318}
+.unsigned{background:#fff1e5;border:2px solid #b42318;color:#b42318;font-weight:600;padding:.5rem;border-radius:6px}
 """
 
 
 def render_html(packet: Mapping[str, Any]) -> str:
     """The packet as one self-contained HTML document (no script, no network); every recorded
     string is escaped."""
-    parts = [f"<h1>{_e(packet.get('title', 'Packet'))}</h1>", _kv_table(packet.get("run") or {})]
+    notice = packet.get(NOTICE)
+    parts = [f"<p class=\"unsigned\">{_e(notice)}</p>" if notice else "",
+             f"<h1>{_e(packet.get('title', 'Packet'))}</h1>", _kv_table(packet.get("run") or {})]
     for key, value in packet.items():
-        if key in ("format", "title", "run"):
+        if key in ("format", "title", "run", NOTICE):
             continue
         parts.append(f"<h2>{_e(_heading(key))}</h2>")
         parts.append(_section(key, value))
     body = "\n".join(parts)
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    first = "<!doctype html>" + (f"<!-- {_e(notice)} -->" if notice else "")
+    return (f"{first}\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
             f"<title>{_e(packet.get('title', 'Packet'))}</title><style>{_CSS}</style></head>"
             f"<body data-format=\"{_e(packet.get('format', ''))}\">\n{body}\n</body></html>\n")

@@ -13,6 +13,9 @@ divergence, then the model endpoint given for tests, tools always sandboxed) and
 
 Each assertion is tagged with its MAST mode (``@pytest.mark.mast``, and in its message). The
 literals are written into the test, so a person reads what it expects without the case.
+
+A run recorded without keys gets its test too: the docstring's first line says it is UNSIGNED and
+not evidence, and the test checks the case's chain links alone (there is no seal to check).
 """
 
 from __future__ import annotations
@@ -259,26 +262,31 @@ def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None) 
     """The test module's text."""
     verdict = verdict or verdict_of(case)
     what = verdict.root_cause or "no failure: the test pins the run's good behaviour."
+    unsigned = [casefile.UNSIGNED_NOTICE, ""] if not case.signed else []
+    checked = ("The case beside this file is checked against the org public key (--agentreplay-org-key) first."
+               if case.signed else "The case beside this file is unsigned: only its chain's links are checked.")
     lines = [
-        '"""Regression test for run ' + case.run_id + f" of {agent_name(case)}, written by `agentreplay testgen`.",
+        '"""' + "\n".join([*unsigned, "Regression test for run " + case.run_id
+                           + f" of {agent_name(case)}, written by `agentreplay testgen`."]),
         "",
         _doc(f"The analysis ({verdict.judge}): {what}"),
         "",
         "The current agent runs on the recorded input: recorded answers until its first divergence,",
         "then the model endpoint given for tests (--agentreplay-model-url); tools always sandboxed.",
-        "The case beside this file is checked against the org public key (--agentreplay-org-key) first.",
+        checked,
         '"""',
         "",
         "from pathlib import Path",
         "",
         "import pytest",
+        *([] if case.signed else ["", "from agentreplay_replay.case import read_unsigned"]),
         "",
         f"CASE = Path(__file__).with_name({_lit(case_file)})",
         "",
         "",
         '@pytest.fixture(scope="module")',
         "def regression(agentreplay):",
-        "    return agentreplay.regress(CASE)",
+        "    return agentreplay.regress(CASE)" if case.signed else "    return agentreplay.regress(read_unsigned(CASE))",
     ]
     for check in checks(case, verdict):
         lines += ["", ""]
@@ -289,11 +297,15 @@ def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None) 
     return "\n".join(lines) + "\n"
 
 
-def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey) -> Generated:
-    """Check the case against the org key, then write the test and the case into ``out_dir``."""
-    found = casefile.check(case, org_key)
+def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey | None) -> Generated:
+    """Check the case (:func:`~agentreplay_replay.case.check_as_recorded`: a signed run against the org
+    key, an unsigned one for its links), then write the test and the case into ``out_dir``."""
+    try:
+        found = casefile.check_as_recorded(case, org_key)
+    except casefile.CaseError as exc:
+        raise TestgenError(str(exc)) from exc
     if not found.ok:
-        raise TestgenError(f"the case of run {case.run_id} does not check: {'; '.join(found.problems)}")
+        raise TestgenError(f"the case of run {case.run_id} does not verify: {'; '.join(found.problems)}")
     if not case.recording.steps:
         raise TestgenError(f"run {case.run_id} recorded no LLM or tool call: there is nothing to replay")
     test_name, case_name = file_names(case)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentreplay_replay.analysis import Verdict
+from agentreplay_replay.case import UNSIGNED_NOTICE
 from agentreplay_replay.narrative import Contradiction, ToldStep, contradictions, request_of, tell, usd
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ pre{font:13px ui-monospace,monospace;background:#f6f8fa;border:1px solid #d0d7de
 padding:.5rem;white-space:pre-wrap;word-break:break-word;max-height:14rem;overflow:auto}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:.2rem 1rem;margin:0}dt{color:#57606a}dd{margin:0}
 .help{color:#57606a;font-size:.85rem}
+.unsigned{background:#fff1e5;border:2px solid #b42318;color:#b42318;font-weight:600;padding:.5rem;border-radius:6px}
 """
 
 
@@ -123,8 +125,9 @@ def walkthrough_html(case: Case, verdict: Verdict | None) -> str:
     evidence = {e.step for h in (verdict.modes if verdict else ()) for e in h.evidence if e.step is not None}
     title = f"Walkthrough of run {case.run_id}"
     head = _header(case, verdict, culprit)
+    unsigned = "" if case.signed else f"<p class=\"unsigned\">{_e(UNSIGNED_NOTICE)}</p>"
     body = "\n".join([
-        f"<header><h1>{_e(title)}</h1>{head}</header>",
+        f"<header>{unsigned}<h1>{_e(title)}</h1>{head}</header>",
         "<main>",
         f"<div class=\"asked\"><b>The user asked:</b> {_e(asked) if asked else '<i>(no request recorded)</i>'}</div>",
         _vs(found[0], anchor="contradiction") if found else "",
@@ -137,7 +140,8 @@ def walkthrough_html(case: Case, verdict: Verdict | None) -> str:
     script_hash = base64.b64encode(hashlib.sha256(_SCRIPT.encode()).digest()).decode()
     policy = f"default-src 'none'; style-src 'unsafe-inline'; script-src 'sha256-{script_hash}'"
     culprit_attr = "" if culprit is None else str(culprit)
-    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+    first = "<!doctype html>" + ("" if case.signed else f"<!-- {_e(UNSIGNED_NOTICE)} -->")
+    return (f"{first}\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta http-equiv=\"Content-Security-Policy\" content=\"{policy}\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{_e(title)}</title><style>{_CSS}</style></head>\n"
@@ -191,7 +195,9 @@ def _step(s: ToldStep, culprit: int | None, evidence: set[int], found: Sequence[
     ) if on)
     kind = "model call" if s.kind == "llm" else "tool call"
     facts = [("when", s.when), ("span", s.span_id)]
-    if s.cost_usd is not None:
+    if s.charge is not None:
+        facts.append(("charged", str(s.charge)))
+    elif s.cost_usd is not None:
         facts.append(("cost", usd(s.cost_usd)))
     facts += [(f"policy: {d.outcome}", f"{d.rule} {d.detail}".strip()) for d in s.decisions]
     if s.failed and s.error:

@@ -11,9 +11,11 @@ from rich.table import Table
 
 from agentreplay_collector.models import TrustScore
 from agentreplay_replay import incident as incidents
+from agentreplay_replay.case import UNSIGNED_NOTICE
 from agentreplay_replay.cli._client import Collector, case_of, open_run
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
 from agentreplay_replay.cli._testgen import PANEL, OrgKeyOpt, org_key
+from agentreplay_replay.narrative import Money
 
 app = typer.Typer()
 
@@ -34,8 +36,11 @@ def incident(
     that should fix it), a pytest regression test with its case file, a dispute packet for the
     counterparty, an insurance-claim packet (the loss from the recorded costs and the price
     table, or "nothing to claim" when the run did not fail), and a narrated walkthrough: one
-    self-contained HTML page that opens on the culprit step. The case is checked against the org
-    public key first; a tampered case or one from another org is refused.
+    self-contained HTML page that opens on the culprit step. The claim's loss is what was charged
+    beyond what the request allowed, each currency apart, with the computation shown. The case is
+    checked against the org public key first; a tampered case or one from another org is refused.
+    A run recorded without keys gets its incident too, every file's first line saying it is
+    UNSIGNED and not evidence.
 
     \b
     Examples:
@@ -68,6 +73,8 @@ def _trust(source: object, agent_id: str) -> TrustScore | None:
 
 
 def _print(written: incidents.Incident) -> None:
+    if not written.signed:
+        out.print(f"[bold]{UNSIGNED_NOTICE}[/]", soft_wrap=True)
     verdict = written.verdict
     modes = ", ".join(verdict.mode_ids) or "none"
     culprit = f", step {verdict.culprit.step} to blame" if verdict.culprit else ""
@@ -79,7 +86,11 @@ def _print(written: incidents.Incident) -> None:
         table.add_row(str(item.path), item.what)
     out.print(table)
     claim = written.claim
-    out.print(claim["reason"] if claim.get("nothing_to_claim")
-              else f"claim: ${claim['amount_usd']:.2f}", soft_wrap=True)
+    amounts = " and ".join(str(Money(amount, currency)) for currency, amount in claim.get("amounts", {}).items())
+    if not claim.get("nothing_to_claim"):
+        out.print(f"claim: {amounts}", soft_wrap=True)
+    out.print(claim["reason"], soft_wrap=True)
+    for line in claim.get("unsure", []):
+        out.print(f"unsure: {line}", soft_wrap=True)
     tests = written.test.parent
     out.print(f"next: open {written.files[-1].path}; pytest {tests} --agentreplay-model-url URL", soft_wrap=True)

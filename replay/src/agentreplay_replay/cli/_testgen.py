@@ -9,6 +9,7 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_otel.core import semconv
+from agentreplay_replay import case as casefile
 from agentreplay_replay import testgen as generator
 from agentreplay_replay.cli._client import case_of, open_run, org_key_from_env, org_public_key
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
@@ -19,16 +20,14 @@ app = typer.Typer()
 
 OrgKeyOpt = Annotated[Path | None, typer.Option(
     "--org-key", exists=True, dir_okay=False,
-    help=f"The org public key (PEM) the case must check against (default: ${semconv.ENV_ORG_PUBLIC_KEY}).")]
+    help=f"The org public key (PEM) a signed run's case must check against (default: "
+         f"${semconv.ENV_ORG_PUBLIC_KEY}); a run recorded without keys needs none, and is marked UNSIGNED.")]
 
 
-def org_key(path: Path | None) -> Ed25519PublicKey:
-    """The org public key a case must check against: ``path``, else the environment's; required."""
-    key = org_public_key(path) or org_key_from_env()
-    if key is None:
-        raise CLIError(f"give the org public key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): the case is "
-                       "checked against it before a test is written, and the test checks it again")
-    return key
+def org_key(path: Path | None) -> Ed25519PublicKey | None:
+    """The org public key a case must check against: ``path``, else the environment's; None when neither
+    is given (a signed run is then refused by :func:`~agentreplay_replay.case.check_as_recorded`)."""
+    return org_public_key(path) or org_key_from_env()
 
 
 @app.command(rich_help_panel=PANEL)
@@ -48,7 +47,8 @@ def testgen(
     the manifest allows (tools, counts, no violation, no halt, a step bound, no exception) and,
     for each failure the analysis found, its opposite (e.g. the booked day is the day asked for),
     each tagged with its MAST mode. A run with no failure gets a test pinning its good behaviour.
-    A case that does not check against the org public key is refused.
+    A case that does not check against the org public key is refused. A run recorded without keys
+    (no agent key, no org key) gets its test too, its first line saying it is UNSIGNED and not evidence.
 
     \b
     Examples:
@@ -67,6 +67,8 @@ def testgen(
         print_json({"run_id": case.run_id, "test": str(written.test), "case": str(written.case),
                     "checks": [{"name": c.name, "mode": c.mode} for c in written.checks]})
         return
+    if not case.signed:
+        out.print(f"[bold]{casefile.UNSIGNED_NOTICE}[/]", soft_wrap=True)
     out.print(f"wrote [bold]{written.test}[/] and its case {written.case.name}")
     for check in written.checks:
         out.print(f"  {check.mode or '-':7} {check.name}")
