@@ -240,7 +240,8 @@ def test_a_truncated_or_malformed_file_is_refused(flight, exported, tmp_path, da
 # --- the case stands in for the store and the collector ----------------------------------------------------
 def test_replay_of_the_case_needs_no_store_and_no_collector(flight, exported, tmp_path):
     requests, bookings = flight.world.model.request_count, flight.world.bookings()
-    done = agentreplay("replay", str(exported[0]), "--json", env=offline_env(flight), cwd=tmp_path)
+    done = agentreplay("replay", str(exported[0]), "--json", "--recorded-command", env=offline_env(flight),
+                       cwd=tmp_path)
     assert done.returncode == 0, said(done)
     report = json.loads(done.stdout)["report"]
     assert report["outcome"] == "matched" and report["live_calls"] == 0
@@ -254,8 +255,8 @@ def test_fork_of_the_case_needs_no_store_and_no_collector(flight, exported, tmp_
     booking = next(s for s in case.recording.steps if s.name == "book_flight")
     at = max(s.step for s in case.recording.steps if s.kind == "llm" and s.step < booking.step)
     bookings = flight.world.bookings()
-    done = agentreplay("fork", str(exported[0]), "--at", str(at), "--system", FIX, env=offline_env(flight),
-                       cwd=tmp_path)
+    done = agentreplay("fork", str(exported[0]), "--at", str(at), "--system", FIX, "--recorded-command",
+                       env=offline_env(flight), cwd=tmp_path)
     assert done.returncode == 0, said(done)
     assert "FORKED" in said(done)
     assert flight.world.bookings() == bookings  # tools sandboxed
@@ -300,7 +301,7 @@ def test_export_from_the_store_with_the_collector_stopped_then_replay_with_nothi
     verified = agentreplay("verify", str(path), "--org-key", str(stopped_flight.org_public), env=env, cwd=tmp_path)
     assert verified.returncode == 0 and "in the transparency log" in said(verified), said(verified)
     requests = world.model.request_count
-    replayed = agentreplay("replay", str(path), "--json", env=env, cwd=tmp_path)
+    replayed = agentreplay("replay", str(path), "--json", "--recorded-command", env=env, cwd=tmp_path)
     assert replayed.returncode == 0, said(replayed)
     report = json.loads(replayed.stdout)["report"]
     assert report["outcome"] == "matched" and report["live_calls"] == 0

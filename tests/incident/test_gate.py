@@ -125,7 +125,7 @@ def gate_inputs(flight, **more: str) -> dict[str, str]:
 
 
 def test_the_gate_fails_the_check_on_a_regression(suite, flight):
-    steps = run_steps(gate_inputs(flight), suite)
+    steps = run_steps(gate_inputs(flight, **{"recorded-command": "true"}), suite)
     assert [s.returncode for s in steps][:1] == [0], steps[0].stdout + steps[0].stderr
     gate = steps[-1]
     assert len(steps) == 2 and gate.returncode == 1, gate.stdout + gate.stderr

@@ -84,7 +84,7 @@ def test_testgen_writes_a_readable_test_and_its_case(suite, flight):
 def test_the_generated_test_fails_on_the_agent_as_recorded(suite, flight, tmp_path):
     junit = tmp_path / "junit.xml"
     requests, bookings = flight.world.model.request_count, flight.world.bookings()
-    done = run_pytest(flight, suite, junit=junit)
+    done = run_pytest(flight, suite, "--agentreplay-recorded-command", junit=junit)
     assert done.returncode == 1, done.stdout + done.stderr
     out = done.stdout
     # it names the MAST mode and the violated constraint

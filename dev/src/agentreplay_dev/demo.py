@@ -138,8 +138,8 @@ def _regression(world: FlightWorld, tests: Path, agent: Path | None) -> int:
     """The generated suite as CI runs it: pytest, the scripted model as the test endpoint, no collector."""
     options = [f"--agentreplay-model-url={world.model.base_url_openai}",
                f"--agentreplay-anthropic-url={world.model.base_url_anthropic}"]
-    if agent is not None:
-        options.append(f"--agentreplay-agent={sys.executable} {agent}")
+    options.append(f"--agentreplay-agent={sys.executable} {agent}" if agent is not None
+                   else "--agentreplay-recorded-command")  # the case's own command, checked against the org key
     command = [str(BIN / "python"), "-m", "pytest", _shown(tests.resolve()), "-q", "-p", "no:cacheprovider",
                "-o", "addopts=", *options]
     show_command(shlex.join(["pytest", _shown(tests.resolve()), *options[2:]]))

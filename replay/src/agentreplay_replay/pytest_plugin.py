@@ -321,7 +321,8 @@ class AgentReplay:
                                   f"recorded command ({recorded}) runs only with --agentreplay-recorded-command")
         found = casefile.check(case, self._org_key())
         if not found.ok:
-            raise CaseRefused(f"the case does not check against the org public key: {'; '.join(found.problems)}")
+            raise CaseRefused(f"the case's recorded command runs only for a case that checks against the org public "
+                              f"key, and this one does not ({'; '.join(found.problems)}): give --agentreplay-agent")
         sys.stderr.write(f"agentreplay: running the case's recorded command: {recorded}\n")
         return []
 
