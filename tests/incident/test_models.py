@@ -155,7 +155,7 @@ def test_a_case_file(world):
     case = world.root / "misbooking.case.json"
     exported = cli(world, "export", world.run_id, "-o", str(case))
     assert exported.returncode == 0, exported.stderr
-    done = cli(world, "models", str(case), "--model", "gpt-4o-careful", "--json")
+    done = cli(world, "models", str(case), "--model", "gpt-4o-careful", "--json", "--recorded-command")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["run_id"] == world.run_id and doc["at"] == 3
@@ -169,7 +169,7 @@ def test_a_case_file_with_no_collector_is_judged_from_the_agents_own_spans(world
     assert cli(world, "export", world.run_id, "-o", str(case)).returncode == 0
     env = {k: v for k, v in world.env.items() if k != semconv.ENV_COLLECTOR}
     command = [str(BIN / "agentreplay"), "models", str(case), "--model", "gpt-4o-careful", "--model", "gpt-4o-mini",
-               "--json", "--collector", _dead_endpoint()]
+               "--json", "--recorded-command", "--collector", _dead_endpoint()]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=world.root)
     assert done.returncode == 0, done.stdout + done.stderr
     doc = json.loads(done.stdout)
