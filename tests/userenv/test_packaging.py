@@ -2,8 +2,8 @@
 
 The three runtime distributions are built from copies of their sources (the checkout is left
 as it is) and read as zip files: no test server or demo is inside (those are ``agentreplay-dev``),
-the SDK carries its package data and its entry points. Then the SDK's wheel is installed into a
-fresh virtual environment, its dependencies from the package index, and an agent with a
+the SDK carries its package data and its entry points. Then the SDK's wheel is installed alone into a
+fresh virtual environment (``conftest.py``), its dependencies from the package index, and an agent with a
 ``@agentreplay_otel.tool`` runs there under ``opentelemetry-instrument``: the spans it prints to
 the console carry the hash chain, which only our configurator adds.
 """
@@ -13,25 +13,18 @@ from __future__ import annotations
 import configparser
 import json
 import os
-import shutil
 import subprocess
-import sys
 import textwrap
 import zipfile
 from pathlib import Path, PurePosixPath
 
 import pytest
+from userkit import SOURCES, clean_env
 
 from agentreplay_otel import semconv
 
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parents[1]
-SOURCES = {  # distribution -> what its build needs, relative to the checkout
-    "agentreplay_otel": ("pyproject.toml", "README.md", "src"),
-    "agentreplay_collector": ("collector",),
-    "agentreplay_replay": ("replay",),
-}
 DEV_MODULES = {"testing", "llm_server", "scenario", "demo", "agentreplay_dev"}
 SDK_ENTRY_POINTS = {
     "opentelemetry_distro": {"agentreplay": "agentreplay_otel.distro:AgentReplayDistro"},
@@ -54,42 +47,6 @@ def add(a: int, b: int) -> int:
 print(agentreplay_otel.__file__)
 print(add(2, 3))
 '''
-
-
-def _clean_env(**extra: str) -> dict[str, str]:
-    """This process's environment without anything that would point Python or OTel at the checkout."""
-    dropped = ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "OTEL_", "AGENTREPLAY_")
-    return {k: v for k, v in os.environ.items() if not k.startswith(dropped)} | extra
-
-
-def _copy_sources(parts: tuple[str, ...], into: Path) -> Path:
-    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
-    for part in parts:
-        source = ROOT / part
-        if source.is_dir():
-            shutil.copytree(source, into / source.name, ignore=ignore)
-        else:
-            into.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, into / source.name)
-    return into / parts[0] if len(parts) == 1 else into
-
-
-@pytest.fixture(scope="module")
-def wheels(tmp_path_factory) -> dict[str, Path]:
-    """The three runtime wheels, built side by side (``pip wheel --no-deps``)."""
-    root = tmp_path_factory.mktemp("wheels")
-    out = root / "dist"
-    builds = {
-        name: subprocess.Popen(
-            [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(out),
-             str(_copy_sources(parts, root / name))],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_clean_env())
-        for name, parts in SOURCES.items()
-    }
-    for name, build in builds.items():
-        output, _ = build.communicate(timeout=300)
-        assert build.returncode == 0, f"{name}: pip wheel failed\n{output[-3000:]}"
-    return {name: next(out.glob(f"{name}-*.whl")) for name in SOURCES}
 
 
 def _modules(wheel: Path) -> set[str]:
@@ -118,14 +75,10 @@ def test_the_sdk_wheel_carries_its_package_data_and_entry_points(wheels):
     assert found == SDK_ENTRY_POINTS
 
 
-def test_the_sdk_wheel_installed_in_a_fresh_environment_records_an_agent(wheels, tmp_path):
+def test_the_sdk_wheel_installed_in_a_fresh_environment_records_an_agent(user_envs, tmp_path):
     """The README's path: a wheel into the agent's own environment, then ``opentelemetry-instrument``."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120, env=_clean_env())
-    bin_dir = venv / "bin"
-    install = subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", str(wheels["agentreplay_otel"])],
-                             capture_output=True, text=True, timeout=300, env=_clean_env())
-    assert install.returncode == 0, install.stderr[-3000:]
+    user = user_envs["tools"]  # the SDK alone
+    venv, bin_dir = user.path, user.bin
 
     groups = sorted(SDK_ENTRY_POINTS)
     loaded = subprocess.run(
@@ -137,12 +90,12 @@ def test_the_sdk_wheel_installed_in_a_fresh_environment_records_an_agent(wheels,
                         ep.load()
                         print(group, ep.name)
             """)],
-        capture_output=True, text=True, timeout=60, env=_clean_env(), cwd=tmp_path)
+        capture_output=True, text=True, timeout=60, env=clean_env(), cwd=tmp_path)
     assert loaded.returncode == 0, loaded.stderr[-3000:]
     assert len(loaded.stdout.splitlines()) == sum(len(v) for v in SDK_ENTRY_POINTS.values())  # none needs an extra
 
     (tmp_path / "agent.py").write_text(AGENT)
-    env = _clean_env(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+    env = clean_env(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
                      OTEL_TRACES_EXPORTER="console", OTEL_SERVICE_NAME="packaged-agent")
     done = subprocess.run([str(bin_dir / "opentelemetry-instrument"), "python", "agent.py"],
                           capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
