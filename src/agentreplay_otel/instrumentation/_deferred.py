@@ -48,7 +48,7 @@ class Deferred:
         try:
             apply()
         except Exception as exc:  # noqa: BLE001 - raised into the agent's own import otherwise
-            _support.not_recorded(self.module, f"instrumenting it on import failed: {type(exc).__name__}: {exc}")
+            _support.not_recorded(self.module, f"instrumenting it on import failed: {_support.one_line(exc)}")
 
     def disarm(self) -> bool:
         """Drop a pending wrapping; True when it had been applied (the caller then unwraps)."""

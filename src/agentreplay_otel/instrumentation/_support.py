@@ -37,7 +37,7 @@ def load(instrumentor: Any, **kwargs: Any) -> bool:
         instrumentor.instrument(**kwargs)
     except Exception as exc:  # noqa: BLE001 - one library unrecorded, never the agent stopped
         not_recorded(", ".join(_library(r) for r in requirements) or type(instrumentor).__name__,
-                     f"instrumenting it failed: {_one_line(exc)}")
+                     f"instrumenting it failed: {one_line(exc)}")
         return False
     return True
 
@@ -59,7 +59,7 @@ def _compact(requirement: str) -> str:
     return "".join(requirement.split())
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
