@@ -173,7 +173,7 @@ class ScopeProcessor:
     def shutdown(self, timeout_s: float = 10.0) -> None:
         if self._claim_timer is not None:
             self._claim_timer.cancel()
-        self._settle_overdue(time.time_ns(), wait_s=0.0)  # spans still waiting for their run span: live
+        self.settle_overdue(time.time_ns(), wait_s=0.0)  # spans still waiting for their run span: live
         self.writer.shutdown(timeout_s)
 
     def force_flush(self, timeout_s: float = 10.0) -> bool:
@@ -327,7 +327,7 @@ class ScopeProcessor:
             )
         now = time.time_ns()
         day = utc_day(now)  # spend goes in the day the collector received it
-        self._settle_overdue(now)
+        self.settle_overdue(now)
         for record in request.records:
             agent = identity.agent_id if identity is not None else record.resource.get(semconv.AGENT_ID, "")
             m = manifest or self.manifest_for(None, record.attributes.get(semconv.MANIFEST_SHA256, ""))
@@ -359,8 +359,9 @@ class ScopeProcessor:
             self._observe(held, replayed=replayed)
         return verdict
 
-    def _settle_overdue(self, now_ns: int, *, wait_s: float | None = None) -> None:
-        """Runs whose replayed spans waited too long for their run span are judged as live."""
+    def settle_overdue(self, now_ns: int, *, wait_s: float | None = None) -> None:
+        """Runs whose replayed spans waited too long for their run span are judged as live (on each
+        export, on a timer, and all of them at shutdown: ``wait_s=0``)."""
         late = self.replays.overdue(now_ns) if wait_s is None else self.replays.overdue(now_ns, wait_s=wait_s)
         for run_id in late:
             first = self.replays.first_held(run_id)
@@ -383,7 +384,7 @@ class ScopeProcessor:
 
     def _on_claim_timer(self) -> None:
         self._claim_timer = None
-        self._settle_overdue(time.time_ns())
+        self.settle_overdue(time.time_ns())
         self._arm_claim_timer()
 
     # --- judging one span -------------------------------------------------------------------------
