@@ -8,10 +8,11 @@ from collections import defaultdict
 
 import pytest
 
+from agentreplay_collector.client import open_reader
 from agentreplay_collector.errors import StoreUnavailable
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.otlp import convert
-from agentreplay_collector.store import Store, open_reader
+from agentreplay_collector.store import Store
 from agentreplay_otel.chain import verify
 
 

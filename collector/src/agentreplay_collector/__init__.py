@@ -9,11 +9,12 @@ The read side, for the CLI and other tools::
         status = reader.get_chain_status(runs[0].run_id)
 """
 
-from agentreplay_collector.client import CollectorClient
+from agentreplay_collector.client import CollectorClient, open_reader
 from agentreplay_collector.config import CollectorConfig, load_config
 from agentreplay_collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
-from agentreplay_collector.store import RunReader, Store, open_reader
+from agentreplay_collector.reader import RunReader
+from agentreplay_collector.store import Store
 
 __all__ = [
     "ChainState",

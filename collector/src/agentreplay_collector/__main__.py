@@ -16,7 +16,7 @@ from agentreplay_collector.errors import ConfigError
 def copy_main(argv: list[str]) -> int:
     """``copy``: a store's tables into another ClickHouse (a server for Grafana). Exit 0 copied, 2 not."""
     from agentreplay_collector import storecopy
-    from agentreplay_collector.store import DEFAULT_DATABASE, DEFAULT_STORE
+    from agentreplay_collector.reader import DEFAULT_DATABASE, DEFAULT_STORE
 
     parser = argparse.ArgumentParser(
         prog="agentreplay-collector copy",

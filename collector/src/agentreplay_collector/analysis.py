@@ -27,12 +27,12 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentreplay_collector._threads import name_os_thread
+from agentreplay_collector.config import DETECTORS, AnalysisConfig, IncidentSettings, JudgeSettings
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainStatus, StoredClassification
 from agentreplay_otel.core import SpanRecord
@@ -43,40 +43,8 @@ if TYPE_CHECKING:  # the config may import this module's settings without a cycl
 _log = logging.getLogger(__name__)
 
 ANALYZER_GROUP = "agentreplay_analyzer"
-DETECTORS = "detectors"
-"""The classifier whose verdict marks a run as analysed."""
 INCIDENT_GROUP = "agentreplay_incident"
 INCIDENT_WRITER = "default"
-
-
-@dataclass(frozen=True, kw_only=True)
-class JudgeSettings:
-    """An LLM judge behind an OpenAI-compatible endpoint (``agentreplay_analysis.judge``)."""
-
-    base_url: str
-    model: str
-    api_key: str = field(default="", repr=False)
-    timeout_s: float = 120.0
-    context_tokens: int = 16_384
-
-
-@dataclass(frozen=True, kw_only=True)
-class IncidentSettings:
-    """Where halted runs' incidents are written; the case is checked against the org key (auth's)."""
-
-    dir: Path
-    org_public_key: Path | None = None  # agentreplay_auth's, filled in by the config
-
-
-@dataclass(frozen=True, kw_only=True)
-class AnalysisConfig:
-    """``agentreplay_analysis`` (an extension of the collector's config)."""
-
-    analyzer: str = DETECTORS  # the entry point's name in ANALYZER_GROUP
-    poll_interval_s: float = 2.0
-    batch: int = 100  # runs taken from the backlog per round
-    judge: JudgeSettings | None = None
-    incidents: IncidentSettings | None = None
 
 
 class Analyzer(Protocol):

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentreplay_collector.config import ControlConfig
 from agentreplay_collector.errors import StoreError, StoreUnavailable
 from agentreplay_collector.models import ChainStatus, RunSummary, TraceSummary, span_from_json
+from agentreplay_collector.reader import DEFAULT_DATABASE, DEFAULT_STORE, RunReader
 from agentreplay_otel.core import SpanRecord, semconv
 
 DEFAULT_COLLECTOR = f"http://{ControlConfig().endpoint}"
@@ -149,3 +150,25 @@ def _error_text(exc: urllib.error.HTTPError) -> str:
         return str(json.loads(exc.read()).get("error", exc.reason))
     except (ValueError, AttributeError, OSError):
         return str(exc.reason)
+
+
+def open_reader(
+    store: str | None = None,
+    collector: str | None = None,
+    *,
+    database: str = DEFAULT_DATABASE,
+    probe_timeout_s: float = 0.5,
+) -> RunReader:
+    """The read interface for the CLI: a running collector's read API if one answers at
+    ``collector`` (:func:`collector_url`), else the store at
+    ``store`` (default ``$AGENTREPLAY_STORE`` or ``./.agentreplay/store``) opened directly."""
+    from agentreplay_collector.store import Store  # the engine, loaded only when no collector answers
+
+    client = CollectorClient(collector)  # found by client.collector_url(), as every reader finds it
+    if client.healthy(timeout_s=probe_timeout_s):
+        return client
+    client.close()
+    target = store or os.environ.get(semconv.ENV_STORE) or DEFAULT_STORE
+    opened = Store(target, database=database)
+    opened._client()  # fail now (StoreUnavailable) rather than on the first read
+    return opened

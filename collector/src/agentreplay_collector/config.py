@@ -23,7 +23,6 @@ from typing import Any
 
 import yaml
 
-from agentreplay_collector.analysis import AnalysisConfig, IncidentSettings, JudgeSettings
 from agentreplay_collector.errors import ConfigError
 from agentreplay_otel.core import (
     IdentityError,
@@ -160,6 +159,40 @@ class SecretFile:
 
     key: str
     path: Path
+
+
+DETECTORS = "detectors"
+"""The classifier whose verdict marks a run as analysed (its entry point in the analyzer group)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class JudgeSettings:
+    """An LLM judge behind an OpenAI-compatible endpoint (``agentreplay_analysis.judge``)."""
+
+    base_url: str
+    model: str
+    api_key: str = field(default="", repr=False)
+    timeout_s: float = 120.0
+    context_tokens: int = 16_384
+
+
+@dataclass(frozen=True, kw_only=True)
+class IncidentSettings:
+    """Where halted runs' incidents are written; the case is checked against the org key (auth's)."""
+
+    dir: Path
+    org_public_key: Path | None = None  # agentreplay_auth's, filled in by the config
+
+
+@dataclass(frozen=True, kw_only=True)
+class AnalysisConfig:
+    """``agentreplay_analysis`` (an extension of the collector's config)."""
+
+    analyzer: str = DETECTORS  # the entry point's name in ANALYZER_GROUP
+    poll_interval_s: float = 2.0
+    batch: int = 100  # runs taken from the backlog per round
+    judge: JudgeSettings | None = None
+    incidents: IncidentSettings | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

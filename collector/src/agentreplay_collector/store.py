@@ -12,8 +12,9 @@ errors become :class:`StoreUnavailable` here and nowhere else.
 
 The read side is :class:`RunReader`: the same four methods on a :class:`Store` opened
 directly and on :class:`~agentreplay_collector.client.CollectorClient` (the collector's
-read API). chDB lets one process open a directory, so :func:`open_reader` asks a
-running collector first and opens the store only when none answers.
+read API), declared in :mod:`.reader`. chDB lets one process open a directory, so
+:func:`~agentreplay_collector.client.open_reader` asks a running collector first and opens the
+store only when none answers.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -60,54 +61,10 @@ from agentreplay_collector.models import (
     TrackRecord,
     TrustScore,
 )
+from agentreplay_collector.reader import DEFAULT_DATABASE, normalize_store
 from agentreplay_otel.core import DENY, AgentIdentity, SignedCheckpoint, SpanRecord, merkle, semconv
 
 _log = logging.getLogger(__name__)
-
-DEFAULT_STORE = "./.agentreplay/store"
-DEFAULT_DATABASE = "agentreplay"
-
-
-@runtime_checkable
-class RunReader(Protocol):
-    """What the CLI reads: the same on a store and through a collector."""
-
-    def list_runs(
-        self,
-        *,
-        agent: str | None = None,
-        status: str | None = None,
-        since_ns: int | None = None,
-        until_ns: int | None = None,
-        limit: int = 100,
-        after: tuple[int, str] | None = None,
-    ) -> list[RunSummary]: ...
-
-    def get_run(self, run_id: str) -> RunSummary | None: ...
-
-    def get_run_spans(self, run_id: str) -> list[SpanRecord]: ...
-
-    def get_chain_status(self, run_id: str) -> ChainStatus | None: ...
-
-    def list_traces(
-        self,
-        *,
-        prefix: str = "",
-        since_ns: int | None = None,
-        until_ns: int | None = None,
-        limit: int = 100,
-    ) -> list[TraceSummary]: ...
-
-    def get_agent_key(self, kid: str) -> Ed25519PublicKey | None: ...
-
-    def get_agent_certificate(self, kid: str) -> str | None: ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> RunReader: ...
-
-    def __exit__(self, *exc: object) -> None: ...
-
 
 _RUN_COLUMNS_TEMPLATE = (
     "RunId, AgentId, AgentName, ServiceName, RunKind, RunSpanName, toUnixTimestamp64Nano(Start),"
@@ -149,13 +106,6 @@ _CLASSIFICATION_COLUMNS = (
     "RunId, Classifier, Model, PromptSha256, ChainHash, Verified, Verdict, FailureModes, CulpritStep,"
     " CulpritSpanId, VerdictJson, toUnixTimestamp64Nano(CreatedAt)"
 )
-
-
-def normalize_store(store: str) -> str:
-    """``./dir`` and ``chdb://./dir`` name the same embedded store; http(s) URLs a server."""
-    if store.startswith(("chdb://", "http://", "https://")):
-        return store
-    return f"chdb://{store}"
 
 
 class Store:
@@ -712,6 +662,17 @@ class Store:
         """Ad-hoc statement for tests and benchmarks; see :meth:`query`."""
         return self._call("command", "command", sql)
 
+    # --- the store copy (``agentreplay-collector copy``) -------------------------------------------
+    def insert_copied(self, table: str, data: pa.Table, *, settings: Mapping[str, Any] | None = None) -> None:
+        """Rows copied from another store as they were stored there (one Arrow batch of one table)."""
+        self._call(f"{table} copy", "insert_arrow", table, data, settings=dict(settings or {}))
+
+    def copy_watermark(self, sql: str) -> list[tuple[Any, ...]]:
+        """The copy's counts and watermarks on the target: SQL that :mod:`.storecopy` builds from
+        the schema's own table and column names, never from input."""
+        rows: list[tuple[Any, ...]] = self._call("copy read", "query", sql).result_rows
+        return rows
+
     # --- failure analysis ----------------------------------------------------------------------
     def insert_classifications(self, records: Sequence[StoredClassification]) -> None:
         """Verdicts of the detectors and the LLM judges; each is kept (none replaces another)."""
@@ -936,28 +897,6 @@ class Store:
         )
         rows = self._call("log read", "query", sql, parameters={"service": service_name, "limit": limit})
         return [_rows.log_from_row(r) for r in rows.result_rows]
-
-
-def open_reader(
-    store: str | None = None,
-    collector: str | None = None,
-    *,
-    database: str = DEFAULT_DATABASE,
-    probe_timeout_s: float = 0.5,
-) -> RunReader:
-    """The read interface for the CLI: a running collector's read API if one answers at
-    ``collector`` (:func:`~agentreplay_collector.client.collector_url`), else the store at
-    ``store`` (default ``$AGENTREPLAY_STORE`` or ``./.agentreplay/store``) opened directly."""
-    from agentreplay_collector.client import CollectorClient
-
-    client = CollectorClient(collector)  # found by client.collector_url(), as every reader finds it
-    if client.healthy(timeout_s=probe_timeout_s):
-        return client
-    client.close()
-    target = store or os.environ.get(semconv.ENV_STORE) or DEFAULT_STORE
-    opened = Store(target, database=database)
-    opened._client()  # fail now (StoreUnavailable) rather than on the first read
-    return opened
 
 
 _METRIC_POINT_COLUMNS = (

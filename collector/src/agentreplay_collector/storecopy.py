@@ -34,7 +34,8 @@ import pyarrow as pa
 
 from agentreplay_collector import schema
 from agentreplay_collector.errors import StoreUnavailable
-from agentreplay_collector.store import DEFAULT_DATABASE, Store
+from agentreplay_collector.reader import DEFAULT_DATABASE
+from agentreplay_collector.store import Store
 
 WATERMARKS: dict[str, str] = {
     schema.TRACES: "Timestamp",
@@ -329,8 +330,7 @@ def _copy_table(reader: SourceProcess, store: Store, plan: _Plan, batch_rows: in
             if not batch.num_rows:
                 continue
             try:
-                store._call(f"{plan.table} copy", "insert_arrow", plan.target, pa.Table.from_batches([batch]),
-                            settings=settings)
+                store.insert_copied(plan.target, pa.Table.from_batches([batch]), settings=settings)
             except StoreUnavailable as exc:
                 raise CopyError(f"{plan.table}: the target refused rows after {copied} of {total} were copied "
                                 f"(copy again with --append to go on): {exc}") from exc
@@ -354,7 +354,7 @@ def _missing_rows(store: Store, plan: _Plan, key: str) -> str:
 
 def _query(store: Store, sql: str) -> list[tuple[Any, ...]]:
     try:
-        return store.query(sql)
+        return store.copy_watermark(sql)
     except StoreUnavailable as exc:
         raise CopyError(f"the target failed: {exc}") from exc
 

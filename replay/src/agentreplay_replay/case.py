@@ -47,7 +47,8 @@ from agentreplay_collector.models import (
     span_to_json,
     tool_of,
 )
-from agentreplay_collector.store import RunReader, Store
+from agentreplay_collector.reader import RunReader
+from agentreplay_collector.store import Store
 from agentreplay_otel.core import (
     ChainReport,
     CheckpointError,

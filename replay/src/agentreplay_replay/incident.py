@@ -28,7 +28,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.models import TrustScore
-from agentreplay_collector.store import RunReader
+from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import IdentityError, load_public_key
 from agentreplay_replay import case as casefile
 from agentreplay_replay import packets, testgen, walkthrough

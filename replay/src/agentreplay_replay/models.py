@@ -35,7 +35,7 @@ from agentreplay_collector.models import (
     TRIAL_REPEATED,
     ModelTrial,
 )
-from agentreplay_collector.store import RunReader
+from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import SpanRecord, semconv
 from agentreplay_otel.replay import ENDPOINTS, Mode, Plan, model_spec
 from agentreplay_replay import replayer

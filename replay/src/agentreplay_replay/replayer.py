@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.errors import StoreError
-from agentreplay_collector.store import RunReader
+from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import (
     ChainReport,
     IdentityError,

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from agentreplay_collector.analysis import JudgeSettings
+from agentreplay_collector.config import JudgeSettings
 from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
 from agentreplay_otel.core import SpanRecord
 from agentreplay_replay.analysis.engine import detect

@@ -18,7 +18,8 @@ from rich.text import Text
 
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
-from agentreplay_collector.store import RunReader, Store
+from agentreplay_collector.reader import RunReader
+from agentreplay_collector.store import Store
 from agentreplay_otel.core import ChainProblem, ChainReport
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.analysis import Outcome, Verdict, detect, run_view

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.store import RunReader
+from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import InclusionProof, semconv
 from agentreplay_replay import case as cases
 from agentreplay_replay import replayer

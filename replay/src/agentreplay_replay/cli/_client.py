@@ -19,7 +19,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.client import CollectorClient
+from agentreplay_collector.client import CollectorClient, open_reader
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import (
     DecisionRecord,
@@ -28,7 +28,7 @@ from agentreplay_collector.models import (
     RunSummary,
     StoredClassification,
 )
-from agentreplay_collector.store import DEFAULT_STORE, RunReader, normalize_store, open_reader
+from agentreplay_collector.reader import DEFAULT_STORE, RunReader, normalize_store
 from agentreplay_otel.core import IdentityError, load_public_key
 from agentreplay_replay import replayer
 from agentreplay_replay.case import Case, CaseError, CaseReader

@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from agentreplay_collector.client import DEFAULT_COLLECTOR
-from agentreplay_collector.store import DEFAULT_STORE
+from agentreplay_collector.reader import DEFAULT_STORE
 from agentreplay_otel.core import semconv
 
 # Piped output (CI logs, `| less`) gets a readable width instead of rich's 80 columns.

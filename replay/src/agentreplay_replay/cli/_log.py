@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import LogEntry
-from agentreplay_collector.store import RunReader, Store
+from agentreplay_collector.reader import RunReader
+from agentreplay_collector.store import Store
 from agentreplay_collector.translog import LogReader, LogView
 from agentreplay_otel import core
 from agentreplay_otel.core import (

@@ -26,7 +26,8 @@ from agentreplay_collector.models import (
     ModelAccuracy,
     ModelTrial,
 )
-from agentreplay_collector.store import RunReader, Store
+from agentreplay_collector.reader import RunReader
+from agentreplay_collector.store import Store
 from agentreplay_otel.core import semconv
 from agentreplay_otel.replay import ENDPOINTS
 from agentreplay_replay import models as multi

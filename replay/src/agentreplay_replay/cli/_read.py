@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from agentreplay_collector.errors import StoreError
-from agentreplay_collector.store import RunReader
+from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import ChainReport, semconv
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli import _analyze as analysis

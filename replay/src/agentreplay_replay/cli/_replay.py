@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from agentreplay_collector.store import RunReader
+from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import recording_from_spans
 from agentreplay_otel.replay import Mode, OnDivergence, Plan
 from agentreplay_replay import replayer

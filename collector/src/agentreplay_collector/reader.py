@@ -1,0 +1,67 @@
+"""The read interface the CLI and other tools use: the same on a store and through a collector.
+
+Declared apart from :mod:`.store` (ClickHouse, Arrow) and :mod:`.client` (the read API over HTTP) so
+a reader of either kind is typed without loading the other: the CLI answers ``runs`` through a
+collector without importing the store's engine.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+    from agentreplay_collector.models import ChainStatus, RunSummary, TraceSummary
+    from agentreplay_otel.core import SpanRecord
+
+DEFAULT_STORE = "./.agentreplay/store"
+DEFAULT_DATABASE = "agentreplay"
+
+
+@runtime_checkable
+class RunReader(Protocol):
+    """What the CLI reads: the same on a store and through a collector."""
+
+    def list_runs(
+        self,
+        *,
+        agent: str | None = None,
+        status: str | None = None,
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        limit: int = 100,
+        after: tuple[int, str] | None = None,
+    ) -> list[RunSummary]: ...
+
+    def get_run(self, run_id: str) -> RunSummary | None: ...
+
+    def get_run_spans(self, run_id: str) -> list[SpanRecord]: ...
+
+    def get_chain_status(self, run_id: str) -> ChainStatus | None: ...
+
+    def list_traces(
+        self,
+        *,
+        prefix: str = "",
+        since_ns: int | None = None,
+        until_ns: int | None = None,
+        limit: int = 100,
+    ) -> list[TraceSummary]: ...
+
+    def get_agent_key(self, kid: str) -> Ed25519PublicKey | None: ...
+
+    def get_agent_certificate(self, kid: str) -> str | None: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> RunReader: ...
+
+    def __exit__(self, *exc: object) -> None: ...
+
+
+def normalize_store(store: str) -> str:
+    """``./dir`` and ``chdb://./dir`` name the same embedded store; http(s) URLs a server."""
+    if store.startswith(("chdb://", "http://", "https://")):
+        return store
+    return f"chdb://{store}"
