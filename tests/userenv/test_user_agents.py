@@ -206,7 +206,7 @@ def test_a_users_agent_is_recorded_and_replayed_with_zero_live_calls(name, user_
 
     calls = world.model.request_count
     replayed = replay(world, user, run_id, tmp_path, service)
-    assert replayed.returncode == 0, replayed.stderr[-3000:]
+    assert replayed.returncode == 0, replayed.output[-3000:]
     report = replayed.report
     assert report["outcome"] == "matched" and report["live_calls"] == 0, report
     assert report["steps_matched"] == report["steps_recorded"] >= case.chat_calls + 1

@@ -179,7 +179,7 @@ class Replayed:
 
     returncode: int
     doc: dict[str, Any]
-    stderr: str
+    output: str  # stdout and stderr, for a failure's message
 
     @property
     def report(self) -> dict[str, Any]:
