@@ -34,7 +34,6 @@ from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import (
     ChainStatus,
@@ -310,12 +309,8 @@ def _sources(source: RunReader) -> tuple[RecordSource, LogSource]:
         from agentreplay_collector.translog import LogView
 
         return _StoreRecords(source), LogView(source)
-    if isinstance(source, CollectorClient):
-        from agentreplay_replay.cli._log import LogClient  # the collector's log and control reads
-
-        client = LogClient(source.url, admin_token=source.token)
-        return client, client
-    raise CaseError(f"cannot collect a case from {type(source).__name__}: a store or a collector is needed")
+    raise CaseError(f"cannot collect a case from {type(source).__name__} without its records and log: "
+                    "a store, or the collector's read API given as both")
 
 
 def collect(source: RunReader, run_id: str, *, records: RecordSource | None = None,

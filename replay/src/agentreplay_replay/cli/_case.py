@@ -17,7 +17,7 @@ from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import InclusionProof, semconv
 from agentreplay_replay import case as cases
 from agentreplay_replay import replayer
-from agentreplay_replay.cli._client import org_key_from_env, org_public_key, reader, resolve_run
+from agentreplay_replay.cli._client import case_of, org_key_from_env, org_public_key, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -97,10 +97,7 @@ def export(
     """
     with reader(store, collector) as source:
         full = resolve_run(source, run_id)
-        try:
-            case = cases.collect(source, full)
-        except cases.CaseError as exc:
-            raise CLIError(str(exc)) from exc
+        case = case_of(source, full)
     size = cases.write(case, output)
     summary = export_summary(case, output, size)
     if json_:

@@ -23,13 +23,14 @@ from agentreplay_collector.client import CollectorClient, open_reader
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import (
     DecisionRecord,
+    LogEntry,
     ModelAccuracy,
     ModelTrial,
     RunSummary,
     StoredClassification,
 )
 from agentreplay_collector.reader import DEFAULT_STORE, RunReader, normalize_store
-from agentreplay_otel.core import IdentityError, load_public_key
+from agentreplay_otel.core import IdentityError, SignedCheckpoint, load_public_key, merkle
 from agentreplay_replay import replayer
 from agentreplay_replay.case import Case, CaseError, CaseReader
 from agentreplay_replay.case import check as check_case
@@ -131,6 +132,45 @@ class Collector(CollectorClient):
             raise CLIError(f"no collector answers at {self.url}: {exc}") from exc
 
 
+
+# --- the log over the read API ----------------------------------------------------------------------
+class LogClient(Collector):
+    """The collector's log endpoints, as a :class:`~agentreplay_collector.translog.LogReader`."""
+
+    def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None:
+        doc = self._get("/v1/log/checkpoint", {"size": size}, missing_ok=True)
+        return None if doc is None else SignedCheckpoint.from_json(doc)
+
+    def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]:
+        doc = self._get(f"/v1/log/runs/{urllib.parse.quote(run_id)}", {"size": size}, missing_ok=True)
+        if doc is None:
+            return []
+        return [(LogEntry.from_json(e), _hashes(e["proof"])) for e in doc["entries"]]
+
+    def consistency(self, old: int, new: int) -> list[bytes]:
+        return _hashes(self._get("/v1/log/consistency", {"old": old, "new": new})["proof"])
+
+    def subtrees(self, ranges: Sequence[merkle.Range]) -> list[bytes]:
+        hashes: list[bytes] = []
+        for at in range(0, len(ranges), 400):  # a bounded query string a request
+            query = urllib.parse.urlencode([("range", f"{s}-{e}") for s, e in ranges[at:at + 400]])
+            hashes += _hashes(self._get(f"/v1/log/tree?{query}")["hashes"])
+        if len(hashes) != len(ranges):
+            raise StoreError("the log served another number of subtree hashes than asked for")
+        return hashes
+
+    def entries(self, start: int, end: int) -> list[LogEntry]:
+        doc = self._get("/v1/log/leaves", {"start": start, "end": end})
+        return [LogEntry.from_json(e) for e in doc["entries"]]
+
+
+def _hashes(values: Sequence[Any]) -> list[bytes]:
+    try:
+        return [bytes.fromhex(str(v)) for v in values]
+    except ValueError as exc:
+        raise StoreError(f"the log served something that is not a hash: {exc}") from exc
+
+
 def _error_detail(exc: urllib.error.HTTPError) -> str:
     try:
         return str(json.loads(exc.read()).get("error", ""))
@@ -217,6 +257,9 @@ def case_of(source: RunReader, run_id: str) -> Case:
     if isinstance(source, CaseReader):
         return source.case
     try:
+        if isinstance(source, CollectorClient):  # its manifests, decisions, verdicts and log over the read API
+            client = LogClient(source.url, admin_token=source.token)
+            return collect_case(source, run_id, records=client, log=client)
         return collect_case(source, run_id)
     except CaseError as exc:
         raise CLIError(str(exc)) from exc

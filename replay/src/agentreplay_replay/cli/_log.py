@@ -11,7 +11,6 @@ explaining a failure by position, which is what an auditor reads.
 from __future__ import annotations
 
 import json
-import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -37,7 +36,7 @@ from agentreplay_otel.core import (
     merkle,
     semconv,
 )
-from agentreplay_replay.cli._client import Collector, org_public_key, reader, resolve_run
+from agentreplay_replay.cli._client import LogClient, org_public_key, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -69,44 +68,6 @@ OrgPublicOpt = Annotated[
         help="The org public key (PEM): a checkpoint counts only if a log key it certified signed it.",
     ),
 ]
-
-
-# --- the log over the read API ----------------------------------------------------------------------
-class LogClient(Collector):
-    """The collector's log endpoints, as a :class:`~agentreplay_collector.translog.LogReader`."""
-
-    def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None:
-        doc = self._get("/v1/log/checkpoint", {"size": size}, missing_ok=True)
-        return None if doc is None else SignedCheckpoint.from_json(doc)
-
-    def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]:
-        doc = self._get(f"/v1/log/runs/{urllib.parse.quote(run_id)}", {"size": size}, missing_ok=True)
-        if doc is None:
-            return []
-        return [(LogEntry.from_json(e), _hashes(e["proof"])) for e in doc["entries"]]
-
-    def consistency(self, old: int, new: int) -> list[bytes]:
-        return _hashes(self._get("/v1/log/consistency", {"old": old, "new": new})["proof"])
-
-    def subtrees(self, ranges: Sequence[merkle.Range]) -> list[bytes]:
-        hashes: list[bytes] = []
-        for at in range(0, len(ranges), 400):  # a bounded query string a request
-            query = urllib.parse.urlencode([("range", f"{s}-{e}") for s, e in ranges[at:at + 400]])
-            hashes += _hashes(self._get(f"/v1/log/tree?{query}")["hashes"])
-        if len(hashes) != len(ranges):
-            raise StoreError("the log served another number of subtree hashes than asked for")
-        return hashes
-
-    def entries(self, start: int, end: int) -> list[LogEntry]:
-        doc = self._get("/v1/log/leaves", {"start": start, "end": end})
-        return [LogEntry.from_json(e) for e in doc["entries"]]
-
-
-def _hashes(values: Sequence[Any]) -> list[bytes]:
-    try:
-        return [bytes.fromhex(str(v)) for v in values]
-    except ValueError as exc:
-        raise StoreError(f"the log served something that is not a hash: {exc}") from exc
 
 
 @contextmanager
