@@ -317,6 +317,7 @@ class GuardInterceptor:
     """The guard as the process's :class:`~agentreplay_otel.intercept.Interceptor`."""
 
     acts = True
+    run_marks = intercept.NO_MARKS
     reads_request_body = False  # on_request ignores the body: the transport need not parse it
     _SEND = Answer()
 

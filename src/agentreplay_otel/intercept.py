@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from opentelemetry.trace import Span
@@ -56,6 +57,11 @@ class Sandboxed:
 class Interceptor(Protocol):
     acts: bool  # False when nothing acts on the world (a replay): no cost is charged
 
+    @property
+    def run_marks(self) -> Mapping[str, str]:
+        """Attributes every run opened under this interceptor carries (a replay's kind and the run it
+        replays); empty when recording. Runs read them here, so they need not know about replay."""
+
     def before_llm(self, run_span: Span, model: str | None) -> None:
         """Raise RunHalted / ScopeViolation to refuse the call before anything is sent."""
 
@@ -70,10 +76,14 @@ class Interceptor(Protocol):
         """A call's cost, counted against the run's caps."""
 
 
+NO_MARKS: Mapping[str, str] = MappingProxyType({})
+
+
 class Passthrough:
     """Recording with nothing to enforce."""
 
     acts = True
+    run_marks = NO_MARKS
     reads_request_body = False  # on_request ignores the body: the transport need not parse it
     _SEND = Answer()
 

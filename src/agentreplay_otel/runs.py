@@ -28,7 +28,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentreplay_otel import semconv, settings
+from agentreplay_otel import intercept, semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.version import __version__
 
@@ -104,12 +104,9 @@ def run_attributes(
     replay_of: str | None,
     tracer_provider: trace.TracerProvider | None = None,
 ) -> dict[str, Any]:
-    from agentreplay_otel import replay  # late: configured after import, and it asks this module for runs
-
-    session = replay.active()
-    if session is not None:  # a replay is a run of its own, hash-linked to the run it replays
-        kind = session.run_kind
-        replay_of = session.recording.run_id
+    marks = intercept.current().run_marks  # a replay's run is a run of its own, hash-linked to the one it replays
+    kind = marks.get(semconv.RUN_KIND, kind)
+    replay_of = marks.get(semconv.REPLAY_OF, replay_of)
     current = settings.current()
     attrs: dict[str, Any] = {
         semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
@@ -126,8 +123,8 @@ def run_attributes(
         attrs[semconv.RUN_NOT_REPLAYABLE] = f"recorded without content{said}: no responses to answer its calls with"
     if replay_of:
         attrs[semconv.REPLAY_OF] = replay_of
-    if session is not None and session.recording.last_hash:
-        attrs[semconv.REPLAY_OF_HASH] = session.recording.last_hash
+    if marks.get(semconv.REPLAY_OF_HASH):
+        attrs[semconv.REPLAY_OF_HASH] = marks[semconv.REPLAY_OF_HASH]
     manifest = current.manifest_sha256
     if manifest:
         attrs[semconv.MANIFEST_SHA256] = manifest

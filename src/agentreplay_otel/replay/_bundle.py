@@ -14,7 +14,7 @@ import os
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from agentreplay_otel import codec, intercept
+from agentreplay_otel import codec, intercept, runs
 from agentreplay_otel.instrumentation import _transport
 from agentreplay_otel.recording import Recording
 from agentreplay_otel.replay import _network
@@ -63,8 +63,6 @@ def write_report(path: str) -> None:
     session = _session
     if session is None:
         return
-    from agentreplay_otel import runs  # late: runs asks which replay is active
-
     state = runs.current_run()
     run_id = state.run_id if state is not None else runs.last_run_id()
     Path(path).write_text(session.finish(replay_run_id=run_id or "").to_json())

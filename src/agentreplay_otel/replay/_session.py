@@ -72,6 +72,14 @@ class ReplaySession:
         return {Mode.STRICT: semconv.RUN_KIND_REPLAY, Mode.REGRESSION: semconv.RUN_KIND_REGRESSION,
                 Mode.FORK: semconv.RUN_KIND_FORK}[self.plan.mode]
 
+    @property
+    def run_marks(self) -> Mapping[str, str]:
+        """A run opened in this replay: its kind, the run it replays and that run's last chain hash."""
+        marks = {semconv.RUN_KIND: self.run_kind, semconv.REPLAY_OF: self.recording.run_id}
+        if self.recording.last_hash:
+            marks[semconv.REPLAY_OF_HASH] = self.recording.last_hash
+        return marks
+
     # --- the interceptor ---------------------------------------------------------------
     def before_llm(self, run_span: Span, model: str | None) -> None:
         return None  # a replay enforces nothing: it acts on nothing
