@@ -20,6 +20,10 @@ are not claimed, and the computation says so. Where the request's amounts cannot
 charges (several amounts, several tools, another currency), the loss says unsure.
 
 A run recorded without keys makes packets too; their first line is the UNSIGNED notice.
+
+A packet repeats no recorded value whole: each string (a tool result, an argument, what the model
+said) is clipped to :data:`VALUE_LIMIT` characters in the JSON and so in the HTML rendered from it,
+saying so; the case file beside the packet is the evidence and keeps every value whole.
 """
 
 from __future__ import annotations
@@ -68,6 +72,36 @@ _WORDS = {"usd": USD, "dollar": USD, "dollars": USD, "bucks": USD, "eur": "EUR",
 constraints recognise as money."""
 
 
+VALUE_LIMIT = 2048
+"""The most characters of one recorded value (a tool result, an argument, what the model said) a
+packet holds, in its JSON as in its HTML; the case file beside it holds the whole value. The proof
+and the signed manifest are kept whole: they are what the verify command checks."""
+_WHOLE = ("proof", "allowed")
+
+
+def clip_value(text: str, limit: int = VALUE_LIMIT) -> str:
+    """``text`` cut to ``limit`` characters, saying how much was cut and where the rest is."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more characters: the whole value is in the case file]"
+
+
+def _clipped(value: Any) -> Any:
+    """Every string in ``value`` (keys too) clipped to :data:`VALUE_LIMIT`: a packet never repeats a
+    recorded value of any size, whatever the agent recorded."""
+    if isinstance(value, str):
+        return clip_value(value)
+    if isinstance(value, Mapping):
+        return {_clipped(k): _clipped(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clipped(v) for v in value]
+    return value
+
+
+def _bounded(packet: dict[str, Any]) -> dict[str, Any]:
+    return {k: v if k in _WHOLE else _clipped(v) for k, v in packet.items()}
+
+
 def verify_command(case_file: str = CASE_FILE, org_key: str = ORG_KEY) -> str:
     return f"agentreplay verify {case_file} --org-key {org_key}"
 
@@ -78,7 +112,7 @@ def dispute_packet(case: Case, verdict: Verdict | None, *, case_file: str = CASE
     """For the counterparty: what the user asked, what the agent did and when, what it was allowed,
     every policy decision, the amounts, and the proof with the command that verifies it."""
     told = _told(case)
-    return _notice(case) | {
+    return _bounded(_notice(case) | {
         "format": DISPUTE,
         "title": f"Dispute packet for run {case.run_id}",
         "run": _run(case),
@@ -90,7 +124,7 @@ def dispute_packet(case: Case, verdict: Verdict | None, *, case_file: str = CASE
         "decisions": _decisions(case, told),
         "amounts": _amounts(told),
         "proof": _proof(case, case_file=case_file, org_key=org_key),
-    }
+    })
 
 
 def insurance_packet(case: Case, verdict: Verdict | None, *, trust: TrustScore | None = None,
@@ -101,7 +135,7 @@ def insurance_packet(case: Case, verdict: Verdict | None, *, trust: TrustScore |
     failure in has nothing to claim: said in ``claim``, not raised."""
     told = _told(case)
     loss = _loss(case, verdict, told, prices) if verdict is not None and verdict.outcome is Outcome.FAILED else None
-    return _notice(case) | {
+    return _bounded(_notice(case) | {
         "format": CLAIM,
         "title": f"Insurance claim for run {case.run_id}",
         "run": _run(case),
@@ -111,7 +145,7 @@ def insurance_packet(case: Case, verdict: Verdict | None, *, trust: TrustScore |
         "limits": _limits(case, trust),
         "timeline": [_action_json(s) for s in told],
         "proof": _proof(case, case_file=case_file, org_key=org_key),
-    }
+    })
 
 
 def _notice(case: Case) -> dict[str, str]:

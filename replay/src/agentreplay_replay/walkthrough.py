@@ -6,7 +6,8 @@ It opens on the culprit step (or the step a ``#step-N`` fragment names); ←/→
 Home and End go to the first and the last. A fragment can also name keys to press once the page
 has loaded (``#step-3&keys=ArrowRight,End``), so a link can show a path through the run.
 
-Every recorded string is untrusted (a tool result is whatever the world answered): the page is
+A recorded value is shown clipped, as in the packets (:func:`~agentreplay_replay.packets.clip_value`):
+the case file holds it whole. Every recorded string is untrusted (a tool result is whatever the world answered): the page is
 built here with each one escaped, the script carries no recorded data, and the page's content
 security policy lets only its own script run (by hash) and fetch nothing.
 """
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from agentreplay_replay.analysis import Verdict
 from agentreplay_replay.case import UNSIGNED_NOTICE
 from agentreplay_replay.narrative import Contradiction, ToldStep, contradictions, request_of, tell, usd
+from agentreplay_replay.packets import clip_value
 
 if TYPE_CHECKING:
     from agentreplay_replay.case import Case
@@ -129,7 +131,7 @@ def walkthrough_html(case: Case, verdict: Verdict | None) -> str:
     body = "\n".join([
         f"<header>{unsigned}<h1>{_e(title)}</h1>{head}</header>",
         "<main>",
-        f"<div class=\"asked\"><b>The user asked:</b> {_e(asked) if asked else '<i>(no request recorded)</i>'}</div>",
+        f"<div class=\"asked\"><b>The user asked:</b> {_e(clip_value(asked)) if asked else '<i>(no request recorded)</i>'}</div>",
         _vs(found[0], anchor="contradiction") if found else "",
         _nav(told, culprit),
         "\n".join(_step(s, culprit, evidence, found) for s in told) or "<p>No LLM or tool call is recorded.</p>",
@@ -202,7 +204,7 @@ def _step(s: ToldStep, culprit: int | None, evidence: set[int], found: Sequence[
     facts += [(f"policy: {d.outcome}", f"{d.rule} {d.detail}".strip()) for d in s.decisions]
     if s.failed and s.error:
         facts.append(("error", s.error))
-    detail = "".join(f"<dt>{_e(k)}</dt><dd>{_e(v)}</dd>" for k, v in facts)
+    detail = "".join(f"<dt>{_e(k)}</dt><dd>{_e(clip_value(v))}</dd>" for k, v in facts)
     blocks = []
     if s.kind == "tool":
         blocks.append(("arguments", json.dumps(dict(s.arguments), ensure_ascii=False, indent=1)))
@@ -213,7 +215,7 @@ def _step(s: ToldStep, culprit: int | None, evidence: set[int], found: Sequence[
             blocks.append(("the model asked for", "\n".join(s.asked_for)))
         if s.said:
             blocks.append(("the model said", s.said))
-    shown = "".join(f"<h3>{_e(label)}</h3><pre>{_e(text)}</pre>" for label, text in blocks)
+    shown = "".join(f"<h3>{_e(label)}</h3><pre>{_e(clip_value(text))}</pre>" for label, text in blocks)
     here = [c for c in found[1:] if s.step in (c.left.step, c.right.step)]  # the first is on top of the page
     sides = "".join(_vs(c) for c in here)
     return (f"<section class=\"{' '.join(classes)}\" id=\"step-{s.step}\" data-step=\"{s.step}\" data-kind=\"{s.kind}\">"
