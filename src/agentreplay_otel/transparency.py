@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,9 @@ from agentreplay_otel.merkle import HASH_SIZE, ProofError, leaf_hash, verify_inc
 LEAF_TYPE = "agentreplay.log.leaf/v1"
 CHECKPOINT_TYPE = "agentreplay.log.checkpoint/v1"
 LOG_KEY_CERTIFICATE_TYPE = "agentreplay.log.key/v1"
+VERDICT_TYPE = "agentreplay.verdict/v1"
+ATTESTATION = "attestation"
+"""The key of a stored verdict's JSON under which the collector's signature of it travels."""
 
 
 class CheckpointError(IdentityError):
@@ -286,3 +290,46 @@ class InclusionProof:
             )
         except (KeyError, TypeError, ValueError, CheckpointError) as exc:
             raise ProofError(f"not an inclusion proof: {exc}") from exc
+
+
+# --- verdicts the collector signs ------------------------------------------------------------------
+def _verdict_payload(run_id: str, kid: str, body: Mapping[str, Any]) -> bytes:
+    """What the log key signs of a verdict: its run, and the SHA-256 of the verdict's JSON (keys
+    sorted, ASCII only: a judge's text may hold what RFC 8785 refuses, a lone surrogate)."""
+    text = json.dumps(body, sort_keys=True, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    digest = hashlib.sha256(text.encode("ascii")).hexdigest()
+    return canonical_json({"type": VERDICT_TYPE, "run": run_id, "kid": kid, "verdict_sha256": digest})
+
+
+def sign_verdict(verdict: Mapping[str, Any], log_key: Ed25519PrivateKey, certificate: Mapping[str, Any]
+                 ) -> dict[str, Any]:
+    """The verdict (one analysis verdict's JSON, as the ``classifications`` table keeps it) with the
+    log key's signature over it and the org's certificate of that key, under :data:`ATTESTATION`."""
+    body = {k: v for k, v in verdict.items() if k != ATTESTATION}
+    kid = key_id(log_key)
+    signature = sign(log_key, _verdict_payload(str(body.get("run_id", "")), kid, body))
+    return {**body, ATTESTATION: {"type": VERDICT_TYPE, "kid": kid, "signature": signature,
+                                  "certificate": dict(certificate)}}
+
+
+def verify_verdict(verdict: Mapping[str, Any], org_public_key: Ed25519PublicKey) -> dict[str, Any]:
+    """The verdict without its attestation, if a log key the org certified signed it as it is;
+    else :class:`CheckpointError` (unsigned, another key, or altered after signing)."""
+    attestation = verdict.get(ATTESTATION)
+    if not isinstance(attestation, Mapping) or attestation.get("type") != VERDICT_TYPE:
+        raise CheckpointError("the verdict is not signed by the collector")
+    certificate = attestation.get("certificate")
+    if not isinstance(certificate, Mapping):
+        raise CheckpointError("the verdict's signature carries no certificate of its key")
+    log_key = verify_log_certificate(certificate, org_public_key)
+    kid = key_id(log_key)
+    if attestation.get("kid") != kid:
+        raise CheckpointError(f"the verdict names log key {attestation.get('kid')}, its certificate {kid}")
+    body = {k: v for k, v in verdict.items() if k != ATTESTATION}
+    try:
+        payload = _verdict_payload(str(body.get("run_id", "")), kid, body)
+    except ValueError as exc:
+        raise CheckpointError(f"the verdict cannot be read for its signature: {exc}") from exc
+    if not verify_signature(log_key, payload, str(attestation.get("signature", ""))):
+        raise CheckpointError("the verdict's signature does not verify: it was altered after the collector signed it")
+    return body

@@ -14,6 +14,10 @@ The analysis itself (the detectors, the judge) belongs to the CLI's distribution
 finds it by entry point (group :data:`ANALYZER_GROUP`, default name ``detectors``), so dependencies
 still point one way. Without it installed, the worker logs why and stays idle.
 
+With the transparency log's key configured, every verdict the worker stores is signed with it
+(:meth:`~agentreplay_collector.translog.LogSigner.sign_verdict`): a case carries its verdicts, and
+only a signed one counts as evidence there (a verdict posted to the store by anyone else is not).
+
 With ``incidents`` configured, each halted run it analyses also gets its incident written (root
 cause, regression test and case, dispute and claim packets, walkthrough) under ``incidents.dir/RUN``,
 by the writer of entry point group :data:`INCIDENT_GROUP`; a run analysed again (its row changed:
@@ -27,6 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -54,6 +59,12 @@ class Analyzer(Protocol):
                  judge: JudgeSettings | None) -> list[StoredClassification]: ...
 
 
+class VerdictSigner(Protocol):
+    """What signs the worker's verdicts: the transparency log's key (:class:`~agentreplay_collector.translog.LogSigner`)."""
+
+    def sign_verdict(self, verdict_json: str) -> str: ...
+
+
 class IncidentWriter(Protocol):
     """What the incident entry point gives: a run in the store in, its incident folder out."""
 
@@ -74,9 +85,10 @@ class AnalysisWorker:
     """One thread that analyses the store's backlog of finished runs (the collector's Stage lifecycle)."""
 
     def __init__(self, cfg: AnalysisConfig, store: Store, analyzer: Analyzer | None = None,
-                 *, clock: Callable[[], float] = time.monotonic) -> None:
+                 *, signer: VerdictSigner | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         self.cfg = cfg
         self.store = store
+        self.signer = signer
         self.analyzer = analyzer if analyzer is not None else load_analyzer(cfg.analyzer)
         self._clock = clock
         self._wake = threading.Event()
@@ -158,10 +170,21 @@ class AnalysisWorker:
             self.failed_runs += 1
             _log.exception("agentreplay_analysis: analysing run %s failed", run_id)
             records = [_unsure(run_id, chain, f"the analysis failed: {type(exc).__name__}: {exc}")]
-        self.store.insert_classifications(records)
+        self.store.insert_classifications([self._signed(r) for r in records])
         self.analysed_runs += 1
         if self.cfg.incidents is not None:
             self._incident(run_id, self.cfg.incidents)
+
+    def _signed(self, record: StoredClassification) -> StoredClassification:
+        """The verdict signed with the log key when there is one; stored unsigned (and said) if it cannot be."""
+        if self.signer is None or not record.verdict_json:
+            return record
+        try:
+            return replace(record, verdict_json=self.signer.sign_verdict(record.verdict_json))
+        except ValueError as exc:
+            _log.warning("agentreplay_analysis: run %s's %s verdict is stored unsigned: %s", record.run_id,
+                         record.classifier, exc)
+            return record
 
     def _incident(self, run_id: str, settings: IncidentSettings) -> None:
         """The incident of a halted run, written beside the others; a failure is logged, never raised."""

@@ -75,7 +75,8 @@ class Collector:
         self.owners = RunOwners(store)
         self.scope = self._build_scope(config, store, self.owners)
         # agentreplay_analysis: finished runs analysed for failure modes, from the store, on a thread
-        self.analysis = AnalysisWorker(config.analysis, store) if config.analysis and store else None
+        self.analysis = (AnalysisWorker(config.analysis, store, signer=self.log.signer if self.log else None)
+                         if config.analysis and store else None)
         self.pipeline = Pipeline(
             auth=self.auth,
             batcher=self.batcher,

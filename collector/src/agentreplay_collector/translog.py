@@ -46,6 +46,7 @@ from agentreplay_otel.core import (
     merkle,
     sign_checkpoint,
 )
+from agentreplay_otel.transparency import sign_verdict
 
 _log = logging.getLogger(__name__)
 _EXTENSION = "extensions.agentreplay_transparency"
@@ -137,6 +138,14 @@ class LogSigner:
     def sign(self, size: int, root: bytes, time_ns: int) -> SignedCheckpoint:
         cp = Checkpoint(size=size, root=root, time_ns=time_ns, kid=key_id(self.key))
         return sign_checkpoint(cp, self.key, self.certificate)
+
+    def sign_verdict(self, verdict_json: str) -> str:
+        """A verdict the collector's own analysis made, signed (``ValueError`` for one that is not a
+        JSON object): what lets a case's reader tell it from a verdict anyone could have written."""
+        doc = json.loads(verdict_json)
+        if not isinstance(doc, dict):
+            raise ValueError("a verdict is a JSON object")
+        return json.dumps(sign_verdict(doc, self.key, self.certificate), ensure_ascii=False, separators=(",", ":"))
 
 
 # --- appending ------------------------------------------------------------------------------------------
