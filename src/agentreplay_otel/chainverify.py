@@ -44,6 +44,7 @@ from agentreplay_otel.identity import (
     seal_payload,
     verify_signature,
 )
+from agentreplay_otel.ids import SPAN_ID_FORM, TRACE_ID_FORM, is_parent_span_id, is_span_id, is_trace_id
 
 
 def link_hash(prev_hash: str, record: SpanRecord) -> str:
@@ -144,12 +145,38 @@ def verify(
     if org_key is not None and keys is not None:
         raise ValueError("verify() takes keys the caller vouches for, or org_key with certificates; not both")
     spans = list(records)
+    malformed = _malformed_ids(spans)
+    if malformed is not None:
+        return malformed
     if len({r.trace_id for r in spans}) > 1:
         raise ValueError("verify() takes the spans of one run (one trace id)")
     run_id = spans[0].trace_id if spans else ""
     chain, attached = partition_chain(_dedupe(spans))
     anchor = _Anchor(keys=keys, org_key=org_key, certificates=certificates)
     return _Verifier(run_id, chain, attached, anchor, require_seal).run()
+
+
+def _malformed_ids(spans: list[SpanRecord]) -> ChainReport | None:
+    """A forged report for the first span whose trace, span or parent id is not in its stored form.
+
+    The recorder and the collector only ever write ids as lower-case hex (:mod:`agentreplay_otel.ids`);
+    any other id was written by hand, and is refused before it reaches anything that names files
+    or writes code after a run id. The report names the span by its seq, never by the bad id.
+    """
+    for r in spans:
+        if not is_trace_id(r.trace_id):
+            what = f"its trace id (the run id) is not {TRACE_ID_FORM}"
+        elif not is_span_id(r.span_id):
+            what = f"its span id is not {SPAN_ID_FORM}"
+        elif not is_parent_span_id(r.parent_span_id):
+            what = f"its parent span id is neither empty nor {SPAN_ID_FORM}"
+        else:
+            continue
+        return ChainReport(
+            run_id=r.trace_id if is_trace_id(r.trace_id) else "", span_count=len(spans), seal=SealStatus.UNCHECKED,
+            problem=ChainProblem.FORGED, seq=_seq(r), span_name=r.name, detail=f"span {r.name!r}: {what}",
+        )
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)

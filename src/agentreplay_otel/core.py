@@ -58,6 +58,15 @@ from agentreplay_otel.identity import (
     write_private_key,
     write_public_key,
 )
+from agentreplay_otel.ids import (
+    SPAN_ID_FORM,
+    TRACE_ID_FORM,
+    is_parent_span_id,
+    is_span_id,
+    is_trace_id,
+    is_trace_id_prefix,
+    normal_trace_id,
+)
 from agentreplay_otel.manifest import (
     ALLOW,
     DENY,
@@ -110,6 +119,14 @@ __all__ = [
     "kind_name",
     "status_name",
     "stored_string",
+    # what a run id (a trace id) and a span id are, checked wherever one enters
+    "SPAN_ID_FORM",
+    "TRACE_ID_FORM",
+    "is_parent_span_id",
+    "is_span_id",
+    "is_trace_id",
+    "is_trace_id_prefix",
+    "normal_trace_id",
     # the chain verifier (pure)
     "ChainProblem",
     "ChainReport",

@@ -49,6 +49,8 @@ from agentreplay_collector.models import (
 from agentreplay_collector.reader import RunReader
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import (
+    SPAN_ID_FORM,
+    TRACE_ID_FORM,
     ChainReport,
     CheckpointError,
     InclusionProof,
@@ -59,6 +61,9 @@ from agentreplay_otel.core import (
     SpanRecord,
     chain_head,
     decode_leaf,
+    is_parent_span_id,
+    is_span_id,
+    is_trace_id,
     manifest_sha256,
     merkle,
     parse_manifest,
@@ -178,9 +183,32 @@ class Case:
             inclusion = tuple(_dict({"p": p}, "p") for p in _list(doc, "inclusion"))
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CaseError(f"malformed case file ({part}): {type(exc).__name__}: {exc}") from exc
+        _check_ids(run_id, summary, spans, decisions, classifications)
         return cls(run_id=run_id, exported_ns=exported_ns, summary=summary, spans=spans,
                    certificates=certificates, manifest=manifest, decisions=decisions,
                    classifications=classifications, inclusion=inclusion)
+
+
+def _check_ids(run_id: str, summary: RunSummary, spans: Sequence[SpanRecord], decisions: Sequence[DecisionRecord],
+               classifications: Sequence[StoredClassification]) -> None:
+    """Every id a case carries in its stored form (:mod:`agentreplay_otel.ids`), else :class:`CaseError`:
+    ids name files and are written into generated tests, so a hand-written one is refused on reading."""
+    wrong: list[str] = []
+    if not is_trace_id(run_id):
+        wrong.append("run_id")
+    if not is_trace_id(summary.run_id) or (summary.replay_of and not is_trace_id(summary.replay_of)):
+        wrong.append("run (its run_id or replay_of)")
+    for n, s in enumerate(spans):
+        if not (is_trace_id(s.trace_id) and is_span_id(s.span_id) and is_parent_span_id(s.parent_span_id)):
+            wrong.append(f"spans[{n}] (its trace, span or parent span id)")
+            break
+    if any(not is_trace_id(d.run_id) or not is_parent_span_id(d.span_id) for d in decisions):  # "" or an id
+        wrong.append("decisions (a run_id or span_id)")
+    if any(not is_trace_id(c.run_id) or not is_parent_span_id(c.culprit_span_id) for c in classifications):
+        wrong.append("classifications (a run_id or culprit_span_id)")
+    if wrong:
+        raise CaseError(f"malformed case file: an id that is not in its stored form (run and trace ids "
+                        f"{TRACE_ID_FORM}, span ids {SPAN_ID_FORM}) in {', '.join(wrong)}")
 
 
 def decision_to_json(d: DecisionRecord) -> dict[str, Any]:
