@@ -15,9 +15,15 @@ What :func:`check` proves: the spans are the run the agent sealed with a key the
 certified (nothing edited, added, removed or cut); the manifest is the one the org signed
 and the one the seal names; each decision the agent made is the one its chained spans record,
 and every decision names that manifest; each inclusion proof leads to a checkpoint signed by a
-log key the org certified, and its leaf ends where the spans end. What it does not prove:
-the run row's figures (the collector's summary), the collector's own decisions beyond naming
-a chained span and the manifest, and the verdicts (analysis, which anyone can run again).
+log key the org certified, and its leaf ends where the spans end; each verdict the collector
+signed with that log key is the one it signed, for this run. What it does not prove: the run
+row's figures (the collector's summary), the collector's own decisions beyond naming a chained
+span and the manifest, and unsigned verdicts (anyone can add one: what is made from a case uses
+the detectors run again and signed verdicts only, :mod:`~agentreplay_replay.analysis.evidence`).
+
+A case whose certificates show the org certified a log key (the log key's certificate it carries,
+or one in its proofs or signed verdicts) needs its log proof when ``check`` is asked to require
+one by default (``verify``'s ``--require-log-proof``): a stripped proof then fails.
 """
 
 from __future__ import annotations
@@ -64,6 +70,7 @@ from agentreplay_otel.core import (
     is_parent_span_id,
     is_span_id,
     is_trace_id,
+    key_id,
     manifest_sha256,
     merkle,
     parse_manifest,
@@ -72,7 +79,8 @@ from agentreplay_otel.core import (
     verify,
     verify_manifest,
 )
-from agentreplay_replay.analysis.verdict import Outcome, Verdict
+from agentreplay_otel.transparency import ATTESTATION, verify_log_certificate
+from agentreplay_replay.analysis.evidence import weigh
 
 CASE_FORMAT = "agentreplay-case/1"
 UNSIGNED_NOTICE = ("UNSIGNED: this run was recorded without an agent key, so nothing in it is signed. "
@@ -101,6 +109,7 @@ class Case:
     decisions: tuple[DecisionRecord, ...]  # every policy decision on the run, in time order
     classifications: tuple[StoredClassification, ...]  # stored verdicts, newest last
     inclusion: tuple[Mapping[str, Any], ...] = ()  # InclusionProof.to_json() of each leaf; () with no log
+    log_certificate: Mapping[str, Any] | None = None  # the org's certificate of the log key; None with no key
 
     @property
     def recording(self) -> Recording:
@@ -132,14 +141,6 @@ class Case:
         body = _manifest_body(self.manifest)
         return parse_manifest(body)
 
-    def verdict(self) -> Verdict | None:
-        """The latest stored verdict that is one (the detectors' when several are equally new)."""
-        for c in sorted(self.classifications, key=lambda c: (c.time_ns, c.classifier == "detectors"),
-                        reverse=True):
-            if c.verdict_json and c.verdict != Outcome.JUDGE_ERROR:
-                return Verdict.loads(c.verdict_json)
-        return None
-
     def to_json(self) -> dict[str, Any]:
         return {
             **({} if self.signed else {NOTICE: UNSIGNED_NOTICE}),
@@ -153,6 +154,7 @@ class Case:
             "decisions": [decision_to_json(d) for d in self.decisions],
             "classifications": [c.to_json() for c in self.classifications],
             "inclusion": [dict(p) for p in self.inclusion],
+            "log_certificate": dict(self.log_certificate) if self.log_certificate is not None else None,
         }
 
     @classmethod
@@ -181,12 +183,13 @@ class Case:
             classifications = tuple(StoredClassification.from_json(c) for c in _list(doc, "classifications"))
             part = "inclusion"
             inclusion = tuple(_dict({"p": p}, "p") for p in _list(doc, "inclusion"))
+            log_certificate = _dict(doc, "log_certificate") if doc.get("log_certificate") is not None else None
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise CaseError(f"malformed case file ({part}): {type(exc).__name__}: {exc}") from exc
         _check_ids(run_id, summary, spans, decisions, classifications)
         return cls(run_id=run_id, exported_ns=exported_ns, summary=summary, spans=spans,
                    certificates=certificates, manifest=manifest, decisions=decisions,
-                   classifications=classifications, inclusion=inclusion)
+                   classifications=classifications, inclusion=inclusion, log_certificate=log_certificate)
 
 
 def _check_ids(run_id: str, summary: RunSummary, spans: Sequence[SpanRecord], decisions: Sequence[DecisionRecord],
@@ -361,23 +364,29 @@ def collect(source: RunReader, run_id: str, *, records: RecordSource | None = No
                  certificates=certificates, manifest=None, decisions=(), classifications=())
     digest = draft.manifest_sha256
     verdicts = sorted(records.classifications(run_id), key=lambda c: c.time_ns)
+    signed = _latest_checkpoint(log)
     return Case(
         run_id=run_id, exported_ns=draft.exported_ns, summary=summary, spans=tuple(spans),
         certificates=certificates,
         manifest=records.manifest(digest) if digest else None,
         decisions=tuple(sorted(records.decision_records(run_id), key=lambda d: d.time_ns)),
         classifications=tuple(verdicts),
-        inclusion=tuple(inclusion_proofs(log, run_id)),
+        inclusion=tuple(inclusion_proofs(log, run_id, signed)),
+        log_certificate=dict(signed.certificate) if signed is not None else None,
     )
 
 
-def inclusion_proofs(log: LogSource, run_id: str) -> list[dict[str, Any]]:
-    """Each of the run's leaves with its inclusion proof in the latest signed checkpoint (none: no log
-    key is configured, or the run is not in a signed checkpoint yet)."""
+def _latest_checkpoint(log: LogSource) -> SignedCheckpoint | None:
     try:
-        signed = log.checkpoint()
+        return log.checkpoint()
     except StoreError:  # a collector without the log's routes
-        return []
+        return None
+
+
+def inclusion_proofs(log: LogSource, run_id: str, signed: SignedCheckpoint | None = None) -> list[dict[str, Any]]:
+    """Each of the run's leaves with its inclusion proof in the latest signed checkpoint (or ``signed``)
+    (none: no log key is configured, or the run is not in a signed checkpoint yet)."""
+    signed = signed if signed is not None else _latest_checkpoint(log)
     if signed is None:
         return []
     proven = log.run_proofs(run_id, signed.checkpoint.size)
@@ -414,17 +423,20 @@ class _Findings:
     notes: list[str] = field(default_factory=list)
 
 
-def check(case: Case, org_key: Ed25519PublicKey | None) -> CaseCheck:
+def check(case: Case, org_key: Ed25519PublicKey | None, *, require_log_proof: bool | None = False) -> CaseCheck:
     """Check a case offline. With the org key: the chain and its seal against the agent key the org
     certified (a seal is required), the manifest's signature, the decisions against the chained spans,
-    and each inclusion proof against a log key the org certified. Without it (``None``), only what
-    needs no key: the chain's links, and that decisions, manifest and proofs agree with the spans."""
+    each inclusion proof against a log key the org certified, and each verdict the collector signed.
+    Without it (``None``), only what needs no key: the chain's links, and that decisions, manifest and
+    proofs agree with the spans. ``require_log_proof``: a case without a log proof fails (True), passes
+    with a note (False), or fails when its certificates show the org certified a log key (None)."""
     found = _Findings()
     report = _check_spans(case, org_key, found)
     if report is not None and report.intact:
         digest = _check_manifest(case, org_key, found)
         _check_decisions(case, digest, found)
-        indexes = _check_inclusion(case, org_key, found)
+        indexes = _check_inclusion(case, org_key, found, required=_proof_required(case, org_key, require_log_proof))
+        _check_verdicts(case, org_key, found)
     else:
         indexes = ()
     if org_key is None:
@@ -560,10 +572,44 @@ def _check_decisions(case: Case, digest: str, found: _Findings) -> None:
                         f"{len(case.decisions) - agent} collector decision(s) name chained spans and the manifest")
 
 
-def _check_inclusion(case: Case, org_key: Ed25519PublicKey | None, found: _Findings) -> tuple[int, ...]:
+def certified_log_key(case: Case, org_key: Ed25519PublicKey) -> str:
+    """The id of a log key the org certified, as the case shows it (the log key's certificate it
+    carries, a proof's checkpoint, a signed verdict); "" when it shows none."""
+    found: list[Any] = [case.log_certificate]
+    for doc in case.inclusion:
+        checkpoint = doc.get("checkpoint")
+        found.append(checkpoint.get("certificate") if isinstance(checkpoint, Mapping) else None)
+    for stored in case.classifications:
+        with contextlib.suppress(ValueError):
+            verdict = json.loads(stored.verdict_json)
+            attestation = verdict.get(ATTESTATION) if isinstance(verdict, dict) else None
+            found.append(attestation.get("certificate") if isinstance(attestation, Mapping) else None)
+    for certificate in found:
+        if isinstance(certificate, Mapping):
+            with contextlib.suppress(CheckpointError):
+                return key_id(verify_log_certificate(certificate, org_key))
+    return ""
+
+
+def _proof_required(case: Case, org_key: Ed25519PublicKey | None, asked: bool | None) -> str:
+    """Why this case must carry a log proof ("" when it need not)."""
+    if asked is not None:
+        return "a log proof is required (--require-log-proof)" if asked else ""
+    kid = certified_log_key(case, org_key) if org_key is not None else ""
+    return f"the org certified log key {kid}, as the case's certificates show, so a log proof is required" \
+        if kid else ""
+
+
+def _check_inclusion(case: Case, org_key: Ed25519PublicKey | None, found: _Findings, *,
+                     required: str = "") -> tuple[int, ...]:
     if not case.inclusion:
-        found.notes.append("no transparency-log proof: the deployment has no log key, or the run was exported "
-                           "before a checkpoint covered it")
+        if required:
+            found.problems.append(f"the transparency-log proof is missing (stripped, withheld, or exported before a "
+                                  f"checkpoint covered the run): {required} (--no-require-log-proof accepts a case "
+                                  "without one)")
+        else:
+            found.notes.append("no transparency-log proof: the deployment has no log key, or the run was exported "
+                               "before a checkpoint covered it")
         return ()
     head = chain_head(case.spans)
     indexes: list[int] = []
@@ -596,6 +642,25 @@ def _check_inclusion(case: Case, org_key: Ed25519PublicKey | None, found: _Findi
                         (", checkpoint signed by a log key the org certified" if org_key is not None else
                          " (checkpoint signature not checked)") + "; the log's chain head is the spans'")
     return tuple(indexes)
+
+
+def _check_verdicts(case: Case, org_key: Ed25519PublicKey | None, found: _Findings) -> None:
+    """Each verdict the collector signed must verify; an unsigned one is said to be ignored."""
+    _, weighed = weigh(case.run_id, case.spans, case.classifications, org_key)
+    forged = next((w for w in weighed if w.forged), None)
+    if forged is not None:
+        found.problems.append(f"stored verdict {forged.index} ({forged.judge}) is refused: {forged.why}")
+        return
+    signed = [w for w in weighed if w.signed]
+    if signed and org_key is not None:
+        found.proven.append(f"{len(signed)} verdict(s) signed by the collector with the log key the org certified")
+    elif signed:
+        found.notes.append(f"{len(signed)} verdict(s) signed by the collector: signatures not checked (no org key)")
+    for w in weighed:
+        if not w.signed:
+            found.notes.append(f"stored verdict {w.index} ({w.judge}: {w.outcome}) is unsigned: not evidence, "
+                               "ignored (what is made from the case uses the detectors run again and signed "
+                               "verdicts)")
 
 
 # --- a case as a read-only store ------------------------------------------------------------------------

@@ -9,7 +9,10 @@ entry point, so the collector does not import this distribution).
 
 The folder::
 
-    root-cause.json      the verdict (MAST modes, culprit step, evidence, the fork that should fix it)
+    root-cause.json      the verdict (MAST modes, culprit step, evidence, the fork that should fix it):
+                         the detectors run again on the checked spans, plus what an LLM judge's verdict
+                         the collector signed adds (:mod:`~agentreplay_replay.analysis.evidence`); its
+                         notes name each stored verdict ignored (unsigned) and why
     tests/               test_<agent>_<run>.py and its case file (<agent>-<run>.case.json)
     dispute.json .html   for the counterparty
     claim.json .html     for the insurer ("nothing to claim" when the run did not fail)
@@ -21,6 +24,7 @@ UNSIGNED and not evidence (:data:`~agentreplay_replay.case.UNSIGNED_NOTICE`).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +45,8 @@ CLAIM = "claim"
 WALKTHROUGH = "walkthrough.html"
 ORG_KEY_NAME = "ORG.pub"
 """How the packets' verify command names the org public key (the reader has their own copy)."""
+PROOF_WAIT_S = 30.0
+"""How long the collector's incident writer waits for a signed checkpoint to cover a halted run."""
 
 
 class IncidentError(Exception):
@@ -82,7 +88,7 @@ def write_incident(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey
         generated = testgen.generate(case, out_dir / TESTS_DIR, org_key)  # checks the case first
     except testgen.TestgenError as exc:
         raise IncidentError(str(exc)) from exc
-    verdict = testgen.verdict_of(case)
+    verdict = testgen.verdict_of(case, org_key)  # the detectors again, and judges' verdicts only if signed
     case_ref = str(generated.case.relative_to(out_dir))
     files = [Written(path=generated.test, what="the regression test (pytest)"),
              Written(path=generated.case, what="its case: the run, checkable offline with the org key" if case.signed
@@ -118,5 +124,17 @@ def for_halted_run(source: RunReader, run_id: str, out_dir: Path, org_key_path: 
     except IdentityError as exc:
         raise IncidentError(f"the org public key {org_key_path}: {exc}") from exc
     target = out_dir / run_id
-    write_incident(casefile.collect(source, run_id), target, key)
+    write_incident(logged_case(source, run_id, PROOF_WAIT_S), target, key)
     return target
+
+
+def logged_case(source: RunReader, run_id: str, wait_s: float) -> casefile.Case:
+    """The run's case once a signed checkpoint covers it, or after ``wait_s``. The collector logs a run
+    when it judges it and signs a checkpoint every ``checkpoint_interval``: a case collected in between
+    carries the log key's certificate and no proof, and ``verify`` requires the proof of such a case."""
+    case = casefile.collect(source, run_id)
+    deadline = time.monotonic() + wait_s
+    while case.log_certificate is not None and not case.inclusion and time.monotonic() < deadline:
+        time.sleep(0.5)
+        case = casefile.collect(source, run_id)
+    return case

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_otel.core import KIND_TOOL, RecordedStep, semconv
 from agentreplay_replay import case as casefile
-from agentreplay_replay.analysis import Verdict, detect
+from agentreplay_replay.analysis import Verdict, evidence
 from agentreplay_replay.analysis.constraints import Kind, mentions
 from agentreplay_replay.analysis.taxonomy import BY_ID
 from agentreplay_replay.analysis.verdict import ModeHit
@@ -120,9 +120,9 @@ def label(mode_id: str) -> str:
 
 
 # --- what to assert -----------------------------------------------------------------------------------
-def verdict_of(case: casefile.Case) -> Verdict:
-    """The run's verdict: the latest stored one, else the detectors run now (offline)."""
-    return case.verdict() or detect(list(case.spans))
+def verdict_of(case: casefile.Case, org_key: Ed25519PublicKey | None = None) -> Verdict:
+    """The run's verdict: the detectors run now (offline), plus what judges' verdicts the collector signed add."""
+    return evidence.verdict_of(case, org_key)
 
 
 def checks(case: casefile.Case, verdict: Verdict | None = None) -> list[Check]:
@@ -310,7 +310,7 @@ def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey | Non
         raise TestgenError(f"run {case.run_id} recorded no LLM or tool call: there is nothing to replay")
     test_name, case_name = file_names(case)
     out_dir.mkdir(parents=True, exist_ok=True)
-    verdict = verdict_of(case)
+    verdict = verdict_of(case, org_key)
     casefile.write(case, out_dir / case_name)
     (out_dir / test_name).write_text(render(case, case_name, verdict), encoding="utf-8")
     return Generated(test=out_dir / test_name, case=out_dir / case_name, checks=tuple(checks(case, verdict)))

@@ -128,8 +128,9 @@ def export_summary(case: cases.Case, path: Path, size: int) -> dict[str, Any]:
     }
 
 
-def verify_case(path: Path, org: Ed25519PublicKey | None, json_: bool) -> None:
-    """``verify FILE``: the case checked offline; exit 1 when it does not verify."""
+def verify_case(path: Path, org: Ed25519PublicKey | None, json_: bool, require_log_proof: bool | None = None) -> None:
+    """``verify FILE``: the case checked offline; exit 1 when it does not verify. ``require_log_proof``:
+    None requires the log proof when the case shows the org certified a log key."""
     try:
         case = cases.read(path)
     except cases.CaseError as exc:
@@ -139,7 +140,7 @@ def verify_case(path: Path, org: Ed25519PublicKey | None, json_: bool) -> None:
     if org is None:
         err.print(f"no org key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): the case's consistency checked; "
                   "seals, certificates and signatures not checked", soft_wrap=True)
-    found = cases.check(case, org)
+    found = cases.check(case, org, require_log_proof=require_log_proof)
     _answer({"path": str(path), **found.to_json()}, json_)
 
 

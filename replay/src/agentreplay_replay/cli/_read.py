@@ -139,6 +139,11 @@ def verify(
         "--require-seal/--no-require-seal",
         help="Fail a run not sealed by an org-certified agent key (default: on when the org key is given).",
     )] = None,
+    require_log_proof: Annotated[bool | None, typer.Option(
+        "--require-log-proof/--no-require-log-proof", envvar=semconv.ENV_REQUIRE_LOG_PROOF, show_envvar=True,
+        help="Fail a case file that carries no transparency-log proof (default: on when the org key is given "
+             "and the case shows the org certified a log key).",
+    )] = None,
     json_: JsonOpt = False,
     store: StoreOpt = None,
     collector: CollectorOpt = None,
@@ -158,7 +163,12 @@ def verify(
 
     Given a case file (`agentreplay export`), verify checks it offline with the org key alone: its
     chain and seal, the signed manifest, its decisions against the chained spans, and its
-    transparency-log inclusion proof; exit 1 with the first reason when any part does not verify.
+    transparency-log inclusion proof, and each verdict the collector signed; exit 1 with the first
+    reason when any part does not verify. When the case shows the org certified a log key (its log
+    key's certificate, a proof, a signed verdict), a missing log proof fails too (stripped, or
+    exported before a checkpoint covered the run); --require-log-proof (or
+    $AGENTREPLAY_REQUIRE_LOG_PROOF=1) requires one of every case, --no-require-log-proof accepts
+    none. Unsigned verdicts are named: they are not evidence, and nothing made from the case uses them.
 
     \b
     Examples:
@@ -168,7 +178,11 @@ def verify(
       agentreplay verify incident.case.json --org-key org.pub
     """
     if run_id and not all_ and Path(run_id).is_file():
-        case_cli.verify_case(Path(run_id), org_public_key(org_key), json_)
+        org = org_public_key(org_key)
+        if require_log_proof and org is None:
+            raise CLIError(f"--require-log-proof needs the org public key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): "
+                           "a log proof is checked against the log key the org certified")
+        case_cli.verify_case(Path(run_id), org, json_, require_log_proof)
         return
     if bool(run_id) == all_:
         raise CLIError("give a run id, or --all")
