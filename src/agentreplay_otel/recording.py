@@ -34,7 +34,7 @@ def request_fingerprint(request: Mapping[str, Any]) -> str:
     conversation (the chain, which other implementations recompute, uses RFC 8785).
     """
     data = json.dumps(request, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=repr)
-    return hashlib.sha256(data.encode()).hexdigest()
+    return hashlib.sha256(data.encode("utf-8", "surrogatepass")).hexdigest()  # a case file's JSON can hold a lone one
 
 
 @dataclass(frozen=True, kw_only=True)

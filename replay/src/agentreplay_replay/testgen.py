@@ -20,8 +20,8 @@ not evidence, and the test checks the case's chain links alone (there is no seal
 
 from __future__ import annotations
 
-import json
 import keyword
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -30,7 +30,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_otel.core import KIND_TOOL, RecordedStep, semconv
+from agentreplay_otel.core import KIND_TOOL, TRACE_ID_FORM, RecordedStep, is_trace_id, semconv
 from agentreplay_replay import case as casefile
 from agentreplay_replay.analysis import Verdict, evidence
 from agentreplay_replay.analysis.constraints import Kind, mentions
@@ -86,6 +86,10 @@ def file_names(case: casefile.Case) -> tuple[str, str]:
     return f"test_{stem}.py", f"{stem}.case.json"
 
 
+_TAKEN = frozenset({"regression", "problem", "unlisted", "pytest", "Path", "CASE", "str", "len", "dict", "c"})
+"""Names the generated code uses itself: a variable named after a recorded argument is never one of them."""
+
+
 def _identifier(text: str) -> str:
     name = _slug(text, "value")
     name = f"v_{name}" if name[0].isdigit() else name
@@ -93,25 +97,41 @@ def _identifier(text: str) -> str:
 
 
 # --- literals in the generated code ---------------------------------------------------------------------
+# Every recorded value (tool names, arguments, models, agent names, messages, ids) reaches the test only
+# through _escaped: inside a double-quoted literal or a docstring, each quote and backslash is escaped
+# and every character Python does not print as itself is an escape sequence, so no input can close the
+# literal, start a line, or hold a byte the file cannot; the code around it is the generator's alone.
+def _escaped(text: str) -> str:
+    """``text`` for inside ``"..."`` or ``\"\"\"...\"\"\"``: it reads back as ``text`` and cannot end early."""
+    return "".join(_ESCAPES.get(ch) or (ch if ch.isprintable() else repr(ch)[1:-1]) for ch in text)
+
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"'}
+
+
 def _lit(value: Any) -> str:
     """A Python literal for a JSON value: strings in double quotes, JSON's true/false/null as Python's."""
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)
+        return f'"{_escaped(value)}"'
     if isinstance(value, Mapping):
         return "{" + ", ".join(f"{_lit(str(k))}: {_lit(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_lit(v) for v in value) + "]"
-    return repr(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"float({_lit(repr(value))})"  # JSON's NaN and Infinity, which have no literal
+    if value is None or isinstance(value, bool | int | float):
+        return repr(value)
+    raise TestgenError(f"a recorded value of type {type(value).__name__} cannot be written into a test")
 
 
 def _message(static: str, dynamic: str = "") -> str:
-    """An assertion message: ``static`` as written (braces escaped), then ``dynamic`` f-string fields."""
-    text = static.replace("{", "{{").replace("}", "}}") + dynamic
-    return ("f" if dynamic else "") + json.dumps(text, ensure_ascii=False)
+    """An assertion message: ``static`` as a plain literal, then ``dynamic`` (the generator's own f-string
+    fields, never recorded text) as an f-string beside it."""
+    return _lit(static) + (f' f"{dynamic}"' if dynamic else "")
 
 
 def _doc(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"""', '\\"\\"\\"').strip()
+    return _escaped(text.strip())
 
 
 def label(mode_id: str) -> str:
@@ -149,7 +169,8 @@ def _semantic(hits: Iterable[ModeHit], steps: list[RecordedStep]) -> list[Check]
         if hit.mode in modes_checked or hit.mode == ROLE_SPEC:  # the manifest's checks below assert FM-1.2
             continue
         modes_checked.add(hit.mode)
-        name = f"test_no_{_identifier(hit.mode)}_{_identifier(hit.failure_mode.name)}"
+        known = BY_ID.get(hit.mode)  # a verdict read from a case may name a mode this version does not know
+        name = f"test_no_{_identifier(hit.mode)}_{_identifier(known.name if known else 'mode')}"
         found.append(Check(
             name=name, mode=hit.mode, doc=f"{label(hit.mode)}. The recorded run: {hit.explanation}",
             body=(f"assert {_lit(hit.mode)} not in regression.modes(), "
@@ -170,6 +191,7 @@ def _argument_check(hit: ModeHit, steps: list[RecordedStep]) -> Check | None:
     tool, path = step.name, argument.path.removeprefix(_ARGUMENTS)
     quote = stated.value if stated is not None else ""
     var = _identifier(path.rsplit(".", 1)[-1])
+    var = f"{var}_value" if var in _TAKEN else var
     plural = f"{var}s" if not var.endswith("s") else f"{var}_values"
     head = f"{label(TASK_SPEC)}: the request says {quote!r}; {tool} got {path}="
     exact = _exact_value(quote)
@@ -237,7 +259,7 @@ def _structural(case: casefile.Case, steps: list[RecordedStep], role_failures: l
         if limited:
             found.append(Check(name="test_tool_counts_within_the_manifest", mode=ROLE_SPEC,
                                doc="Each tool asked for at most as often as the manifest allows in one run.",
-                               body=tuple(f"assert regression.count({_lit(t)}) <= {n}, "
+                               body=tuple(f"assert regression.count({_lit(t)}) <= {_lit(n)}, "
                                           f"{_message(f'{role}: {t} asked for more than {n} time(s). ')} + regression.describe()"
                                           for t, n in limited)))
     found.append(Check(name="test_no_scope_violation", mode=ROLE_SPEC,
@@ -265,15 +287,17 @@ def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None) 
     unsigned = [casefile.UNSIGNED_NOTICE, ""] if not case.signed else []
     checked = ("The case beside this file is checked against the org public key (--agentreplay-org-key) first."
                if case.signed else "The case beside this file is unsigned: only its chain's links are checked.")
-    lines = [
-        '"""' + "\n".join([*unsigned, "Regression test for run " + case.run_id
-                           + f" of {agent_name(case)}, written by `agentreplay testgen`."]),
+    doc = [
+        *unsigned, f"Regression test for run {case.run_id} of {agent_name(case)}, written by `agentreplay testgen`.",
         "",
-        _doc(f"The analysis ({verdict.judge}): {what}"),
+        *f"The analysis ({verdict.judge}): {what}".splitlines(),  # each line escaped below, whatever it holds
         "",
         "The current agent runs on the recorded input: recorded answers until its first divergence,",
         "then the model endpoint given for tests (--agentreplay-model-url); tools always sandboxed.",
         checked,
+    ]
+    lines = [
+        '"""' + "\n".join(_doc(line) for line in doc),
         '"""',
         "",
         "from pathlib import Path",
@@ -288,18 +312,33 @@ def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None) 
         "def regression(agentreplay):",
         "    return agentreplay.regress(CASE)" if case.signed else "    return agentreplay.regress(read_unsigned(CASE))",
     ]
+    named: set[str] = set()
     for check in checks(case, verdict):
+        name = _unique(check.name, named)
         lines += ["", ""]
         if check.mode:
             lines.append(f"@pytest.mark.mast({_lit(check.mode)})")
-        lines += [f"def {check.name}(regression):", f'    """{_doc(check.doc)}"""']
+        lines += [f"def {name}(regression):", f'    """{_doc(check.doc)}"""']
         lines += [f"    {line}" for line in check.body]
     return "\n".join(lines) + "\n"
 
 
+def _unique(name: str, taken: set[str]) -> str:
+    """``name``, or ``name_2``, ``name_3``...: two tools whose names read alike keep a test each."""
+    found, n = name, 1
+    while found in taken:
+        n += 1
+        found = f"{name}_{n}"
+    taken.add(found)
+    return found
+
+
 def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey | None) -> Generated:
     """Check the case (:func:`~agentreplay_replay.case.check_as_recorded`: a signed run against the org
-    key, an unsigned one for its links), then write the test and the case into ``out_dir``."""
+    key, an unsigned one for its links), then write the test and the case into ``out_dir``. A run id
+    that is not one (:func:`~agentreplay_otel.core.is_trace_id`) is refused first: it names the files."""
+    if not is_trace_id(case.run_id):
+        raise TestgenError(f"the case's run id is not a run id ({TRACE_ID_FORM}): no test is written for it")
     try:
         found = casefile.check_as_recorded(case, org_key)
     except casefile.CaseError as exc:
