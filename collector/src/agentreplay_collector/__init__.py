@@ -7,14 +7,32 @@ The read side, for the CLI and other tools::
         runs = reader.list_runs(agent="a1")
         spans = reader.get_run_spans(runs[0].run_id)    # SpanRecords, each once
         status = reader.get_chain_status(runs[0].run_id)
+
+The names below load on first use (PEP 562): a reader that talks to a running collector never
+loads the store's engine (chDB, Arrow), and the CLI answers in a fraction of a second.
 """
 
-from agentreplay_collector.client import CollectorClient, open_reader
-from agentreplay_collector.config import CollectorConfig, load_config
-from agentreplay_collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
-from agentreplay_collector.reader import RunReader
-from agentreplay_collector.store import Store
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentreplay_collector.client import CollectorClient, open_reader
+    from agentreplay_collector.config import CollectorConfig, load_config
+    from agentreplay_collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
+    from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+    from agentreplay_collector.reader import RunReader
+    from agentreplay_collector.store import Store
+
+_HOME = {
+    "CollectorClient": "client", "open_reader": "client",
+    "CollectorConfig": "config", "load_config": "config",
+    "CollectorError": "errors", "ConfigError": "errors", "StoreError": "errors", "StoreUnavailable": "errors",
+    "ChainState": "models", "ChainStatus": "models", "RunSummary": "models",
+    "RunReader": "reader",
+    "Store": "store",
+}
 
 __all__ = [
     "ChainState",
@@ -31,3 +49,16 @@ __all__ = [
     "load_config",
     "open_reader",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'agentreplay_collector' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"agentreplay_collector.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_HOME})

@@ -15,14 +15,10 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.config import ControlConfig
 from agentreplay_collector.errors import StoreError, StoreUnavailable
 from agentreplay_collector.models import ChainStatus, RunSummary, TraceSummary, span_from_json
-from agentreplay_collector.reader import DEFAULT_DATABASE, DEFAULT_STORE, RunReader
+from agentreplay_collector.reader import DEFAULT_COLLECTOR, DEFAULT_DATABASE, DEFAULT_STORE, RunReader
 from agentreplay_otel.core import SpanRecord, semconv
-
-DEFAULT_COLLECTOR = f"http://{ControlConfig().endpoint}"
-"""Where a collector's control endpoint listens unless its config says otherwise."""
 
 
 def collector_url(given: str | None = None) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from agentreplay_collector.errors import ConfigError
+from agentreplay_collector.reader import DEFAULT_CONTROL_HOST, DEFAULT_CONTROL_PORT
 from agentreplay_otel.core import (
     IdentityError,
     key_id,
@@ -116,7 +117,7 @@ class ControlConfig:
     """``agentreplay_control``: the read and control API. ``insecure``: reads need no token
     (loopback only; local development)."""
 
-    endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4320)
+    endpoint: Endpoint = Endpoint(host=DEFAULT_CONTROL_HOST, port=DEFAULT_CONTROL_PORT)
     insecure: bool = False
 
 

@@ -7,14 +7,19 @@ collector without importing the store's engine.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+import sys
+from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from agentreplay_collector.models import ChainStatus, RunSummary, TraceSummary
+    from agentreplay_collector.store import Store
     from agentreplay_otel.core import SpanRecord
 
+DEFAULT_CONTROL_HOST, DEFAULT_CONTROL_PORT = "127.0.0.1", 4320
+"""Where a collector's control endpoint (read and control API) listens unless its config says otherwise."""
+DEFAULT_COLLECTOR = f"http://{DEFAULT_CONTROL_HOST}:{DEFAULT_CONTROL_PORT}"
 DEFAULT_STORE = "./.agentreplay/store"
 DEFAULT_DATABASE = "agentreplay"
 
@@ -65,3 +70,10 @@ def normalize_store(store: str) -> str:
     if store.startswith(("chdb://", "http://", "https://")):
         return store
     return f"chdb://{store}"
+
+
+def is_store(reader: object) -> TypeGuard[Store]:
+    """Whether ``reader`` is a :class:`~agentreplay_collector.store.Store` opened directly, asked without
+    loading the store's engine: a process that never imported the store holds none."""
+    store = sys.modules.get("agentreplay_collector.store")
+    return store is not None and isinstance(reader, store.Store)

@@ -13,32 +13,71 @@ Record and replay share one path (the instrumentors' :class:`CallScope` and tran
 only the interceptor differs. A :class:`Report` is written when the process exits.
 """
 
-from agentreplay_otel.errors import ForkComplete, ReplayDivergence, ReplayedToolError, ReplayNetworkBlocked
-from agentreplay_otel.replay._bundle import (
-    ENV_REPLAY,
-    ENV_REPLAY_REPORT,
-    active,
-    bundle,
-    install,
-    install_from_env,
-    uninstall,
-    write_report,
-)
-from agentreplay_otel.replay._diff import field_diff, mock_result, text_diff
-from agentreplay_otel.replay._fork import apply_fix, merge_patch
-from agentreplay_otel.replay._model import (
-    Divergence,
-    FieldDiff,
-    Mode,
-    OnDivergence,
-    Outcome,
-    Plan,
-    Reason,
-    Report,
-)
-from agentreplay_otel.replay._session import ReplaySession, recorded_failure
-from agentreplay_otel.replay._spool import ENV_REPLAY_SPOOL, read_spool, spool_exporters
-from agentreplay_otel.replay._translate import ENDPOINTS, Endpoint, model_spec
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentreplay_otel.errors import (
+        ForkComplete,
+        ReplayDivergence,
+        ReplayedToolError,
+        ReplayNetworkBlocked,
+    )
+    from agentreplay_otel.replay._bundle import (
+        ENV_REPLAY,
+        ENV_REPLAY_REPORT,
+        active,
+        bundle,
+        install,
+        install_from_env,
+        uninstall,
+        write_report,
+    )
+    from agentreplay_otel.replay._diff import field_diff, mock_result, text_diff
+    from agentreplay_otel.replay._endpoints import ENDPOINTS, Endpoint
+    from agentreplay_otel.replay._fork import apply_fix, merge_patch
+    from agentreplay_otel.replay._model import (
+        Divergence,
+        FieldDiff,
+        Mode,
+        OnDivergence,
+        Outcome,
+        Plan,
+        Reason,
+        Report,
+    )
+    from agentreplay_otel.replay._session import ReplaySession, recorded_failure
+    from agentreplay_otel.replay._spool import ENV_REPLAY_SPOOL, read_spool, spool_exporters
+    from agentreplay_otel.replay._translate import model_spec
+
+_HOME = {  # each name -> its module, imported on first use (PEP 562): a reader of reports and plans
+    # (the CLI) does not load the transport, the sandbox and the OpenTelemetry SDK behind them
+    **dict.fromkeys(("ForkComplete", "ReplayDivergence", "ReplayedToolError", "ReplayNetworkBlocked"),
+                    "agentreplay_otel.errors"),
+    **dict.fromkeys(("ENV_REPLAY", "ENV_REPLAY_REPORT", "active", "bundle", "install", "install_from_env",
+                     "uninstall", "write_report"),
+                    "agentreplay_otel.replay._bundle"),
+    **dict.fromkeys(("field_diff", "mock_result", "text_diff"), "agentreplay_otel.replay._diff"),
+    **dict.fromkeys(("apply_fix", "merge_patch"), "agentreplay_otel.replay._fork"),
+    **dict.fromkeys(("Divergence", "FieldDiff", "Mode", "OnDivergence", "Outcome", "Plan", "Reason", "Report"),
+                    "agentreplay_otel.replay._model"),
+    **dict.fromkeys(("ReplaySession", "recorded_failure"), "agentreplay_otel.replay._session"),
+    **dict.fromkeys(("ENV_REPLAY_SPOOL", "read_spool", "spool_exporters"), "agentreplay_otel.replay._spool"),
+    **dict.fromkeys(("ENDPOINTS", "Endpoint"), "agentreplay_otel.replay._endpoints"),
+    "model_spec": "agentreplay_otel.replay._translate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'agentreplay_otel.replay' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ENDPOINTS",

@@ -29,32 +29,11 @@ from typing import Any
 
 from agentreplay_otel import semconv
 from agentreplay_otel.instrumentation._transport import CROSSING, sse_body
+from agentreplay_otel.replay._endpoints import ENDPOINTS
 
 OPENAI, ANTHROPIC = semconv.PROVIDER_OPENAI, semconv.PROVIDER_ANTHROPIC
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096  # Anthropic requires max_tokens; chat completions may leave it out
-
-
-@dataclass(frozen=True, kw_only=True)
-class Endpoint:
-    """Where one provider's API is reached, and which environment variables say so."""
-
-    base_url_env: str
-    default_base_url: str
-    api_key_env: str
-    path: str  # the chat API's path under the base URL
-
-    def url(self, base_url: str | None, environ: Mapping[str, str]) -> str:
-        base = base_url or environ.get(self.base_url_env) or self.default_base_url
-        return base.rstrip("/") + self.path
-
-
-ENDPOINTS: dict[str, Endpoint] = {
-    OPENAI: Endpoint(base_url_env="OPENAI_BASE_URL", default_base_url="https://api.openai.com/v1",
-                     api_key_env="OPENAI_API_KEY", path="/chat/completions"),
-    ANTHROPIC: Endpoint(base_url_env="ANTHROPIC_BASE_URL", default_base_url="https://api.anthropic.com",
-                        api_key_env="ANTHROPIC_API_KEY", path="/v1/messages"),
-}
 
 
 def model_spec(spec: str) -> tuple[str | None, str]:

@@ -9,10 +9,33 @@ Modules: :mod:`.taxonomy` (the 14 MAST modes), :mod:`.verdict` (the records), :m
 carries), :mod:`.detectors`, :mod:`.engine` (the detectors' verdict).
 """
 
-from agentreplay_replay.analysis.engine import detect
-from agentreplay_replay.analysis.taxonomy import MODES, Category, FailureMode, mode
-from agentreplay_replay.analysis.transcript import RunView, run_view
-from agentreplay_replay.analysis.verdict import Culprit, Evidence, Fix, ModeHit, Outcome, Verdict
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentreplay_replay.analysis.engine import detect
+    from agentreplay_replay.analysis.taxonomy import MODES, Category, FailureMode, mode
+    from agentreplay_replay.analysis.transcript import RunView, run_view
+    from agentreplay_replay.analysis.verdict import Culprit, Evidence, Fix, ModeHit, Outcome, Verdict
+
+_HOME = {  # loaded on first use (PEP 562): reading a stored verdict does not load the detectors
+    "detect": "engine",
+    **dict.fromkeys(("MODES", "Category", "FailureMode", "mode"), "taxonomy"),
+    **dict.fromkeys(("RunView", "run_view"), "transcript"),
+    **dict.fromkeys(("Culprit", "Evidence", "Fix", "ModeHit", "Outcome", "Verdict"), "verdict"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module 'agentreplay_replay.analysis' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"agentreplay_replay.analysis.{home}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "MODES",

@@ -22,6 +22,7 @@ import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any
 
+from agentreplay_otel.core import semconv
 from agentreplay_replay.analysis.prompt import RESPONSE_FORMAT, VERDICTS, Prompt, build
 from agentreplay_replay.analysis.taxonomy import BY_ID
 from agentreplay_replay.analysis.transcript import RunView
@@ -36,9 +37,9 @@ from agentreplay_replay.analysis.verdict import (
     primary,
 )
 
-ENV_BASE_URL = "AGENTREPLAY_ANALYSIS_BASE_URL"
-ENV_API_KEY = "AGENTREPLAY_ANALYSIS_API_KEY"
-ENV_MODEL = "AGENTREPLAY_ANALYSIS_MODEL"
+ENV_BASE_URL = semconv.ENV_ANALYSIS_BASE_URL
+ENV_API_KEY = semconv.ENV_ANALYSIS_API_KEY
+ENV_MODEL = semconv.ENV_ANALYSIS_MODEL
 """Where the judge is, by default (flags override): an OpenAI-compatible base URL (``.../v1``), its key, a model."""
 
 

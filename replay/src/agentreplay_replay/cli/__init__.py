@@ -12,6 +12,26 @@ One module per command group, over one common module and one client::
     _main       the app that gathers the groups, and main()
 """
 
-from agentreplay_replay.cli._main import app, main
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentreplay_replay.cli._main import app
 
 __all__ = ["app", "main"]
+
+
+def main() -> None:
+    """The ``agentreplay`` console script."""
+    from agentreplay_replay.cli._main import main as run
+
+    run()
+
+
+def __getattr__(name: str) -> Any:
+    if name != "app":  # importing one command group (a test, a bench) does not build the whole CLI
+        raise AttributeError(f"module 'agentreplay_replay.cli' has no attribute {name!r}")
+    from agentreplay_replay.cli._main import app
+
+    return app

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from typing import Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 from rich.console import Group
@@ -18,16 +18,10 @@ from rich.text import Text
 
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
-from agentreplay_collector.reader import RunReader
-from agentreplay_collector.store import Store
-from agentreplay_otel.core import ChainProblem, ChainReport
+from agentreplay_collector.reader import RunReader, is_store
+from agentreplay_otel.core import ChainProblem, ChainReport, semconv
 from agentreplay_otel.core import verify as verify_chain
-from agentreplay_replay.analysis import Outcome, Verdict, detect, run_view
-from agentreplay_replay.analysis.agreement import Agreement, agreement
-from agentreplay_replay.analysis.judge import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, JudgeConfig, judge
-from agentreplay_replay.analysis.stored import record
-from agentreplay_replay.analysis.verdict import DETECTORS
-from agentreplay_replay.case import CaseReader
+from agentreplay_replay.analysis.verdict import DETECTORS, Outcome, Verdict
 from agentreplay_replay.cli._case import RunOrCaseArg
 from agentreplay_replay.cli._client import Collector, open_run
 from agentreplay_replay.cli._common import (
@@ -41,6 +35,12 @@ from agentreplay_replay.cli._common import (
 )
 from agentreplay_replay.cli._control import AdminOpt
 
+if TYPE_CHECKING:  # the detectors, the judge and case files load when `analyze` runs, not for `runs`
+    from agentreplay_replay.analysis.agreement import Agreement
+    from agentreplay_replay.analysis.judge import JudgeConfig
+
+ENV_BASE_URL, ENV_API_KEY, ENV_MODEL = (semconv.ENV_ANALYSIS_BASE_URL, semconv.ENV_ANALYSIS_API_KEY,
+                                        semconv.ENV_ANALYSIS_MODEL)
 PANEL = "Analysis"
 app = typer.Typer()
 
@@ -99,6 +99,11 @@ def analyze(
       agentreplay analyze 3f2a9c --judge llm --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
       agentreplay analyze 3f2a9c --judge all --model qwen2.5-7b --model llama-3.1-8b
     """
+    from agentreplay_replay.analysis.agreement import agreement
+    from agentreplay_replay.analysis.engine import detect
+    from agentreplay_replay.analysis.judge import judge
+    from agentreplay_replay.analysis.transcript import run_view
+
     configs = _judge_configs(judges, models or [], base_url, api_key, context_tokens, timeout_s)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified) as (source, full):
         spans = source.get_run_spans(full)
@@ -141,6 +146,8 @@ def analyze(
 
 def _judge_configs(judges: Judges, models: list[str], base_url: str | None, api_key: str | None,
                    context_tokens: int, timeout_s: float) -> list[JudgeConfig]:
+    from agentreplay_replay.analysis.judge import JudgeConfig
+
     if judges is Judges.DETECTORS:
         if models:
             raise CLIError("--model names an LLM judge: add --judge llm (or --judge all)")
@@ -183,7 +190,7 @@ class VerdictStore(Protocol):
 
 
 def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictStore | None:
-    if isinstance(source, Store):
+    if is_store(source):
         return source
     if isinstance(source, Collector):
         return Collector(source.url, admin_token=admin_token) if admin_token else source
@@ -191,13 +198,16 @@ def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictS
 
 
 def _store(source: RunReader, admin_token: str | None, verdicts: list[Verdict]) -> tuple[bool, str]:
+    from agentreplay_replay.analysis.stored import record
+    from agentreplay_replay.case import CaseReader
+
     if isinstance(source, CaseReader):
         return False, "the run was read from a case file: there is no store to keep the verdict in"
     sink = verdict_store(source, admin_token)
     if sink is None:
         return False, "this reader cannot store verdicts"
     try:
-        if isinstance(sink, Store):
+        if is_store(sink):
             sink.ensure_schema()  # a store opened directly may predate the classifications table's layout
         sink.insert_classifications([record(v) for v in verdicts])
     except (CLIError, StoreError) as exc:

@@ -8,15 +8,13 @@ stored run. ``replay``, ``fork`` and ``analyze`` take a case file where they tak
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import InclusionProof, semconv
-from agentreplay_replay import case as cases
-from agentreplay_replay import replayer
 from agentreplay_replay.cli._client import case_of, org_key_from_env, org_public_key, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
@@ -25,9 +23,17 @@ from agentreplay_replay.cli._common import (
     RunArg,
     StoreOpt,
     err,
+    lazy_module,
     out,
     print_json,
 )
+
+if TYPE_CHECKING:
+    from agentreplay_replay import case as cases
+    from agentreplay_replay import replayer
+else:
+    cases = lazy_module("agentreplay_replay.case")
+    replayer = lazy_module("agentreplay_replay.replayer")
 
 PANEL = "Recorded runs"
 app = typer.Typer()

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -31,12 +31,10 @@ from agentreplay_collector.models import (
 )
 from agentreplay_collector.reader import DEFAULT_STORE, RunReader, normalize_store
 from agentreplay_otel.core import IdentityError, SignedCheckpoint, load_public_key, merkle
-from agentreplay_replay import replayer
-from agentreplay_replay.case import Case, CaseError, CaseReader
-from agentreplay_replay.case import check as check_case
-from agentreplay_replay.case import collect as collect_case
-from agentreplay_replay.case import read as read_case
 from agentreplay_replay.cli._common import CLIError
+
+if TYPE_CHECKING:  # case files and replay load when a command needs them: `runs` answers without them
+    from agentreplay_replay.case import Case
 
 
 class Collector(CollectorClient):
@@ -236,6 +234,10 @@ def open_run(arg: str, store: str | None, collector: str | None, *, allow_unveri
     unless ``allow_unverified``, as a run whose chain does not verify is refused."""
     path = Path(arg)
     if path.is_file():
+        from agentreplay_replay.case import CaseError, CaseReader
+        from agentreplay_replay.case import check as check_case
+        from agentreplay_replay.case import read as read_case
+
         try:
             case = read_case(path)
         except CaseError as exc:
@@ -254,6 +256,9 @@ def open_run(arg: str, store: str | None, collector: str | None, *, allow_unveri
 def case_of(source: RunReader, run_id: str) -> Case:
     """The run's case: the file's own when ``source`` is one (:func:`open_run`), else collected from the
     collector or the store."""
+    from agentreplay_replay.case import CaseError, CaseReader
+    from agentreplay_replay.case import collect as collect_case
+
     if isinstance(source, CaseReader):
         return source.case
     try:
@@ -277,6 +282,8 @@ def org_public_key(path: Path | None) -> Ed25519PublicKey | None:
 
 def org_key_from_env() -> Ed25519PublicKey | None:
     """The org public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``, if set."""
+    from agentreplay_replay import replayer
+
     try:
         return replayer.org_key_from_env()
     except replayer.ReplayError as exc:

@@ -4,18 +4,32 @@ insurance-claim packets and a narrated walkthrough, in one folder (:mod:`agentre
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from agentreplay_collector.models import TrustScore
-from agentreplay_replay import incident as incidents
-from agentreplay_replay.case import UNSIGNED_NOTICE
 from agentreplay_replay.cli._client import Collector, case_of, open_run
-from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
+from agentreplay_replay.cli._common import (
+    CLIError,
+    CollectorOpt,
+    JsonOpt,
+    StoreOpt,
+    lazy_module,
+    out,
+    print_json,
+)
 from agentreplay_replay.cli._testgen import PANEL, OrgKeyOpt, org_key
-from agentreplay_replay.narrative import Money
+
+if TYPE_CHECKING:
+    from agentreplay_replay import case as casefile
+    from agentreplay_replay import incident as incidents
+    from agentreplay_replay import narrative
+else:
+    casefile = lazy_module("agentreplay_replay.case")
+    incidents = lazy_module("agentreplay_replay.incident")
+    narrative = lazy_module("agentreplay_replay.narrative")
 
 app = typer.Typer()
 
@@ -74,7 +88,7 @@ def _trust(source: object, agent_id: str) -> TrustScore | None:
 
 def _print(written: incidents.Incident) -> None:
     if not written.signed:
-        out.print(f"[bold]{UNSIGNED_NOTICE}[/]", soft_wrap=True)
+        out.print(f"[bold]{casefile.UNSIGNED_NOTICE}[/]", soft_wrap=True)
     verdict = written.verdict
     modes = ", ".join(verdict.mode_ids) or "none"
     culprit = f", step {verdict.culprit.step} to blame" if verdict.culprit else ""
@@ -86,7 +100,7 @@ def _print(written: incidents.Incident) -> None:
         table.add_row(str(item.path), item.what)
     out.print(table)
     claim = written.claim
-    amounts = " and ".join(str(Money(amount, currency)) for currency, amount in claim.get("amounts", {}).items())
+    amounts = " and ".join(str(narrative.Money(amount, currency)) for currency, amount in claim.get("amounts", {}).items())
     if not claim.get("nothing_to_claim"):
         out.print(f"claim: {amounts}", soft_wrap=True)
     out.print(claim["reason"], soft_wrap=True)

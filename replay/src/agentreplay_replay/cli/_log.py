@@ -15,16 +15,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import LogEntry
-from agentreplay_collector.reader import RunReader
-from agentreplay_collector.store import Store
-from agentreplay_collector.translog import LogReader, LogView
+from agentreplay_collector.reader import RunReader, is_store
 from agentreplay_otel import core
 from agentreplay_otel.core import (
     Checkpoint,
@@ -48,6 +46,9 @@ from agentreplay_replay.cli._common import (
     print_json,
 )
 from agentreplay_replay.cli._identity import DEFAULT_KEYS, KeysDirOpt, OrgKeyOpt, _org_key, _write_owner_only
+
+if TYPE_CHECKING:
+    from agentreplay_collector.translog import LogReader
 
 PANEL = "Transparency log"
 PAGE = 10_000  # leaves a request, as the read API serves them
@@ -74,7 +75,12 @@ OrgPublicOpt = Annotated[
 def _open(store: str | None, collector: str | None) -> Iterator[tuple[LogReader, RunReader]]:
     """The log and the runs: through the collector when one answers, else from the store itself."""
     with reader(store, collector) as runs:
-        log: LogReader = LogView(runs) if isinstance(runs, Store) else LogClient(collector)
+        if is_store(runs):
+            from agentreplay_collector.translog import LogView  # the store is open here: the log reads it
+
+            log: LogReader = LogView(runs)
+        else:
+            log = LogClient(collector)
         yield log, runs
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 from rich.console import Group
@@ -26,18 +26,22 @@ from agentreplay_collector.models import (
     ModelAccuracy,
     ModelTrial,
 )
-from agentreplay_collector.reader import RunReader
-from agentreplay_collector.store import Store
+from agentreplay_collector.reader import RunReader, is_store
 from agentreplay_otel.core import semconv
-from agentreplay_otel.replay import ENDPOINTS
-from agentreplay_replay import models as multi
-from agentreplay_replay.analysis import Verdict
+from agentreplay_otel.replay import ENDPOINTS  # plain data: the transport stays unloaded
+from agentreplay_replay.analysis.verdict import Verdict
 from agentreplay_replay.cli._analyze import verdict_store
 from agentreplay_replay.cli._case import CaseOrgKeyOpt, RecordedCommandOpt, agent_command, case_org_key
 from agentreplay_replay.cli._client import Collector, open_run, reader
-from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, out, print_json
+from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, lazy_module, out, print_json
 from agentreplay_replay.cli._control import AdminOpt
-from agentreplay_replay.replayer import ReplayError
+
+if TYPE_CHECKING:
+    from agentreplay_replay import models as multi
+    from agentreplay_replay import replayer
+else:
+    multi = lazy_module("agentreplay_replay.models")
+    replayer = lazy_module("agentreplay_replay.replayer")
 
 PANEL = "Analysis"
 app = typer.Typer()
@@ -123,7 +127,7 @@ def models(
                                       command=agent_cmd, otlp=otlp, allow_unverified=allow_unverified,
                                       timeout_s=timeout_s, stdout=sys.stderr if json_ else sys.stdout,
                                       stderr=sys.stderr)
-        except (ValueError, ReplayError) as exc:
+        except (ValueError, replayer.ReplayError) as exc:
             raise CLIError(str(exc)) from exc
         saved, why = _save(source, collector, admin_token, trials.records())
     if json_:
@@ -140,7 +144,7 @@ def _forks(source: RunReader, collector: str | None, otlp_endpoint: str | None) 
     the agent's own spool only, not recorded) and read back if the spool has none."""
     client = source if isinstance(source, Collector) else Collector(collector)
     otlp = otlp_endpoint or client.otlp_endpoint()
-    if isinstance(source, Collector) or (isinstance(source, Store) and otlp_endpoint):
+    if isinstance(source, Collector) or (is_store(source) and otlp_endpoint):
         return source, otlp  # a store opened directly: the forks go to a collector writing into it
     return (client, otlp) if client.healthy() else (source, otlp)
 
@@ -162,7 +166,7 @@ def _stored_verdicts(source: RunReader, run_id: str) -> list[Verdict]:
 
 
 def _trial_store(source: RunReader, collector: str | None, admin_token: str | None) -> TrialStore | None:
-    if isinstance(source, Store):
+    if is_store(source):
         return source
     client = source if isinstance(source, Collector) else Collector(collector)
     if not client.healthy():
@@ -176,7 +180,7 @@ def _save(source: RunReader, collector: str | None, admin_token: str | None,
     if sink is None:
         return False, "no collector runs and this reader cannot store trials"
     try:
-        if isinstance(sink, Store):
+        if is_store(sink):
             sink.ensure_schema()  # a store opened directly may predate the model_trials table
         sink.insert_model_trials(records)
     except (CLIError, StoreError) as exc:

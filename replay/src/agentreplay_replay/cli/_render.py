@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
 from rich.syntax import Syntax
@@ -19,10 +19,12 @@ from rich.tree import Tree
 
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary, TraceSummary
 from agentreplay_otel.core import ChainReport, RecordedStep, SealStatus
-from agentreplay_otel.replay import Divergence, Outcome, Reason
 from agentreplay_replay.diffing import RequestChange, StepPair, answer_text, clip, excerpts, step_label
-from agentreplay_replay.replayer import ReplayOutcome, ReplayRun
 from agentreplay_replay.timeline import TimelineNode, first_failure
+
+if TYPE_CHECKING:  # the replay report's types: replay loads only when a replay runs
+    from agentreplay_otel.replay import Divergence
+    from agentreplay_replay.replayer import ReplayOutcome, ReplayRun
 
 CHAIN_STATES: dict[ChainState, str] = {
     ChainState.INTACT: "every link checks and the run is sealed",
@@ -191,7 +193,6 @@ def report_json(report: ChainReport) -> dict[str, Any]:
 
 
 # --- replay, fork and diff ---------------------------------------------------------------------
-_OUTCOME_STYLE = {Outcome.MATCHED: "bold green", Outcome.DIVERGED: "bold red", Outcome.FORKED: "bold yellow"}
 _PAIR_STYLE = {"same": "green", "request-differs": "bold red", "answer-differs": "yellow",
                "only-left": "red", "only-right": "red"}
 
@@ -199,6 +200,9 @@ _PAIR_STYLE = {"same": "green", "request-differs": "bold red", "answer-differs":
 def replay_report(outcome: ReplayOutcome) -> Group:
     """One replay, for a person: what matched, what did not and why (quoting the agent's traceback
     when its exit is the divergence), and how the agent exited when it failed."""
+    from agentreplay_otel.replay import Outcome, Reason  # loaded already: the replay ran
+
+    styles = {Outcome.MATCHED: "bold green", Outcome.DIVERGED: "bold red", Outcome.FORKED: "bold yellow"}
     report = outcome.report
     assert report is not None
     chain = outcome.chain
@@ -214,7 +218,7 @@ def replay_report(outcome: ReplayOutcome) -> Group:
     went = outcome.replay_run
     if went is not None and went.run_id:
         facts.add_row("this replay's run", replay_run_text(went))
-    parts: list[Any] = [source, facts, Text(report.outcome.upper(), style=_OUTCOME_STYLE[report.outcome])]
+    parts: list[Any] = [source, facts, Text(report.outcome.upper(), style=styles[report.outcome])]
     divergence = report.divergence
     if divergence is not None and divergence.reason is Reason.EXIT_DIFFERS:  # the exit is the divergence
         parts += [Text(f"the agent {divergence.name}", style="bold red"),

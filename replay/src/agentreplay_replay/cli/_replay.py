@@ -6,14 +6,13 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import recording_from_spans
 from agentreplay_otel.replay import Mode, OnDivergence, Plan
-from agentreplay_replay import replayer
 from agentreplay_replay.cli import _render as render
 from agentreplay_replay.cli._case import (
     CaseOrgKeyOpt,
@@ -23,8 +22,21 @@ from agentreplay_replay.cli._case import (
     case_org_key,
 )
 from agentreplay_replay.cli._client import Collector, open_run, reader, resolve_run
-from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
+from agentreplay_replay.cli._common import (
+    CLIError,
+    CollectorOpt,
+    JsonOpt,
+    StoreOpt,
+    lazy_module,
+    out,
+    print_json,
+)
 from agentreplay_replay.diffing import first_difference, pair_steps, request_changes
+
+if TYPE_CHECKING:
+    from agentreplay_replay import replayer
+else:
+    replayer = lazy_module("agentreplay_replay.replayer")
 
 PANEL = "Replay"
 app = typer.Typer()

@@ -3,16 +3,29 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_otel.core import semconv
-from agentreplay_replay import case as casefile
-from agentreplay_replay import testgen as generator
 from agentreplay_replay.cli._client import case_of, open_run, org_key_from_env, org_public_key
-from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, StoreOpt, out, print_json
+from agentreplay_replay.cli._common import (
+    CLIError,
+    CollectorOpt,
+    JsonOpt,
+    StoreOpt,
+    lazy_module,
+    out,
+    print_json,
+)
+
+if TYPE_CHECKING:
+    from agentreplay_replay import case as casefile
+    from agentreplay_replay import testgen as generator
+else:
+    casefile = lazy_module("agentreplay_replay.case")
+    generator = lazy_module("agentreplay_replay.testgen")
 
 PANEL = "Incidents"
 app = typer.Typer()
