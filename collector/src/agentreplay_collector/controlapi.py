@@ -40,7 +40,7 @@ from agentreplay_collector.auth import AuthProcessor
 from agentreplay_collector.errors import RequestError, StoreError
 from agentreplay_collector.models import SCOPE_AGENT, SCOPE_RUN
 from agentreplay_collector.scope import ScopeProcessor
-from agentreplay_otel.core import AgentIdentity, AgentReplayError
+from agentreplay_otel.core import TRACE_ID_FORM, AgentIdentity, AgentReplayError, normal_trace_id
 
 PING_S = 5.0
 
@@ -90,7 +90,8 @@ def routes(
         doc = json.loads(await request.body())
         if not isinstance(doc, dict):
             raise ValueError("expected a JSON object")
-        run_id = str(doc.get("run_id") or "").lower()
+        run_id = _run_id(str(doc.get("run_id") or ""), "run_id", optional=True)
+        doc["run_id"] = run_id
         reads: list[concurrent.futures.Future[Any]] = []  # what would block: on threads, at once
         if who is not None and run_id and scope.owners.owner(run_id) is None:
             # a run first heard of: the caller opens it, unless the store says another agent did
@@ -173,7 +174,7 @@ def routes(
 
     async def decisions(request: Request) -> JSONResponse:
         who = reader(request)
-        run = request.query_params.get("run", "").lower()
+        run = _run_id(request.query_params.get("run", ""), "run")
         if not who.operator:
             who.check_agent(await asyncio.wrap_future(scope.owners.lookup_later(run)))
         if scope.store is None:
@@ -255,5 +256,15 @@ def _target(doc: dict[str, Any]) -> tuple[str, str]:
     target = str(doc.get("target") or "")
     if kind not in (SCOPE_RUN, SCOPE_AGENT) or not target:
         raise ValueError("expected {scope: run|agent, target: ID}")
-    return kind, target.lower() if kind == SCOPE_RUN else target
+    return kind, _run_id(target, "target") if kind == SCOPE_RUN else target
+
+
+def _run_id(value: str, name: str, *, optional: bool = False) -> str:
+    """A run id given in a request, in its stored form ("" when ``optional`` and not given); else 400."""
+    if optional and not value:
+        return ""
+    found = normal_trace_id(value)
+    if found is None:
+        raise ValueError(f"{name} must be a run id ({TRACE_ID_FORM})")
+    return found
 

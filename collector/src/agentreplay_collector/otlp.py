@@ -26,9 +26,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from agentreplay_collector.errors import MalformedRequest
 from agentreplay_collector.models import RunArrival
 from agentreplay_otel.core import (
+    TRACE_ID_FORM,
     EventRecord,
     SpanRecord,
     claims_chain,
+    is_trace_id,
     kind_name,
     semconv,
     status_name,
@@ -263,6 +265,7 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
                 sid = span_id.hex()
                 pid = parent.hex()
                 attrs = stored_attributes(sp.attributes)
+                _check_run_ids(sp.name, attrs)
                 kind = _OTLP_KINDS[sp.kind] if 0 <= sp.kind < 6 else "Unspecified"
                 status = status_name(sp.status.code)
                 message = sp.status.message
@@ -337,6 +340,14 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
     return ConvertedRequest(table=table, records=records, agent_ids=frozenset(agents), days=frozenset(days))
 
 
+def _check_run_ids(name: str, attrs: dict[str, str]) -> None:
+    """A run id a span names (``agentreplay.replay.of``) is a trace id as stored, or the export is refused:
+    the recorder writes one only so, and the id is read back into queries, case files and generated tests."""
+    named = attrs.get(semconv.REPLAY_OF)
+    if named is not None and not is_trace_id(named):
+        raise MalformedRequest(f"span {name!r}: {semconv.REPLAY_OF} must be a run id ({TRACE_ID_FORM})")
+
+
 def _map_array(offsets: list[int], keys: list[str], values: list[str]) -> pa.MapArray:
     return pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
@@ -379,6 +390,8 @@ class _Nested:
 
     def add_links(self, links: Any) -> None:
         for link in links:
+            if len(link.trace_id) != 16 or len(link.span_id) != 8:
+                raise MalformedRequest("a span link's trace_id must be 16 bytes, its span_id 8")
             self._attrs(link.attributes)
             self.a.append(link.trace_id.hex())
             self.b.append(link.span_id.hex())

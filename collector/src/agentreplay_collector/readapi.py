@@ -40,7 +40,6 @@ import base64
 import concurrent.futures
 import datetime as dt
 import json
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -55,9 +54,14 @@ from agentreplay_collector.models import ModelTrial, RunSummary, StoredClassific
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import LogDamaged, LogView
-from agentreplay_otel.core import public_key_bytes
+from agentreplay_otel.core import (
+    TRACE_ID_FORM,
+    is_trace_id,
+    is_trace_id_prefix,
+    normal_trace_id,
+    public_key_bytes,
+)
 
-_RUN_ID = re.compile(r"[0-9a-f]{32}")
 MAX_LIMIT = 10_000
 MAX_LEAVES = 10_000
 MAX_RANGES = 4096
@@ -94,9 +98,10 @@ def parse_cursor(value: str | None) -> tuple[int, str] | None:
     if not value:
         return None
     start, _, rid = value.partition(":")
-    if not start.isdigit() or not _RUN_ID.fullmatch(rid.lower()):
+    run_id = normal_trace_id(rid)
+    if not start.isdigit() or run_id is None:
         raise BadQuery("after must be START_NS:RUN_ID, as a page's next gives it")
-    return int(start), rid.lower()
+    return int(start), run_id
 
 
 def build_app(
@@ -148,9 +153,9 @@ def build_app(
         return endpoint
 
     def run_id(request: Request) -> str:
-        value = request.path_params["run_id"].lower()
-        if not _RUN_ID.fullmatch(value):
-            raise BadQuery("a run id is a trace id: 32 hex digits")
+        value = normal_trace_id(request.path_params["run_id"])
+        if value is None:
+            raise BadQuery(f"a run id is a trace id: {TRACE_ID_FORM}")
         return value
 
     async def health(request: Request) -> JSONResponse:
@@ -185,7 +190,7 @@ def build_app(
         if not limit_raw.isdigit() or int(limit_raw) > MAX_LIMIT:
             raise BadQuery(f"limit must be an integer from 0 to {MAX_LIMIT}")
         prefix = q.get("prefix", "").lower()
-        if len(prefix) > 32 or not all(c in "0123456789abcdef" for c in prefix):
+        if prefix and not is_trace_id_prefix(prefix):
             raise BadQuery("prefix: up to 32 hex digits of a trace id")
         if not caller(request).operator:
             return JSONResponse({"error": "traces that are not runs belong to no agent: the admin token reads them"},
@@ -244,9 +249,10 @@ def build_app(
             records = _classifications_in(await request.body())
             await call("insert_classifications", records)
             return JSONResponse({"stored": len(records)})
-        ids = [i.lower() for i in request.query_params.getlist("run")]
-        if len(ids) > MAX_LIMIT or not all(_RUN_ID.fullmatch(i) for i in ids):
-            raise BadQuery(f"run: up to {MAX_LIMIT} run ids (32 hex digits each)")
+        given = [normal_trace_id(i) for i in request.query_params.getlist("run")]
+        ids = [i for i in given if i is not None]
+        if len(ids) > MAX_LIMIT or len(ids) != len(given):
+            raise BadQuery(f"run: up to {MAX_LIMIT} run ids ({TRACE_ID_FORM} each)")
         if not who.operator:
             owners = [await asyncio.get_running_loop().run_in_executor(pool, run_owners.lookup, i) for i in ids]
             ids = [i for i, owner in zip(ids, owners, strict=True) if who.may_read(owner)]
@@ -371,8 +377,8 @@ def _classifications_in(body: bytes) -> list[StoredClassification]:
         records = [StoredClassification.from_json(c) for c in doc["classifications"]]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BadQuery(f'expected {{"classifications": [...]}}: {exc}') from exc
-    if not all(_RUN_ID.fullmatch(r.run_id) for r in records):
-        raise BadQuery("a classification's run_id is a trace id: 32 hex digits")
+    if not all(is_trace_id(r.run_id) for r in records):
+        raise BadQuery(f"a classification's run_id is a trace id: {TRACE_ID_FORM}")
     return records
 
 
@@ -382,8 +388,8 @@ def _model_trials_in(body: bytes) -> list[ModelTrial]:
         trials = [ModelTrial.from_json(t) for t in json.loads(body)["trials"]]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise BadQuery(f'expected {{"trials": [...]}}: {exc}') from exc
-    if not all(_RUN_ID.fullmatch(t.run_id) for t in trials):
-        raise BadQuery("a trial's run_id is a trace id: 32 hex digits")
+    if not all(is_trace_id(t.run_id) for t in trials):
+        raise BadQuery(f"a trial's run_id is a trace id: {TRACE_ID_FORM}")
     return trials
 
 
