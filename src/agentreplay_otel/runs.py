@@ -30,6 +30,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from agentreplay_otel import intercept, semconv, settings
 from agentreplay_otel.content import to_json
+from agentreplay_otel.ids import TRACE_ID_FORM, normal_trace_id
 from agentreplay_otel.version import __version__
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -94,6 +95,14 @@ def _remember(state: RunState) -> None:
 def last_run_id() -> str | None:
     """The id of the run most recently opened in this process (the replay report names it)."""
     return _last_run_id
+
+
+def _run_id(value: str) -> str:
+    """``replay_of`` as stored (lower case); ValueError now rather than an export the collector refuses."""
+    found = normal_trace_id(str(value))
+    if found is None:
+        raise ValueError(f"replay_of must be a run id ({TRACE_ID_FORM}), got {value!r}")
+    return found
 
 
 def run_attributes(
@@ -170,7 +179,7 @@ class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
         self.name = name
         self.input = input
         self.kind = kind
-        self.replay_of = replay_of
+        self.replay_of = _run_id(replay_of) if replay_of else None
         self._provider = tracer_provider
         self._state: RunState | None = None
         self._token: Token | None = None

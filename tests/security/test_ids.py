@@ -62,6 +62,13 @@ def test_what_an_id_is():
         and not is_trace_id_prefix("0" * 33)
 
 
+def test_the_recorder_refuses_to_name_a_replayed_run_by_anything_but_a_run_id():
+    """The collector refuses such an export; the recorder says so when the run is opened."""
+    with pytest.raises(ValueError, match="replay_of must be a run id"):
+        agentreplay_otel.run("booker", kind=semconv.RUN_KIND_REPLAY, replay_of='ab"""; x')
+    assert agentreplay_otel.run("booker", kind=semconv.RUN_KIND_REPLAY, replay_of=RUN.upper()).replay_of == RUN
+
+
 # --- a run re-sealed under a hostile id -------------------------------------------------------------------
 @agentreplay_otel.tool(side_effect=True)
 def book(flight: str) -> dict:
