@@ -12,7 +12,6 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Group
-from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
@@ -262,6 +261,8 @@ def divergence_parts(d: Divergence) -> list[Any]:
             table.add_row(f.path, _clip(f.recorded), _clip(f.replayed))
         parts.append(table)
     if d.diff:
+        from rich.syntax import Syntax  # pygments: loaded only to colour a diff
+
         parts.append(Syntax(d.diff, "diff", theme="ansi_dark", word_wrap=True))
     return parts
 
