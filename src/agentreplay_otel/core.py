@@ -108,7 +108,9 @@ if _typing.TYPE_CHECKING:
         chain_head,
         decode_leaf,
         sign_checkpoint,
+        sign_verdict,
         verify_log_certificate,
+        verify_verdict,
     )
 
 _HOME: dict[str, tuple[str, str]] = {  # each name -> (its module, its name there; "" for a module itself)
@@ -191,7 +193,9 @@ _HOME: dict[str, tuple[str, str]] = {  # each name -> (its module, its name ther
     "chain_head": ("agentreplay_otel.transparency", "chain_head"),
     "decode_leaf": ("agentreplay_otel.transparency", "decode_leaf"),
     "sign_checkpoint": ("agentreplay_otel.transparency", "sign_checkpoint"),
+    "sign_verdict": ("agentreplay_otel.transparency", "sign_verdict"),
     "verify_log_certificate": ("agentreplay_otel.transparency", "verify_log_certificate"),
+    "verify_verdict": ("agentreplay_otel.transparency", "verify_verdict"),
 }
 """Loaded on first use (PEP 562): a reader that needs the attribute names alone (the CLI's ``--help``)
 does not load the chain verifier, the keys or the price table."""
@@ -291,7 +295,9 @@ __all__ = [
     "chain_head",
     "decode_leaf",
     "sign_checkpoint",
+    "sign_verdict",
     "verify_log_certificate",
+    "verify_verdict",
     # errors
     "AgentReplayError",
     "ConfigurationError",

@@ -45,8 +45,8 @@ from agentreplay_otel.core import (
     load_private_key,
     merkle,
     sign_checkpoint,
+    sign_verdict,
 )
-from agentreplay_otel.transparency import sign_verdict
 
 _log = logging.getLogger(__name__)
 _EXTENSION = "extensions.agentreplay_transparency"
