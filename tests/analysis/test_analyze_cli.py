@@ -6,10 +6,12 @@ a chain that does not verify."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -32,6 +34,15 @@ def world(tmp_path_factory):
 def cli(world, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(world.cli_args(*args), env=env or world.env, capture_output=True, text=True, timeout=180,
                           cwd=world.root)
+
+
+def wait_for_row(client, run_id: str, timeout_s: float = 30.0):
+    """The run's row once the collector has judged its chain (its kind and what it replays come with it)."""
+    deadline = time.monotonic() + timeout_s
+    while (row := client.get_run(run_id)) is None or row.chain.status.value == "pending":
+        assert time.monotonic() < deadline, f"run {run_id} not judged in {timeout_s} s"
+        time.sleep(0.2)
+    return row
 
 
 def _judge_answer(request: Request) -> ScriptedReply:
@@ -72,8 +83,10 @@ def test_the_proposed_fork_command_run_as_printed_books_friday(world):
                           timeout=180, cwd=world.root)  # the collector from $AGENTREPLAY_COLLECTOR, as a user's shell
     assert done.returncode == 0, done.stdout + done.stderr
     assert world.bookings() == bookings  # sandboxed
+    [fork_id] = re.findall(r"this replay's run\s+([0-9a-f]{32})", done.stdout)
     with world.collector.client() as client:
-        [fork] = [r for r in client.list_runs(limit=50) if r.run_kind == "fork" and r.replay_of == world.run_id][:1]
+        fork = wait_for_row(client, fork_id)  # the run's row takes its kind once the collector judges the chain
+        assert (fork.run_kind, fork.replay_of) == ("fork", world.run_id)
         spans = client.get_run_spans(fork.run_id)
     booking = next(s for s in spans if s.name == "execute_tool book_flight")
     booked = json.loads(booking.attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS])

@@ -47,10 +47,11 @@ def _runs_by_kind(collector: CollectorProcess, kind: str) -> list[Any]:
 
 
 def _wait_kind(collector: CollectorProcess, kind: str, timeout_s: float = 30.0) -> Any:
+    """The newest run of ``kind`` once the collector has judged its chain (what trust counts)."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         found = _runs_by_kind(collector, kind)
-        if found:
+        if found and found[0].chain.status.value != "pending":
             return found[0]
         time.sleep(0.1)
     raise AssertionError(f"no {kind} run stored")
