@@ -20,7 +20,8 @@ import pytest
 from agentreplay_collector.client import CollectorClient
 from agentreplay_dev.scenario import STORY_REQUEST, FlightWorld, flight_world
 from agentreplay_replay.analysis import Verdict, detect
-from agentreplay_replay.case import Case, collect
+from agentreplay_replay.case import Case
+from agentreplay_replay.cli._client import case_of
 
 
 @dataclass
@@ -100,5 +101,5 @@ def stopped_flight(tmp_path_factory: pytest.TempPathFactory) -> RecordedFlight:
 def story(flight: RecordedFlight) -> tuple[Case, Verdict]:
     """The story's case (collected through the collector) and the detectors' verdict on it."""
     with CollectorClient(flight.world.collector.control) as client:
-        case = collect(client, flight.run_id)
+        case = case_of(client, flight.run_id)
     return case, detect(case.spans)

@@ -28,7 +28,8 @@ from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCa
 from agentreplay_dev.scenario import BIN
 from agentreplay_otel.core import load_prices, semconv
 from agentreplay_replay.analysis import Outcome, detect
-from agentreplay_replay.case import UNSIGNED_NOTICE, collect
+from agentreplay_replay.case import UNSIGNED_NOTICE
+from agentreplay_replay.cli._client import case_of
 from agentreplay_replay.packets import dispute_packet, insurance_packet, render_html
 
 pytestmark = pytest.mark.e2e
@@ -134,7 +135,7 @@ def refunds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Refunds]:
 
 def _case(refunds: Refunds, run_id: str):
     with CollectorClient(refunds.env[semconv.ENV_COLLECTOR]) as client:
-        case = collect(client, run_id)
+        case = case_of(client, run_id)
     return case, detect(case.spans)
 
 

@@ -23,6 +23,7 @@ from agentreplay_otel.core import InclusionProof, load_public_key, semconv, veri
 from agentreplay_otel.pricing import cost_usd, load_prices
 from agentreplay_replay import case as cases
 from agentreplay_replay.analysis import Outcome, detect, run_view
+from agentreplay_replay.cli._client import case_of
 from agentreplay_replay.packets import CLAIM, DISPUTE, dispute_packet, insurance_packet, render_html
 
 pytestmark = pytest.mark.e2e
@@ -35,7 +36,7 @@ def fixed(flight, story, tmp_path_factory):
     world.record(STORY_REQUEST, agent=fixed_agent(tmp_path_factory.mktemp("fixed-agent")))
     run_id = world.newest_verified_run()
     with CollectorClient(world.collector.control) as client:
-        case = cases.collect(client, run_id)
+        case = case_of(client, run_id)
     return case, detect(case.spans)
 
 

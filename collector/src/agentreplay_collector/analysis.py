@@ -18,10 +18,14 @@ With the transparency log's key configured, every verdict the worker stores is s
 (:meth:`~agentreplay_collector.translog.LogSigner.sign_verdict`): a case carries its verdicts, and
 only a signed one counts as evidence there (a verdict posted to the store by anyone else is not).
 
-With ``incidents`` configured, each halted run it analyses also gets its incident written (root
+With ``incidents`` configured, each halted run it has analysed also gets its incident written (root
 cause, regression test and case, dispute and claim packets, walkthrough) under ``incidents.dir/RUN``,
 by the writer of entry point group :data:`INCIDENT_GROUP`; a run analysed again (its row changed:
-more spans, its decisions in) has its incident written again.
+more spans, its decisions in) has its incident written again. The incidents have a backlog of their
+own in the store (:mod:`.incidents`): a run's verdict being stored does not make its incident done,
+so a kill between the two, or a folder that refuses writes for a while, loses nothing: the next
+round (or the next start) writes what is due. What is kept is capped per agent and in all, the
+oldest removed first.
 """
 
 from __future__ import annotations
@@ -36,9 +40,11 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentreplay_collector import incidents as kept
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.config import DETECTORS, AnalysisConfig, IncidentSettings, JudgeSettings
 from agentreplay_collector.errors import StoreError
+from agentreplay_collector.incidents import IncidentDue, IncidentState, StoredIncident
 from agentreplay_collector.models import ChainStatus, StoredClassification
 from agentreplay_otel.core import SpanRecord
 
@@ -66,7 +72,9 @@ class VerdictSigner(Protocol):
 
 
 class IncidentWriter(Protocol):
-    """What the incident entry point gives: a run in the store in, its incident folder out."""
+    """What the incident entry point gives: a run in the store in, its incident folder out, whole
+    (written aside and renamed into place). An :class:`OSError` says the folder refused it (retried);
+    any other error that the run's incident cannot be written (not retried until the run changes)."""
 
     def __call__(self, source: Store, run_id: str, out_dir: Path, org_key_path: Path) -> Path: ...
 
@@ -99,7 +107,12 @@ class AnalysisWorker:
         self.analysed_runs = 0
         self.failed_runs = 0  # runs whose analysis raised (logged; retried next round)
         self.incidents_written = 0
-        self.incidents_failed = 0
+        self.incidents_failed = 0  # attempts that failed (the folder refused it, or the writer the run)
+        self.incidents_removed = 0  # removed by retention, past a cap
+        self._kept: tuple[int, int] = (0, 0)  # incidents on disk and their bytes (the store's records)
+        self._waiting = 0  # halted runs whose incident is due, at the last round
+        self._refused_since: float | None = None  # the folder has refused writes since then (logged once)
+        self._swept = False
         self.native_thread_id = 0
 
     def start(self) -> None:
@@ -131,9 +144,12 @@ class AnalysisWorker:
             self._thread.join(timeout_s)
 
     def stats(self) -> dict[str, Any]:
+        incidents = {} if self.cfg.incidents is None else {
+            "incidents_removed": self.incidents_removed, "incidents_kept": self._kept[0],
+            "incidents_kept_bytes": self._kept[1], "incidents_waiting": self._waiting}
         return {"analysed_runs": self.analysed_runs, "failed_runs": self.failed_runs,
                 "incidents_written": self.incidents_written, "incidents_failed": self.incidents_failed,
-                "running": self._thread is not None and self._thread.is_alive()}
+                **incidents, "running": self._thread is not None and self._thread.is_alive()}
 
     # --- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -151,14 +167,16 @@ class AnalysisWorker:
                 self._wake.clear()
 
     def run_once(self) -> int:
-        """Analyse up to ``batch`` runs of the backlog, oldest first; how many were taken."""
+        """Analyse up to ``batch`` runs of the backlog, oldest first, then write up to ``batch`` incidents
+        that are due; how many runs were taken (the larger of the two)."""
         assert self.analyzer is not None
         run_ids = self.store.runs_to_analyse(DETECTORS, limit=self.cfg.batch)
         for run_id in run_ids:
             if self._stopping.is_set():
                 break
             self._analyse(run_id)
-        return len(run_ids)
+        written = self._incidents(self.cfg.incidents) if self.cfg.incidents is not None else 0
+        return max(len(run_ids), written)
 
     def _analyse(self, run_id: str) -> None:
         assert self.analyzer is not None
@@ -172,8 +190,6 @@ class AnalysisWorker:
             records = [_unsure(run_id, chain, f"the analysis failed: {type(exc).__name__}: {exc}")]
         self.store.insert_classifications([self._signed(r) for r in records])
         self.analysed_runs += 1
-        if self.cfg.incidents is not None:
-            self._incident(run_id, self.cfg.incidents)
 
     def _signed(self, record: StoredClassification) -> StoredClassification:
         """The verdict signed with the log key when there is one; stored unsigned (and said) if it cannot be."""
@@ -186,24 +202,95 @@ class AnalysisWorker:
                          record.classifier, exc)
             return record
 
-    def _incident(self, run_id: str, settings: IncidentSettings) -> None:
-        """The incident of a halted run, written beside the others; a failure is logged, never raised."""
-        summary = self.store.get_run(run_id)
-        if summary is None or not summary.halted:
-            return
+    # --- incidents ---------------------------------------------------------------------------------
+    def _incidents(self, settings: IncidentSettings) -> int:
+        """Write the incidents that are due (up to ``batch``), then keep what the caps allow; how many were
+        due. The first round also sweeps what a killed writer left. A folder that refuses a write ends
+        the round: the rest are due next round."""
         if self.incidents is None or settings.org_public_key is None:
-            _log.warning("agentreplay_analysis: no incident writer in entry point group %s (install "
-                         "agentreplay-replay); run %s's incident is not written", INCIDENT_GROUP, run_id)
-            return
-        try:
-            written = self.incidents(self.store, run_id, settings.dir, settings.org_public_key)
-        except Exception:  # a writer bug must not stop the analysis
-            self.incidents_failed += 1
-            _log.exception("agentreplay_analysis: writing run %s's incident failed", run_id)
-            return
-        self.incidents_written += 1
-        _log.info("agentreplay_analysis: halted run %s: incident written to %s", run_id, written)
+            if not self._swept:
+                _log.warning("agentreplay_analysis: no incident writer in entry point group %s (install "
+                             "agentreplay-replay); halted runs' incidents are not written", INCIDENT_GROUP)
+                self._swept = True
+            return 0
+        if not self._swept:
+            self._sweep(settings)
+        due = self.store.incidents_due(DETECTORS, limit=self.cfg.batch)
+        self._waiting = len(due)
+        for run in due:
+            if self._stopping.is_set() or not self._incident(run, settings):
+                break
+            self._waiting -= 1
+        if due or not self._kept[0]:
+            self._retain(settings)
+        return len(due)
 
+    def _sweep(self, settings: IncidentSettings) -> None:
+        removed = [i.run_id for i in self.store.incidents(IncidentState.REMOVED)]
+        try:
+            gone = kept.sweep(settings.dir, removed)
+        except OSError as exc:
+            _log.warning("agentreplay_analysis: the incidents folder %s could not be swept: %s", settings.dir, exc)
+            return
+        if gone:
+            _log.info("agentreplay_analysis: %d incomplete or removed incident folder(s) deleted from %s",
+                      gone, settings.dir)
+        self._swept = True
+
+    def _incident(self, run: IncidentDue, settings: IncidentSettings) -> bool:
+        """Write one halted run's incident and record it; False when the folder refused it (a failure of
+        the run itself is recorded as failed, logged, never raised)."""
+        assert self.incidents is not None and settings.org_public_key is not None
+        try:
+            written = self.incidents(self.store, run.run_id, settings.dir, settings.org_public_key)
+            size = kept.folder_bytes(written)
+        except OSError as exc:  # the folder (full, unwritable, gone): the run stays due
+            self.incidents_failed += 1
+            if self._refused_since is None:
+                self._refused_since = self._clock()
+                _log.warning("agentreplay_analysis: the incidents folder %s refused run %s's incident (%s); "
+                             "halted runs' incidents wait until it takes them", settings.dir, run.run_id, exc)
+            return False
+        except StoreError:  # the store is away: the round ends, the run stays due
+            raise
+        except Exception as exc:  # a case that does not check, a writer bug: recorded, not retried
+            self.incidents_failed += 1
+            _log.exception("agentreplay_analysis: writing run %s's incident failed", run.run_id)
+            self._record(run, IncidentState.FAILED, 0, f"{type(exc).__name__}: {exc}")
+            return True
+        if self._refused_since is not None:
+            _log.info("agentreplay_analysis: the incidents folder %s takes incidents again", settings.dir)
+            self._refused_since = None
+        self._record(run, IncidentState.WRITTEN, size, str(written))
+        self.incidents_written += 1
+        _log.info("agentreplay_analysis: halted run %s: incident written to %s (%d bytes)", run.run_id, written, size)
+        return True
+
+    def _record(self, run: IncidentDue, state: IncidentState, size: int, detail: str) -> None:
+        self.store.insert_incidents([StoredIncident(
+            run_id=run.run_id, agent_id=run.agent_id, run_updated_ns=run.run_updated_ns, state=state,
+            bytes=size, detail=detail, time_ns=time.time_ns())])
+
+    def _retain(self, settings: IncidentSettings) -> None:
+        """Remove the oldest incidents past a cap (recorded as removed first, then their folder goes)."""
+        written = self.store.incidents(IncidentState.WRITTEN)
+        removing = kept.to_remove(written, settings.caps)
+        if removing:
+            now = time.time_ns()
+            self.store.insert_incidents([StoredIncident(
+                run_id=i.run_id, agent_id=i.agent_id, run_updated_ns=i.run_updated_ns, state=IncidentState.REMOVED,
+                bytes=0, detail="removed: past a cap on the incidents kept (oldest first)", time_ns=now)
+                for i in removing])
+            for incident in removing:
+                try:
+                    kept.remove_folder(settings.dir / incident.run_id)
+                except OSError as exc:  # swept at the next start
+                    _log.warning("agentreplay_analysis: removing run %s's incident failed: %s", incident.run_id, exc)
+            self.incidents_removed += len(removing)
+            _log.info("agentreplay_analysis: %d incident(s) removed, oldest first, past a cap", len(removing))
+        gone = {i.run_id for i in removing}
+        left = [i for i in written if i.run_id not in gone]
+        self._kept = (len(left), sum(i.bytes for i in left))
 
 def _unsure(run_id: str, chain: ChainStatus | None, why: str) -> StoredClassification:
     """The detectors' place-holder verdict on a run the analyzer could not judge: it says why."""

@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from agentreplay_collector.errors import ConfigError
+from agentreplay_collector.incidents import IncidentCaps
 from agentreplay_collector.reader import DEFAULT_CONTROL_HOST, DEFAULT_CONTROL_PORT
 from agentreplay_otel.core import (
     IdentityError,
@@ -179,9 +180,11 @@ class JudgeSettings:
 
 @dataclass(frozen=True, kw_only=True)
 class IncidentSettings:
-    """Where halted runs' incidents are written; the case is checked against the org key (auth's)."""
+    """Where halted runs' incidents are written, and how many (and how many bytes) are kept per agent
+    and in all, the oldest removed first; the case is checked against the org key (auth's)."""
 
     dir: Path
+    caps: IncidentCaps = field(default_factory=IncidentCaps)
     org_public_key: Path | None = None  # agentreplay_auth's, filled in by the config
 
 
@@ -806,10 +809,16 @@ def _parse_analysis(sec: _Section) -> AnalysisConfig:
     if sec.has("incidents") and sec.get("incidents") is not None:
         i = sec.section("incidents")
         folder = i.string("dir")
+        kept = IncidentCaps()
+        caps = IncidentCaps(
+            max_per_agent=i.integer("max_per_agent", kept.max_per_agent, minimum=1),
+            max_bytes_per_agent=_size(i, "max_bytes_per_agent", kept.max_bytes_per_agent),
+            max_total=i.integer("max_total", kept.max_total, minimum=1),
+            max_bytes_total=_size(i, "max_bytes_total", kept.max_bytes_total))
         i.done()
         if not folder:
             raise ConfigError(i.at("dir"), "the folder halted runs' incidents are written under", folder)
-        incidents = IncidentSettings(dir=Path(folder))
+        incidents = IncidentSettings(dir=Path(folder), caps=caps)
     cfg = AnalysisConfig(analyzer=sec.string("analyzer", "detectors") or "detectors",
                          poll_interval_s=sec.duration("poll_interval", 2.0),
                          batch=sec.integer("batch", 100, minimum=1, maximum=100_000), judge=judge,
@@ -829,6 +838,22 @@ def _with_org_key(config: CollectorConfig, analysis: AnalysisConfig | None) -> A
         raise ConfigError("extensions.agentreplay_analysis.incidents",
                           "agentreplay_auth with org_public_key too (each incident's case is checked against it)")
     return replace(analysis, incidents=replace(analysis.incidents, org_public_key=org))
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4}
+
+
+def _size(sec: _Section, key: str, default: int) -> int:
+    """A number of bytes: an integer, or a string like ``512KiB``, ``256MiB``, ``2GiB``; at least 1."""
+    value = sec.get(key)
+    if value is None:
+        return default
+    found = re.fullmatch(r"\s*(\d+)\s*([a-zA-Z]*)\s*", value) if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if found and found.group(2).lower() in _SIZE_UNITS and int(found.group(1)) >= 1:
+        return int(found.group(1)) * _SIZE_UNITS[found.group(2).lower()]
+    raise ConfigError(sec.at(key), "a size of at least 1 byte: an integer, or like 512KiB, 256MiB, 2GiB", value)
 
 
 def _text(sec: _Section, key: str) -> str:

@@ -11,8 +11,8 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
   verifier sees a forgery instead of the store hiding it.
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
   trust_scores, agent_keys, agent_certificates, manifests, the transparency log's
-  log_leaves (with its by-run projection), log_nodes, log_checkpoints, and multi-model replay's
-  model_trials) sit beside them.
+  log_leaves (with its by-run projection), log_nodes, log_checkpoints, multi-model replay's
+  model_trials, and the incident writer's incidents) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
 ``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
@@ -43,6 +43,7 @@ LOG_NODES = "log_nodes"  # the hash of every perfect subtree of the log's Merkle
 LOG_RUNS_PROJECTION = "by_run"  # log_leaves again, in run order: a run's leaves by primary key
 LOG_CHECKPOINTS = "log_checkpoints"  # the log's signed checkpoints
 MODEL_TRIALS = "model_trials"  # multi-model replay: each model tried at a failed run's culprit step
+INCIDENTS = "incidents"  # each halted run's incident folder: written, removed by retention, or failed
 
 CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
 """Part of the span identity: the same span retried is one row, a forged twin is another."""
@@ -377,6 +378,27 @@ _MODEL_TRIALS = _Table(
     shard_key="cityHash64(Task)",
 )
 
+# The collector's incident writer (agentreplay_collector.incidents): one row per run, the latest
+# (by UpdatedAt) its state. RunUpdatedAt is the run row's version the state is for: a halted run has
+# its incident due while no row is as new as its run row, so a verdict stored before the incident
+# (or a writer killed mid-write, or a folder that refused it) leaves the run due, and a restart or
+# the next round writes it. The kept rows' Bytes are what the caps count.
+_INCIDENTS = _Table(
+    name=INCIDENTS,
+    columns="""
+    RunId String,
+    AgentId LowCardinality(String),
+    RunUpdatedAt DateTime64(9),
+    State LowCardinality(String),
+    Bytes UInt64,
+    Detail String CODEC(ZSTD(1)),
+    UpdatedAt DateTime64(9)""",
+    engine="ReplacingMergeTree",
+    engine_args="UpdatedAt",
+    tail="ORDER BY (RunId)",
+    shard_key="cityHash64(RunId)",
+)
+
 TABLES: tuple[_Table, ...] = (
     _TRACES,
     _TRACE_ID_TS,
@@ -394,6 +416,7 @@ TABLES: tuple[_Table, ...] = (
     _LOG_NODES,
     _LOG_CHECKPOINTS,
     _MODEL_TRIALS,
+    _INCIDENTS,
 )
 
 

@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentreplay_collector import _rows, schema
 from agentreplay_collector.config import ClickHouseConfig
 from agentreplay_collector.errors import StoreError, StoreRejected, StoreUnavailable
+from agentreplay_collector.incidents import IncidentDue, IncidentState, StoredIncident
 from agentreplay_collector.models import (
     RULE_REPLAY_VERIFIED,
     SCOPE_AGENT,
@@ -101,6 +102,10 @@ _SPAN_COLUMNS = (
 _MODEL_TRIAL_COLUMNS = (
     "RunId, ForkRunId, AgentId, Task, TaskText, Step, Provider, Model, Outcome, FailureModes, Detail,"
     " toUnixTimestamp64Nano(CreatedAt)"
+)
+_INCIDENT_INSERT_COLUMNS = ("RunId", "AgentId", "RunUpdatedAt", "State", "Bytes", "Detail", "UpdatedAt")
+_INCIDENT_COLUMNS = (
+    "RunId, AgentId, toUnixTimestamp64Nano(RunUpdatedAt), State, Bytes, Detail, toUnixTimestamp64Nano(UpdatedAt)"
 )
 _CLASSIFICATION_COLUMNS = (
     "RunId, Classifier, Model, PromptSha256, ChainHash, Verified, Verdict, FailureModes, CulpritStep,"
@@ -726,6 +731,45 @@ class Store:
         if int(self._call("schema check", "query", sql, parameters=params).result_rows[0][0]):
             table = f"{opts.database}.{schema.CLASSIFICATIONS}"
             self._call("DDL", "command", f"RENAME TABLE {table} TO {table}_first")
+
+    # --- the incident writer: each halted run's incident folder ----------------------------------
+    def insert_incidents(self, records: Sequence[StoredIncident]) -> None:
+        """Incident records; a run's latest (by when it was recorded) replaces the others."""
+        rows = [[i.run_id, i.agent_id, _rows.dt(i.run_updated_ns), str(i.state), int(i.bytes), i.detail,
+                 _rows.dt(i.time_ns)] for i in records]
+        self._insert(schema.INCIDENTS, _INCIDENT_INSERT_COLUMNS, rows)
+
+    def incidents(self, state: IncidentState | None = None) -> list[StoredIncident]:
+        """Each run's latest incident record (in ``state``, if given), oldest first."""
+        sql = (
+            f"SELECT {_INCIDENT_COLUMNS} FROM {self.database}.{schema.INCIDENTS} FINAL"
+            " WHERE {state:String} = '' OR State = {state:String} ORDER BY UpdatedAt, RunId"
+        )
+        rows = self._call("incident list", "query", sql, parameters={"state": str(state or "")}).result_rows
+        return [StoredIncident(run_id=r[0], agent_id=r[1], run_updated_ns=int(r[2]), state=IncidentState(r[3]),
+                               bytes=int(r[4]), detail=r[5], time_ns=int(r[6])) for r in rows]
+
+    def incidents_due(self, classifier: str, *, limit: int) -> list[IncidentDue]:
+        """Halted runs (by their own row or an active halt of the run) that ``classifier`` has judged since
+        their row last changed and whose incident has no record as new as that row, oldest first: the
+        incident writer's backlog. The verdict alone never makes a run's incident done."""
+        db = self.database
+        sql = (
+            "SELECT r.RunId, r.AgentId, toUnixTimestamp64Nano(r.UpdatedAt) FROM"
+            f" (SELECT RunId, AgentId, Start, UpdatedAt FROM {db}.{schema.RUNS} FINAL"
+            " WHERE ChainStatus != {pending:String} AND (Halted != 0 OR RunId IN"
+            f" (SELECT TargetId FROM {db}.{schema.HALTS} FINAL WHERE Scope = {{run_scope:String}} AND Active = 1))"
+            ") AS r"
+            f" INNER JOIN (SELECT RunId, max(CreatedAt) AS Judged FROM {db}.{schema.CLASSIFICATIONS}"
+            " WHERE Classifier = {classifier:String} GROUP BY RunId) AS c ON c.RunId = r.RunId"
+            f" LEFT JOIN (SELECT RunId, RunUpdatedAt FROM {db}.{schema.INCIDENTS} FINAL) AS i ON i.RunId = r.RunId"
+            " WHERE c.Judged >= r.UpdatedAt AND i.RunUpdatedAt < r.UpdatedAt"
+            " ORDER BY r.Start, r.RunId LIMIT {limit:UInt32}"
+        )
+        params = {"pending": str(ChainState.PENDING), "run_scope": SCOPE_RUN, "classifier": classifier,
+                  "limit": int(limit)}
+        rows = self._call("incident backlog", "query", sql, parameters=params).result_rows
+        return [IncidentDue(run_id=r[0], agent_id=r[1], run_updated_ns=int(r[2])) for r in rows]
 
     # --- multi-model replay: each model tried at a failed run's culprit step ---------------------
     def insert_model_trials(self, trials: Sequence[ModelTrial]) -> None:

@@ -53,6 +53,7 @@ WATERMARKS: dict[str, str] = {
     schema.LOG_NODES: "LoggedAt",
     schema.LOG_CHECKPOINTS: "Timestamp",
     schema.MODEL_TRIALS: "CreatedAt",
+    schema.INCIDENTS: "UpdatedAt",
     **{table: "TimeUnix" for table in schema.METRIC_TABLES},
     schema.LOGS: "Timestamp",
 }

@@ -310,11 +310,13 @@ def fixed_agent(dest: Path) -> Path:
     return target
 
 
-def issue_identity(root: Path, agent_id: str = "flight-booker") -> dict[str, str]:
-    """As an operator issues them: an org key, the flight manifest signed by it, the agent's key,
-    and its identity token bound to that manifest (at most one booking per run)."""
+def issue_identity(root: Path, agent_id: str = "flight-booker", *, org_key: Path | None = None) -> dict[str, str]:
+    """As an operator issues them: an org key (``org_key``'s, else a new one), the flight manifest
+    signed by it, the agent's key, and its identity token bound to that manifest (at most one
+    booking per run)."""
     root.mkdir(parents=True, exist_ok=True)
-    org, agent = identity.generate_key(), identity.generate_key()
+    org = identity.load_private_key(org_key) if org_key is not None else identity.generate_key()
+    agent = identity.generate_key()
     identity.write_private_key(org, root / "org.pem")
     identity.write_public_key(org.public_key(), root / "org.pub.pem")
     identity.write_private_key(agent, root / "agent.pem")

@@ -24,13 +24,18 @@ UNSIGNED and not evidence (:data:`~agentreplay_replay.case.UNSIGNED_NOTICE`).
 
 from __future__ import annotations
 
+import os
+import re
+import shutil
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector.incidents import INCOMING, remove_folder
 from agentreplay_collector.models import TrustScore
 from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import IdentityError, load_public_key
@@ -118,14 +123,36 @@ def _text(path: Path, text: str, what: str) -> Written:
 
 def for_halted_run(source: RunReader, run_id: str, out_dir: Path, org_key_path: Path) -> Path:
     """The collector's hook (entry point ``agentreplay_incident:default``): the incident of a halted
-    run, in ``out_dir/<run id>``; returns that folder."""
+    run, in ``out_dir/<run id>``; returns that folder.
+
+    The incident is written into a folder of its own beside the others (named ``.incoming-…``) and
+    renamed into place once whole, replacing the run's earlier incident: a writer killed mid-write
+    leaves no half-written ``<run id>`` folder, only a dot-folder the collector sweeps at its next
+    start. An :class:`OSError` is the folder refusing it (the collector retries); the other errors say
+    the run's incident cannot be written."""
+    if not _FOLDER_NAME.fullmatch(run_id):
+        raise IncidentError(f"run id {run_id!r} cannot name a folder")
     try:
         key = load_public_key(org_key_path)
     except IdentityError as exc:
         raise IncidentError(f"the org public key {org_key_path}: {exc}") from exc
-    target = out_dir / run_id
-    write_incident(logged_case(source, run_id, PROOF_WAIT_S), target, key)
+    case = logged_case(source, run_id, PROOF_WAIT_S)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    incoming = out_dir / f"{INCOMING}{run_id}-{uuid.uuid4().hex[:12]}"
+    incoming.mkdir()
+    try:
+        write_incident(case, incoming, key)
+        target = out_dir / run_id
+        remove_folder(target)  # the run's earlier incident, if any
+        os.replace(incoming, target)
+    except BaseException:
+        shutil.rmtree(incoming, ignore_errors=True)
+        raise
     return target
+
+
+_FOLDER_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
+"""A run id that can name the incident's folder as it is (the collector's run ids are hex)."""
 
 
 def logged_case(source: RunReader, run_id: str, wait_s: float) -> casefile.Case:
