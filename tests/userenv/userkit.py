@@ -189,14 +189,15 @@ class Replayed:
 def replay(world: World, user: UserEnv, run_id: str, agent_dir: Path, service: str) -> Replayed:
     """``agentreplay replay RUN`` (the project's CLI) for an agent of a user's environment.
 
-    The agent's command is given after ``--`` and the CLI started from the agent's folder: replay
-    does not yet start the recorded interpreter in the recorded folder by itself. The one place
-    that says how a user's agent is replayed.
+    No command is given and the CLI is started from another folder than the agent's: replay starts
+    the recorded interpreter (the user's environment's) in the recorded folder by itself. The one
+    place that says how a user's agent is replayed.
     """
+    elsewhere = agent_dir.parent / f"{agent_dir.name}-elsewhere"
+    elsewhere.mkdir(exist_ok=True)
     done = subprocess.run(
-        [str(BIN / "agentreplay"), "replay", run_id, "--collector", world.collector.control, "--json",
-         "--", *user.command("agent.py")],
-        cwd=agent_dir, env=world.agent_env(user, service), capture_output=True, text=True, timeout=300)
+        [str(BIN / "agentreplay"), "replay", run_id, "--collector", world.collector.control, "--json"],
+        cwd=elsewhere, env=world.agent_env(user, service), capture_output=True, text=True, timeout=300)
     try:
         doc = json.loads(done.stdout)
     except ValueError:
