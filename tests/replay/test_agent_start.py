@@ -198,15 +198,32 @@ def test_a_case_files_recorded_command_never_runs_unasked(world, chosen, tmp_pat
         "replay without --": (("replay", str(case)), world.env),
         "fork without --": (("fork", str(case), "--at", "0", "--system", "x"), world.env),
         "models without --": (("models", str(case), "--at", "0", "--model", "gpt-4o"), world.env),
-        "replay, the flag, no org key": (("replay", str(case), "--recorded-command"), no_key),
-        "fork, the flag, no org key": (("fork", str(case), "--at", "0", "--system", "x", "--recorded-command"),
-                                       no_key),
+        "replay, the flag, no org key": (("replay", str(case), "--recorded-command", "--allow-unverified"), no_key),
+        "fork, the flag, no org key": (("fork", str(case), "--at", "0", "--system", "x", "--recorded-command",
+                                        "--allow-unverified"), no_key),
     }
     for name, (args, env) in attempts.items():
         text = one_error(cli(world, *args, env=env, cwd=tmp_path))
         assert "-c 'open(" in text, f"{name}: {text}"  # the recorded command, named
         assert ("org key" in text) if "no org key" in name else ("--recorded-command" in text), f"{name}: {text}"
         assert not marker.exists(), f"{name} ran the case's command"
+
+
+def test_a_case_not_checked_against_an_org_key_is_refused_unless_allowed_and_then_said_unverified(
+        world, chosen, tmp_path):
+    """With no org key a case is only consistent, which whoever edited it keeps so: replay, fork, models and
+    analyze refuse it; --allow-unverified uses it, saying UNVERIFIED first. Its command never runs."""
+    case, marker = chosen
+    no_key = {k: v for k, v in world.env.items() if k != semconv.ENV_ORG_PUBLIC_KEY}
+    given = ("--", sys.executable, "-c", "print('the given agent')")
+    for args in (("replay", str(case), *given), ("fork", str(case), "--at", "0", "--system", "x", *given),
+                 ("models", str(case), "--at", "0", "--model", "gpt-4o", *given), ("analyze", str(case))):
+        text = one_error(cli(world, *args, env=no_key, cwd=tmp_path))
+        assert "cannot be checked without the org public key" in text and "--allow-unverified" in text, text
+    done = cli(world, "replay", str(case), "--allow-unverified", *given, env=no_key, cwd=tmp_path)
+    assert done.stderr.lstrip().startswith("UNVERIFIED: case"), done.stderr
+    assert "the given agent" in done.stdout and done.returncode in (0, 1), said(done)  # the given command ran
+    assert not marker.exists()
 
 
 def test_a_case_files_recorded_command_runs_when_asked_with_the_org_key_printed_first(world, chosen, tmp_path):

@@ -76,7 +76,8 @@ def analyze(
     = False,
     allow_unverified: Annotated[bool, typer.Option("--allow-unverified",
                                                    help="Analyse a run whose chain does not verify (the stored "
-                                                        "verdict says so).")] = False,
+                                                        "verdict says so), or a case file not checked against an "
+                                                        "org key (said UNVERIFIED).")] = False,
     json_: JsonOpt = False,
     admin_token: AdminOpt = None,
     store: StoreOpt = None,

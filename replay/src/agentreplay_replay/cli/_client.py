@@ -30,8 +30,8 @@ from agentreplay_collector.models import (
     StoredClassification,
 )
 from agentreplay_collector.reader import DEFAULT_STORE, RunReader, normalize_store
-from agentreplay_otel.core import IdentityError, SignedCheckpoint, load_public_key, merkle
-from agentreplay_replay.cli._common import CLIError
+from agentreplay_otel.core import IdentityError, SignedCheckpoint, load_public_key, merkle, semconv
+from agentreplay_replay.cli._common import CLIError, err
 
 if TYPE_CHECKING:  # case files and replay load when a command needs them: `runs` answers without them
     from agentreplay_replay.case import Case
@@ -225,13 +225,16 @@ def every_run(source: RunReader, *, page_size: int = PAGE_SIZE) -> Iterator[RunS
 
 @contextmanager
 def open_run(arg: str, store: str | None, collector: str | None, *, allow_unverified: bool = False,
-             org_key: Ed25519PublicKey | None = None) -> Iterator[tuple[RunReader, str]]:
+             org_key: Ed25519PublicKey | None = None, require_org_key: bool = True) -> Iterator[tuple[RunReader, str]]:
     """The run a command names: a case file (an existing path) as a read-only reader of its one run,
     else the run (full id or unique prefix) through :func:`reader`.
 
     A case is checked first (:func:`agentreplay_replay.case.check`, with ``org_key``, else the org
-    public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY`` when set): one that does not verify is refused
-    unless ``allow_unverified``, as a run whose chain does not verify is refused."""
+    public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``): one that does not verify is refused unless
+    ``allow_unverified``, as a run whose chain does not verify is refused. With no org key a case
+    can only be checked for consistency, which anyone who edits it can keep: it is refused too
+    unless ``allow_unverified`` (then said UNVERIFIED), or unless the command labels what it makes
+    from an unsigned case itself (``require_org_key=False``: incident, testgen)."""
     path = Path(arg)
     if path.is_file():
         from agentreplay_replay.case import CaseError, CaseReader
@@ -242,10 +245,18 @@ def open_run(arg: str, store: str | None, collector: str | None, *, allow_unveri
             case = read_case(path)
         except CaseError as exc:
             raise CLIError(str(exc)) from exc
-        found = check_case(case, org_key or org_key_from_env())
+        key = org_key or org_key_from_env()
+        found = check_case(case, key)
         if not found.ok and not allow_unverified:
             raise CLIError(f"case {path} does not verify: {found.problems[0]}. Refusing a tampered case; "
                            "--allow-unverified uses it anyway")
+        if key is None and require_org_key:
+            if not allow_unverified:
+                raise CLIError(f"case {path} cannot be checked without the org public key (give --org-key or "
+                               f"${semconv.ENV_ORG_PUBLIC_KEY}): anyone may have written it. "
+                               "--allow-unverified uses it unchecked")
+            err.print(f"UNVERIFIED: case {path} was not checked against an org key (--allow-unverified): "
+                      "what follows rests on a file anyone may have written", style="bold red", soft_wrap=True)
         with CaseReader(case, path=path) as source:
             yield source, case.run_id
         return

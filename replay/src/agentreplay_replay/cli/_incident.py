@@ -62,7 +62,7 @@ def incident(
       agentreplay incident run.case.json -o incidents/run --json
     """
     key = org_key(org_key_path)
-    with open_run(run, store, collector, org_key=key) as (source, run_id):
+    with open_run(run, store, collector, org_key=key, require_org_key=False) as (source, run_id):
         case = case_of(source, run_id)
         trust = _trust(source, case.summary.agent_id)
     try:

@@ -82,7 +82,8 @@ def models(
         f"${_ANTHROPIC.api_key_env}.")] = None,
     timeout_s: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds each fork may run.")] = 600.0,
     allow_unverified: Annotated[bool, typer.Option("--allow-unverified",
-                                                   help="Fork a run whose chain does not verify.")] = False,
+                                                   help="Fork a run whose chain does not verify, or a case file "
+                                                        "not checked against an org key (said UNVERIFIED).")] = False,
     recorded_command: RecordedCommandOpt = False,
     org_key: CaseOrgKeyOpt = None,
     otlp_endpoint: Annotated[str | None, typer.Option(

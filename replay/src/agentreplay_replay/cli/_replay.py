@@ -48,7 +48,8 @@ CommandArg = Annotated[list[str] | None, typer.Argument(
     "recorded command line, with the recorded interpreter in the recorded directory; a case file's only with "
     "--recorded-command).", show_default=False)]
 AllowUnverifiedOpt = Annotated[bool, typer.Option("--allow-unverified",
-                                                  help="Replay a run whose chain does not verify.")]
+                                                  help="Replay a run whose chain does not verify, or a case file not "
+                                                       "checked against an org key (said UNVERIFIED).")]
 OtlpOpt = Annotated[str | None, typer.Option("--otlp-endpoint", help="Where the replay's own run is sent "
                                              "(OTLP/gRPC), e.g. 127.0.0.1:4317 (default: the running collector's)")]
 JsonReplayOpt = Annotated[bool, typer.Option("--json", help="Print the report as JSON; the agent's own stdout "
