@@ -47,7 +47,15 @@ class World:
     creds: dict[str, str]
     caps: dict[str, Any]
 
-    def start(self) -> CollectorProcess:
+    def start(self, where: CollectorProcess | None = None) -> CollectorProcess:
+        """A collector on the config; on ``where``'s ports, so the agents' exporters find it again."""
+        if where is not None:
+            doc = yaml.safe_load(self.config.read_text())
+            protocols = doc["receivers"]["otlp"]["protocols"]
+            protocols["grpc"]["endpoint"] = where.endpoints["grpc"]
+            protocols["http"]["endpoint"] = where.endpoints["http"]
+            doc["extensions"]["agentreplay_control"]["endpoint"] = where.endpoints["control"]
+            self.config.write_text(yaml.safe_dump(doc))
         return CollectorProcess(self.config, log=self.root / "collector.log").start()
 
     def write_incidents(self, on: bool) -> None:
@@ -180,6 +188,41 @@ def test_a_collector_killed_between_verdicts_and_incidents_loses_no_incident(tmp
         counted = stats(second)
     assert folders(world) == halted  # each run's folder, once; nothing half-written or aside is left
     assert counted["incidents_written"] == runs
+    for run_id in halted:
+        assert_whole(world.incidents / run_id)
+    records = stored_incidents(world)
+    assert sorted(records) == halted and {r.state for r in records.values()} == {IncidentState.WRITTEN}
+
+
+def test_a_sigkill_during_a_burst_of_halted_runs_loses_no_incident(tmp_path):
+    """Killed (SIGKILL) as its first incident appears, with the agent still halting runs: the collector
+    started again on the same ports (the agent's exporter retries there) writes each halted run's
+    incident, whole, once, and leaves nothing aside."""
+    world = make_world(tmp_path)
+    first = world.start()
+    runs = 10
+    answer = '{"flight": "TP123", "price_eur": 129}'
+    agent = world.agent(first, runs, answer, wait=False)
+    try:
+        deadline = time.monotonic() + 120
+        while not (world.incidents.exists() and any(world.incidents.iterdir())):
+            assert time.monotonic() < deadline and agent.poll() in (None, 0), f"no incident begun; {world.log()}"
+            time.sleep(0.005)
+        first.kill()
+        second = world.start(where=first)
+    finally:
+        agent.communicate(timeout=180)
+    try:
+        halted = halted_runs(second, runs, timeout_s=30)
+        if len(halted) < runs:  # runs the agent finished while no collector listened are the agent's loss
+            world.agent(second, runs - len(halted), answer)
+            halted = halted_runs(second, runs)
+        assert len(halted) >= runs, world.log()
+        wait_for(lambda: set(halted) <= set(folders(world)), "not every halted run got its incident", world)
+        wait_for(lambda: stats(second)["incidents_waiting"] == 0, "incidents still due", world)
+    finally:
+        second.stop()
+    assert folders(world) == halted  # each run's folder, once; nothing half-written or aside is left
     for run_id in halted:
         assert_whole(world.incidents / run_id)
     records = stored_incidents(world)
