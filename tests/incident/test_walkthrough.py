@@ -9,6 +9,7 @@ a recorded tool result carrying a script does not run. The packets' HTML opens t
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
 import struct
@@ -199,3 +200,64 @@ def test_packet_documents_open_in_the_browser(story, tmp_path):
         path.write_text(render_html(packet))
         dom = chromium_dom(path.as_uri(), tmp_path)
         assert heading in dom and "agentreplay verify CASE.json --org-key ORG.pub" in dom
+
+
+HOSTILE = ("\"'></pre></td></title></style></textarea>"
+           "<script>document.documentElement.setAttribute('data-pwned','script')</script>"
+           "<img src=x onerror=\"document.documentElement.setAttribute('data-pwned','img')\">"
+           "<svg onload=\"document.documentElement.setAttribute('data-pwned','svg')\"></svg>"
+           "<iframe srcdoc=\"<script>parent.document.documentElement.setAttribute('data-pwned','iframe')</script>\">"
+           "</iframe><meta http-equiv=\"refresh\" content=\"0;url=https://example.invalid/\">"
+           "<a href=\"javascript:document.documentElement.setAttribute('data-pwned','link')\" autofocus "
+           "onfocus=\"document.documentElement.setAttribute('data-pwned','focus')\">x</a>")
+"""Markup a hostile world (a tool's answer, a model's text, a user's request) could put in a run."""
+
+
+def _hostile(case):
+    """The case with every tool result, every tool argument's text, and every message's text made ``HOSTILE``."""
+    def text_of(value):
+        if isinstance(value, str):
+            return HOSTILE
+        if isinstance(value, dict):
+            return {k: text_of(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [text_of(v) for v in value]
+        return value
+
+    def attributes(span):
+        found = dict(span.attributes)
+        if semconv.GEN_AI_TOOL_CALL_RESULT in found:
+            found[semconv.GEN_AI_TOOL_CALL_RESULT] = HOSTILE
+        for key in (semconv.GEN_AI_TOOL_CALL_ARGUMENTS, semconv.GEN_AI_INPUT_MESSAGES, semconv.GEN_AI_OUTPUT_MESSAGES):
+            if isinstance(found.get(key), str):
+                found[key] = json.dumps(text_of(json.loads(found[key])))
+        return found
+
+    return dataclasses.replace(case, spans=tuple(dataclasses.replace(s, attributes=attributes(s)) for s in case.spans))
+
+
+def _tags(dom: str) -> dict[str, int]:
+    return {tag: len(re.findall(rf"<{tag}\b", dom, re.I)) for tag in ("script", "img", "svg", "iframe", "meta", "a")}
+
+
+@pytest.mark.parametrize("page", ["walkthrough", "dispute", "claim"])
+def test_hostile_recorded_content_executes_nothing_in_the_browser(story, tmp_path, page):
+    """Every recorded text a page shows, made hostile markup: Chromium renders each page and no script,
+    handler, frame, redirect or link from the run exists in the DOM or ran; the markup is shown as text."""
+    case, verdict = story
+    hostile = _hostile(case)
+
+    def html(c) -> str:
+        if page == "walkthrough":
+            return walkthrough_html(c, verdict)
+        return render_html(dispute_packet(c, verdict) if page == "dispute" else insurance_packet(c, verdict))
+
+    doms = {}
+    for name, which in (("benign", case), ("hostile", hostile)):
+        path = tmp_path / f"{page}-{name}.html"
+        path.write_text(html(which))
+        doms[name] = chromium_dom(path.as_uri(), tmp_path)
+    dom = doms["hostile"]
+    assert not re.search(r"data-pwned=", dom), "a recorded script ran"
+    assert _tags(dom) == _tags(doms["benign"]), "recorded markup became elements"
+    assert "&lt;script&gt;document.documentElement.setAttribute" in dom  # shown, as text
