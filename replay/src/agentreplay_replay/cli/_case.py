@@ -99,7 +99,7 @@ def export(
     Examples:
       agentreplay export 3f2a9c -o incident-3f2a9c.case.json
       agentreplay verify incident-3f2a9c.case.json --org-key org.pub
-      agentreplay replay incident-3f2a9c.case.json
+      agentreplay replay incident-3f2a9c.case.json --org-key org.pub -- python agent.py
     """
     with reader(store, collector) as source:
         full = resolve_run(source, run_id)
