@@ -107,7 +107,7 @@ def models(
     Examples:
       agentreplay models 3f2a9c --model gpt-4o --model anthropic:claude-haiku-4-5
       agentreplay models 3f2a9c --at 3 --model openai:gpt-4o-mini --model openai:gpt-4o
-      agentreplay models incident.case.json --model anthropic:claude-sonnet-4-5 -- python agent.py
+      agentreplay models incident.case.json --org-key org.pub --model anthropic:claude-sonnet-4-5 -- python agent.py
       agentreplay models --report --agent flight-booker
     """
     if report:

@@ -121,7 +121,7 @@ def replay(
       agentreplay replay 3f2a9c                          the recorded command, strictly
       agentreplay replay 3f2a9c -- python agent_v2.py    a new version of the agent
       agentreplay replay 3f2a9c --mode regression --on-divergence live -- python agent_v2.py
-      agentreplay replay incident.case.json -- python agent.py   from a case file: no store, no collector
+      agentreplay replay incident.case.json --org-key org.pub -- python agent.py   a case file: no store
       agentreplay replay incident.case.json --recorded-command --org-key org.pub
     """
     if mode not in ("strict", "regression") or on_divergence not in ("fail", "live"):
@@ -176,7 +176,7 @@ def fork(
       agentreplay fork 3f2a9c --at 3 --system "Book the day the customer asked for."
       agentreplay fork 3f2a9c --at 0 --model gpt-4o --steps 1
       agentreplay fork 3f2a9c --at 2 --patch fix.json
-      agentreplay fork incident.case.json --at 3 --system "Book the day the customer asked for." -- python agent.py
+      agentreplay fork incident.case.json --org-key org.pub --at 3 --system "Book the day asked for." -- python agent.py
     """
     fix: dict[str, Any] = {"system": system, "message": message, "model": model, "temperature": temperature}
     if patch is not None:
