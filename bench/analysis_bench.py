@@ -3,8 +3,9 @@ on a 1,000-span run, their throughput over a 10,000-run backlog on one core, and
 size per run. Every run is recorded in this process through the SDK's real recording path (the
 instrumentors, the chain processor) against the local model server (``tests/analysis/analysiskit.py``).
 
-Targets: precision >= 0.9 for every mode the detectors report; the 1,000-span run under 50 ms; the
-backlog at >= 500 runs/s. Ratios are measured in this run. Prints JSON and writes
+Targets: precision >= 0.9 for every mode the detectors report; outside travel (six other agents,
+``tests/analysis/domainkit.py``), an accepted mode and the right culprit in >= 80% of failing runs and no
+healthy run flagged; the 1,000-span run under 50 ms; the backlog at >= 500 runs/s. Ratios are measured in this run. Prints JSON and writes
 ``bench/results/analysis.json``.
 
     python bench/analysis_bench.py [--turns 500] [--backlog 10000]
@@ -23,12 +24,14 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "tests" / "analysis"))
 
 import analysiskit as kit  # noqa: E402 - the labelled set lives with the tests
+import domainkit  # noqa: E402 - and the runs outside travel
 
 from agentreplay_replay.analysis import Outcome, detect, run_view  # noqa: E402
 from agentreplay_replay.analysis.prompt import build  # noqa: E402
 
 RESULTS = HERE / "results" / "analysis.json"
 TARGET_PRECISION = 0.9
+TARGET_FOUND = 0.8
 TARGET_MS = 50.0
 TARGET_RUNS_PER_S = 500.0
 
@@ -75,6 +78,15 @@ def labelled(recorded: dict) -> dict:
     }
 
 
+def outside_travel(recorded: list) -> dict:
+    """The detectors on runs of six agents outside travel (``tests/analysis/domainkit.py``): the share of
+    failing runs given an accepted mode and the right culprit, and the healthy runs flagged."""
+    figures = domainkit.figures([(case, detect(spans)) for case, spans in recorded]).as_json()
+    return {**figures, "domains": sorted({case.domain for case, _ in recorded}),
+            "target_found_rate": TARGET_FOUND, "target_false_positive_rate": 0.0,
+            "meets_targets": figures["found_rate"] >= TARGET_FOUND and not figures["flagged_healthy"]}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=500, help="model calls of the long run (each with a tool call)")
@@ -87,8 +99,10 @@ def main(argv: list[str] | None = None) -> dict:
         recorded = {case.name: (case, rec.record(case)) for case in kit.CASES}
         record_s = time.perf_counter() - started
         long_spans = rec.record(long_case)
+        outside = [(case, domainkit.record(rec, case)) for case in domainkit.CASES]
 
-    result: dict = {"labelled_set": labelled(recorded), "record_labelled_s": round(record_s, 2)}
+    result: dict = {"labelled_set": labelled(recorded), "record_labelled_s": round(record_s, 2),
+                    "outside_travel": outside_travel(outside)}
 
     detect(long_spans)  # warm: imports, regex compilation
     wall, cpu = _ms(lambda: detect(long_spans), 11)
