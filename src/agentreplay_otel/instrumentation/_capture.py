@@ -8,6 +8,7 @@ streaming-response wrapper whose body the caller reads later ends its call when 
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -68,7 +69,7 @@ class _Keeper:
         self.on_done = on_done
         self.chunks: list[bytes] = []
         self.done_ = False
-        self.decoder = _decoder(response.headers.get("content-encoding", ""))
+        self.decoder = _decoder(response.headers.get("content-encoding", ""), _package(response))
 
     def add(self, chunk: bytes) -> None:
         try:
@@ -136,20 +137,27 @@ class _AsyncTee:
             self.keeper.done()
 
 
-@functools.cache
-def _tee_types() -> tuple[type, type, type, type]:
-    """The library's byte-stream types and the tees as their subclasses, made at the first response
-    kept: an agent that never imports the client library never imports httpx2 (start-up time)."""
-    from httpx2 import AsyncByteStream, SyncByteStream
+def _package(response: Any) -> str:
+    """``httpx2`` or ``httpx``: the package whose response this is (the transport patches both)."""
+    name = type(response).__module__.partition(".")[0]
+    return name if name in ("httpx2", "httpx") else "httpx2"
 
-    return (SyncByteStream, AsyncByteStream, type("SyncTee", (_SyncTee, SyncByteStream), {}),
-            type("AsyncTee", (_AsyncTee, AsyncByteStream), {}))
+
+@functools.cache
+def _tee_types(package: str) -> tuple[type, type, type, type]:
+    """The package's byte-stream types and the tees as their subclasses, made at the first response
+    of that package kept: an agent that never imports the client library never imports httpx2
+    (start-up time)."""
+    module = importlib.import_module(package)
+    sync_stream, async_stream = module.SyncByteStream, module.AsyncByteStream
+    return (sync_stream, async_stream, type("SyncTee", (_SyncTee, sync_stream), {}),
+            type("AsyncTee", (_AsyncTee, async_stream), {}))
 
 
 def _tee(response: Any, call: LLMCall, on_done: Callable[[], None] | None) -> None:
     keeper = _Keeper(response, call, on_done)
     inner = response.stream
-    sync_stream, async_stream, sync_tee, async_tee = _tee_types()
+    sync_stream, async_stream, sync_tee, async_tee = _tee_types(_package(response))
     is_async = isinstance(inner, async_stream) and not isinstance(inner, sync_stream)
     response.stream = (async_tee if is_async else sync_tee)(inner, keeper)
 
@@ -174,12 +182,11 @@ def finish_when_read(raw: Any, call: LLMCall) -> bool:
     return True
 
 
-def _decoder(encoding: str) -> Any:
+def _decoder(encoding: str, package: str) -> Any:
     if not encoding or encoding == "identity":
         return None
     try:
-        from httpx2._decoders import SUPPORTED_DECODERS
-
-        return SUPPORTED_DECODERS[encoding.strip().lower()]()
+        decoders = importlib.import_module(f"{package}._decoders").SUPPORTED_DECODERS
+        return decoders[encoding.strip().lower()]()
     except Exception:  # noqa: BLE001 - an encoding we cannot undo: the raw bytes are kept
         return None

@@ -1,6 +1,12 @@
-"""The one place that sees every HTTP exchange of the OpenAI and Anthropic clients.
+"""The one place that sees every HTTP exchange of the LLM clients.
 
-Both libraries send through ``httpx2.Client.send`` / ``AsyncClient.send``. Patched once:
+The OpenAI and Anthropic clients send through ``httpx2.Client.send`` / ``AsyncClient.send``, or
+through the original ``httpx`` package's when the agent hands them an ``http_client`` of its own
+(LiteLLM does, and so do proxies and corporate transports). Both packages' ``send`` are patched
+once each (a package imported later is patched as it is imported); an answer given in the
+agent's stead is built with the package of the request it answers. An exchange is seen once:
+a send made while another is on its way (an ``httpx`` transport that sends through ``httpx2``,
+or the reverse) is the first one's and passes through untouched. Then:
 
 * inside a recorded call (:func:`in_flight`), the JSON body the library built is handed
   to the interceptor, which lets it go (recording, a fork's live step, perhaps with a fixed
@@ -18,13 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import importlib
 import json
 import logging
+import sys
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from types import ModuleType
 from typing import Any
 
+import wrapt
 from opentelemetry import trace
 
 from agentreplay_otel import intercept, semconv
@@ -40,6 +50,7 @@ _in_flight: contextvars.ContextVar[LLMCall | None] = contextvars.ContextVar("age
 _sending: contextvars.ContextVar[bool] = contextvars.ContextVar("agentreplay_sending", default=False)
 CROSSING = "agentreplay.crossing"  # a translated request's way back (replay/_translate.py)
 _REFUSED = 400  # not retried by either library with x-should-retry: false
+PACKAGES = ("httpx2", "httpx")  # the transports patched: the clients' own, and the one agents hand them
 
 
 def sending_live() -> bool:
@@ -57,6 +68,32 @@ def in_flight(call: LLMCall) -> Iterator[None]:
         _in_flight.reset(token)
 
 
+def package_of(message: Any) -> ModuleType:
+    """The HTTP package (``httpx2`` or ``httpx``) a request or response belongs to: what answers it
+    in the agent's stead is built with the same one, which the client library then reads."""
+    name = type(message).__module__.partition(".")[0]
+    return importlib.import_module(name if name in PACKAGES else "httpx2")
+
+
+_unseen_warned: set[str] = set()
+
+
+def check_seen(call: LLMCall, library: str) -> bool:
+    """Whether the transport saw the exchange of ``call``, a call that returned; warned once per
+    library when it did not (its client sends by a way neither package's ``send`` is on: the call is
+    recorded from the parsed response, and a replay cannot answer it)."""
+    if call.exchange.status is not None or call.refusal is not None:
+        return True
+    with _lock:
+        first = library not in _unseen_warned
+        _unseen_warned.add(library)
+    if first:
+        _log.warning("agentreplay: a %s call's HTTP exchange was not seen: its client sends through neither "
+                     "httpx2's nor httpx's Client.send; it is recorded from the parsed response and a replay "
+                     "cannot answer it", library)
+    return False
+
+
 # --- one exchange -------------------------------------------------------------------------
 def _json_body(request: Any) -> dict[str, Any] | None:
     if "json" not in request.headers.get("content-type", ""):
@@ -69,10 +106,8 @@ def _json_body(request: Any) -> dict[str, Any] | None:
 
 
 def _with_body(request: Any, body: dict[str, Any]) -> Any:
-    import httpx2
-
     headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
-    return httpx2.Request(request.method, request.url, headers=headers, json=body, extensions=request.extensions)
+    return package_of(request).Request(request.method, request.url, headers=headers, json=body, extensions=request.extensions)
 
 
 def _before_send(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
@@ -112,16 +147,13 @@ def _before_send(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
 
 
 def _refusal(request: Any, error: AgentReplayError) -> Any:
-    import httpx2
-
     doc = {"type": "error", "error": {"type": "agentreplay_refused", "message": str(error)}}
-    return httpx2.Response(_REFUSED, json=doc, request=request, headers={"x-should-retry": "false"})
+    return package_of(request).Response(_REFUSED, json=doc, request=request, headers={"x-should-retry": "false"})
 
 
 def recorded_response(step: RecordedStep, request: Any) -> Any:
-    """An ``httpx2.Response`` carrying the recorded answer, for the client library to parse."""
-    import httpx2
-
+    """A response carrying the recorded answer, for the client library to parse (an ``httpx2`` or
+    ``httpx`` one, as the request is)."""
     status, headers = 200, {}
     if step.http:
         status = int(step.http.get("status", 200))
@@ -132,7 +164,7 @@ def recorded_response(step: RecordedStep, request: Any) -> Any:
     else:
         body = (step.response or "{}").encode()
         headers.setdefault("content-type", "application/json")
-    return httpx2.Response(status, headers=headers, content=body, request=request)
+    return package_of(request).Response(status, headers=headers, content=body, request=request)
 
 
 def sse_body(provider: str, events: list[Any]) -> bytes:
@@ -254,6 +286,8 @@ def _received(call: LLMCall, response: Any, own: bool) -> Any:
 
 def _send(original: Callable[..., Any]) -> Callable[..., Any]:
     def send(client: Any, request: Any, **kwargs: Any) -> Any:
+        if _sending.get():  # an exchange on its way already: this send is part of it
+            return original(client, request, **kwargs)
         call, own, refused = _call_for(request)
         if call is None:
             return refused if refused is not None else original(client, request, **kwargs)
@@ -270,6 +304,8 @@ def _send(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
     async def send(client: Any, request: Any, **kwargs: Any) -> Any:
+        if _sending.get():
+            return await original(client, request, **kwargs)
         call, own, refused = _call_for(request)
         if call is None:
             return refused if refused is not None else await original(client, request, **kwargs)
@@ -286,24 +322,42 @@ def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
 
 _lock = threading.Lock()
 _users = 0
-_originals: dict[str, Any] = {}
+_originals: dict[str, tuple[Any, Any]] = {}  # package -> (Client.send, AsyncClient.send) as found
+_hooked: set[str] = set()
+
+
+def _patch(module: ModuleType) -> None:
+    """Patch one package's ``send`` (called with the lock held, or from its import hook)."""
+    name = module.__name__
+    if name in _originals or not _users:
+        return
+    client, async_client = getattr(module, "Client", None), getattr(module, "AsyncClient", None)
+    if client is None or async_client is None:
+        return
+    _originals[name] = (client.send, async_client.send)
+    client.send = _send(client.send)
+    async_client.send = _asend(async_client.send)
+
+
+def _on_import(module: ModuleType) -> None:
+    with _lock:
+        _patch(module)
 
 
 def install() -> None:
-    """Patch the transport (once, however many instrumentors ask)."""
+    """Patch the transports (once, however many instrumentors ask): ``httpx2`` and ``httpx`` now if
+    they are imported, else when they are (an agent that never imports one pays nothing for it)."""
     global _users
     with _lock:
         _users += 1
         if _users > 1:
             return
-        try:
-            import httpx2
-        except ImportError:
-            _log.info("agentreplay: httpx2 is not installed; no HTTP exchange is recorded")
-            return
-        _originals["send"], _originals["asend"] = httpx2.Client.send, httpx2.AsyncClient.send
-        httpx2.Client.send = _send(httpx2.Client.send)  # type: ignore[method-assign]
-        httpx2.AsyncClient.send = _asend(httpx2.AsyncClient.send)  # type: ignore[method-assign]
+        for name in PACKAGES:
+            if name in sys.modules:
+                _patch(sys.modules[name])
+            elif name not in _hooked:
+                _hooked.add(name)
+                wrapt.register_post_import_hook(_on_import, name)
 
 
 def uninstall() -> None:
@@ -311,9 +365,9 @@ def uninstall() -> None:
     global _users
     with _lock:
         _users = max(0, _users - 1)
-        if _users or not _originals:
+        if _users:
             return
-        import httpx2
-
-        httpx2.Client.send = _originals.pop("send")  # type: ignore[method-assign]
-        httpx2.AsyncClient.send = _originals.pop("asend")  # type: ignore[method-assign]
+        for name, (send, asend) in list(_originals.items()):
+            module = sys.modules[name]
+            module.Client.send, module.AsyncClient.send = send, asend
+            del _originals[name]

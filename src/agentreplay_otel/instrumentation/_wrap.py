@@ -156,6 +156,7 @@ def complete(endpoint: Endpoint, call: LLMCall | None, result: Any) -> Any:
     """Record a returned response, or hand back a stream that records itself as it is read."""
     if call is None:
         return result
+    _transport.check_seen(call, endpoint.provider)
     try:
         if isinstance(result, endpoint.sync_stream):
             return SyncStreamProxy(result, call, endpoint.accumulator(_tapped(result)))
