@@ -58,6 +58,11 @@ def sending_live() -> bool:
     return _sending.get()
 
 
+def call_in_flight() -> LLMCall | None:
+    """The recorded call whose request is being made here, if any."""
+    return _in_flight.get()
+
+
 @contextlib.contextmanager
 def in_flight(call: LLMCall) -> Iterator[None]:
     """While the library makes the request of ``call``, its HTTP exchange belongs to it."""

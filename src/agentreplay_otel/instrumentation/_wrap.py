@@ -130,6 +130,9 @@ class CallScope:
 
     def __init__(self, endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: dict[str, Any]) -> None:
         read_once_arguments(kwargs)
+        if _transport.call_in_flight() is not None:  # made by a recorded call (LiteLLM's through openai's):
+            self.call = None  # its exchange is that call's, recorded once
+            return
         enforce(kwargs, recorder.tracer)
         self.call = begin(endpoint, recorder, instance, kwargs)
 
