@@ -34,6 +34,7 @@ SDK_ENTRY_POINTS = {
         "agentreplay_anthropic": "agentreplay_otel.instrumentation.anthropic:AnthropicInstrumentor",
         "agentreplay_langgraph": "agentreplay_otel.instrumentation.langgraph:LangGraphInstrumentor",
         "agentreplay_langchain": "agentreplay_otel.instrumentation.langchain:LangChainInstrumentor",
+        "agentreplay_litellm": "agentreplay_otel.instrumentation.litellm:LiteLLMInstrumentor",
     },
     "agentreplay_redactor": {"pii": "agentreplay_otel.redaction:redact_pii"},
 }
