@@ -285,8 +285,8 @@ class DomainCase:
 
 
 def _failed(name: str, domain: str, request: str, mode: str, culprit: int, *script: ScriptedReply,
-            turns: tuple[str, ...] = (), why: str = "") -> DomainCase:
-    return DomainCase(name=name, domain=domain, request=request, script=script, modes=frozenset({mode}),
+            turns: tuple[str, ...] = (), why: str = "", also: tuple[str, ...] = ()) -> DomainCase:
+    return DomainCase(name=name, domain=domain, request=request, script=script, modes=frozenset({mode, *also}),
                       culprit=culprit, turns=turns, why=why)
 
 
@@ -320,8 +320,8 @@ CASES: tuple[DomainCase, ...] = (
             reply(text="Of course. Which order is it, and what went wrong?"),
             reply(call("lookup_order", order_id="B-20917")),
             reply(call("issue_refund", order_id="B-20917", amount=240.0)), reply(text="Refunded $240.00."),
-            turns=("B-20917. Please refund $40 of it, the chair came scratched.",),
-            why="the amount is stated in the user's second turn"),
+            turns=("B-20917. Please refund $40 of it, the chair came scratched.",), also=("FM-3.3",),
+            why="the amount is stated in the user's second turn; the refund of $240 was refused and reported made"),
     _healthy("ok_refund", "refunds", "Please refund order A-10442, the lamp arrived broken.",
              reply(call("lookup_order", order_id="A-10442")),
              reply(call("issue_refund", order_id="A-10442", amount=25.0)),

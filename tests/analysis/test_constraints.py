@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from agentreplay_replay.analysis.constraints import Kind, argument_values, mentions, same_place, weekday
+from agentreplay_replay.analysis.constraints import (
+    Kind,
+    argument_values,
+    mentions,
+    reference,
+    references,
+    same_place,
+    time_of,
+    weekday,
+)
 
 
 def _plain(text: str) -> list[tuple[str, object, bool, str, str]]:
@@ -46,3 +55,35 @@ def test_argument_values_by_key_and_value():
 
 def test_same_place():
     assert same_place("lisbon", "Lisbon, Portugal") and not same_place("lisbon", "porto")
+
+
+def test_ranges_of_days_dates_and_amounts():
+    days = [m.value for m in mentions("Any slot Monday to Wednesday") if m.kind is Kind.DAY]
+    assert sorted(days) == ["monday", "tuesday", "wednesday"]
+    dates = [m.value for m in mentions("March 9 to 11, 2026") if m.kind is Kind.DATE and m.value[2]]
+    assert dates == [(3, 9, 2026), (3, 10, 2026), (3, 11, 2026)]
+    assert [(m.value, m.bound) for m in mentions("between $50 and $80")] == [(50.0, "min"), (80.0, "max")]
+    assert [(m.value, m.bound) for m in mentions("€500-€800")] == [(500.0, "min"), (800.0, "max")]
+    assert [(m.value, m.bound) for m in mentions("$50 and $80")] == [(50.0, ""), (80.0, "")]  # two amounts
+
+
+def test_times_of_day_and_their_ranges():
+    assert [m.value for m in mentions("at 3pm, or noon, or 15:30")] == [(900, 900), (720, 720), (930, 930)]
+    assert [m.value for m in mentions("from 9 to 11am") if m.kind is Kind.TIME] == [(540, 660)]
+    assert [m.value for m in mentions("2pm-4pm")] == [(840, 960)]
+    assert time_of("2026-03-12T16:00:00Z") == 960 and time_of("4pm") == 960 and time_of("soon") is None
+
+
+def test_words_with_digits_or_addresses_are_no_places():
+    assert [m for m in mentions("revenue in Q3 for EMEA") if m.kind is Kind.PLACE] == []
+    assert argument_values("to", "priya.shah@acme.io") == []
+
+
+def test_references_of_any_shape():
+    text = ("Refund A-10442 and #10443, move it to SAV-7781 (IBAN DE89370400440532013000), mail dana.lee@acme.io, "
+            "see https://example.org/a/b and fix src/mail/inbox.py by 2026-03-12.")
+    assert [(m.kind, m.value) for m in references(text)] == [
+        (Kind.ID, "A-10442"), (Kind.ID, "10443"), (Kind.ID, "SAV-7781"), (Kind.ID, "DE89370400440532013000"),
+        (Kind.EMAIL, "dana.lee@acme.io"), (Kind.URL, "https://example.org/a/b"), (Kind.PATH, "src/mail/inbox.py")]
+    assert reference("src/mail/outbox.py").kind is Kind.PATH
+    assert reference("hello world") is None and reference("see A-10442") is None

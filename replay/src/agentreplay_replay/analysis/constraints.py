@@ -24,6 +24,10 @@ class Kind(enum.StrEnum):
     COUNT = "count"
     PLACE = "place"
     ID = "identifier"
+    EMAIL = "e-mail"
+    URL = "url"
+    PATH = "path"
+    TIME = "time"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,6 +73,20 @@ _COUNT = re.compile(
 )
 _PLACE = re.compile(r"\b(?i:(to|from|in|at|into|towards|via))\s+([A-Z][\w'’-]+(?:[ -][A-Z][\w'’-]+){0,2})")
 _ID = re.compile(r"\b[A-Z][A-Z0-9]{1,3}-?\d{2,6}\b")
+_DAY_RANGE = re.compile(r"\b(" + "|".join(DAYS) + r")s?\s*(?:to|through|thru|until|till|-|–)\s*(" + "|".join(DAYS)
+                        + r")s?\b", re.IGNORECASE)
+_DATE_RANGE = re.compile(rf"\b({_MONTH_RE})\.?\s+(\d{{1,2}})(?:st|nd|rd|th)?\s*(?:to|through|thru|until|till|-|–)\s*"
+                         rf"(\d{{1,2}})(?:st|nd|rd|th)?\b(?:,?\s+(\d{{4}}))?", re.IGNORECASE)
+_AMOUNT_RANGE_GAP = re.compile(r"^\s*(?:and|to|-|–|through)\s*$", re.IGNORECASE)
+_BETWEEN = re.compile(r"\b(between|from)\s*$", re.IGNORECASE)
+_TIME = re.compile(r"\b(?:(\d{1,2})(?::(\d{2}))?\s*([ap])\.?m\b\.?|([01]?\d|2[0-3]):([0-5]\d)(?::\d{2})?(?![\d:]))|"
+                   r"\b(noon|midnight)\b", re.IGNORECASE)
+_TIME_RANGE_GAP = re.compile(r"^\s*(?:and|to|-|–|until|till)\s*$", re.IGNORECASE)
+_ISO_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}[T ](\d{2}):(\d{2})")
+_EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
+_URL = re.compile(r"\bhttps?://[^\s\"'<>)\]]+", re.IGNORECASE)
+_PATH = re.compile(r"(?<![\w/.@:-])(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+\.\w{1,8}\b|(?<![\w/.@:-])/(?:[\w.-]+/)*[\w.-]+\b")
+_REF_ID = re.compile(r"(?<![\w@./-])(?:#\d{3,}|[A-Za-z]{1,6}[-_]?\d{3,}(?:[-_][A-Za-z0-9]+)*)(?![\w@/-])")
 _NEGATION = re.compile(r"(\bnot|n't|\bno|\bexcept|\bavoid|\bnever|\bother than|\bany(?:thing| day| time)? but|\binstead of"
                        r"|\brather than|\bbut not|\bwithout|\bexcluding)\b[^.,;!?]{0,20}$", re.IGNORECASE)
 
@@ -126,22 +144,142 @@ def mentions(text: str) -> list[Mention]:
         if value:
             found.append((m.start(), Mention(kind=Kind.DATE, value=value, quote=m.group(0),
                                              negated=_negated(text, m.start()))))
+    for m in _DAY_RANGE.finditer(text):  # "Monday to Wednesday": the days between are stated too
+        first, last = DAYS.index(m.group(1).lower()), DAYS.index(m.group(2).lower())
+        for i in range(1, (last - first) % 7):
+            found.append((m.start(), Mention(kind=Kind.DAY, value=DAYS[(first + i) % 7], quote=m.group(0),
+                                             negated=_negated(text, m.start()))))
+    for m in _DATE_RANGE.finditer(text):  # "March 9 to 11, 2026"
+        year = int(m.group(4)) if m.group(4) else None
+        for day in range(int(m.group(2)), int(m.group(3)) + 1):
+            value = _valid_date(_month(m.group(1)), day, year)
+            if value:
+                found.append((m.start(), Mention(kind=Kind.DATE, value=value, quote=m.group(0),
+                                                 negated=_negated(text, m.start()))))
+    money: list[tuple[int, int, Mention]] = []
     for m in _MONEY_BEFORE.finditer(text):
         amount = _number(m.group(2), m.group(3)) * (1000 if m.group(4) else 1)
-        found.append((m.start(), _amount(text, m.start(), amount, m.group(0))))
+        money.append((m.start(), m.end(), _amount(text, m.start(), amount, m.group(0))))
     for m in _MONEY_AFTER.finditer(text):
-        found.append((m.start(), _amount(text, m.start(), _number(m.group(1), m.group(2)), m.group(0))))
+        money.append((m.start(), m.end(), _amount(text, m.start(), _number(m.group(1), m.group(2)), m.group(0))))
+    found.extend((start, mention) for start, _, mention in _ranges(text, sorted(money, key=lambda t: t[0])))
+    found.extend(_times(text))
     for m in _COUNT.finditer(text):
         raw = m.group(1).lower()
         n = int(raw) if raw.isdigit() else _NUMBERS[raw]
         found.append((m.start(), Mention(kind=Kind.COUNT, value=n, quote=m.group(0), role=_family(m.group(2)))))
     for m in _PLACE.finditer(text):
         place = _place_name(m.group(2))
-        if place:
+        if place and not any(ch.isdigit() for ch in place):  # "in Q3", "at 3PM" are no places
             found.append((m.start(2), Mention(kind=Kind.PLACE, value=place.lower(), quote=m.group(0),
                                               role=_PLACE_ROLES[m.group(1).lower()],
                                               negated=_negated(text, m.start()))))
     return [mention for _, mention in sorted(found, key=lambda pair: pair[0])]
+
+
+def _ranges(text: str, amounts: list[tuple[int, int, Mention]]) -> list[tuple[int, int, Mention]]:
+    """Two amounts joined as a range ("between $50 and $80", "$50 to $80", "€500-€800") bound each other:
+    the first is a minimum, the second a maximum."""
+    out = list(amounts)
+    for i in range(len(out) - 1):
+        (s1, e1, a), (s2, e2, b) = out[i], out[i + 1]
+        gap = text[e1:s2]
+        if a.bound or b.bound or not _AMOUNT_RANGE_GAP.match(gap) or a.value > b.value:
+            continue
+        if gap.strip().lower() == "and" and not _BETWEEN.search(text[max(0, s1 - 12):s1]):
+            continue
+        out[i] = (s1, e1, Mention(kind=Kind.AMOUNT, value=a.value, quote=a.quote, bound="min"))
+        out[i + 1] = (s2, e2, Mention(kind=Kind.AMOUNT, value=b.value, quote=b.quote, bound="max"))
+    return out
+
+
+def _times(text: str) -> list[tuple[int, Mention]]:
+    """Times of day ("3pm", "15:00", "noon"), each as a range of minutes; "from 9 to 11am" or "2-4pm" is one
+    range."""
+    raw = []
+    for m in _TIME.finditer(text):
+        minutes = _minutes(m)
+        if minutes is not None:
+            raw.append((m.start(), m.end(), minutes, m.group(0)))
+    bare = re.compile(r"\b(\d{1,2})\s*(?:to|-|–|until|till)\s*$", re.IGNORECASE)
+    out: list[tuple[int, Mention]] = []
+    i = 0
+    while i < len(raw):
+        start, end, minutes, quote = raw[i]
+        before = bare.search(text[max(0, start - 12):start])
+        if i + 1 < len(raw) and _TIME_RANGE_GAP.match(text[end:raw[i + 1][0]]) and raw[i + 1][2] >= minutes:
+            nxt = raw[i + 1]
+            out.append((start, Mention(kind=Kind.TIME, value=(minutes, nxt[2]), quote=text[start:nxt[1]],
+                                       negated=_negated(text, start))))
+            i += 2
+            continue
+        if before and not start - 12 + before.start() < 0:
+            hour = int(before.group(1)) + (12 if "pm" in quote.lower() and int(before.group(1)) < 12 else 0)
+            if hour * 60 <= minutes:
+                out.append((start, Mention(kind=Kind.TIME, value=(hour * 60, minutes), quote=quote,
+                                           negated=_negated(text, start))))
+                i += 1
+                continue
+        out.append((start, Mention(kind=Kind.TIME, value=(minutes, minutes), quote=quote,
+                                   negated=_negated(text, start))))
+        i += 1
+    return out
+
+
+def _minutes(m: re.Match[str]) -> int | None:
+    if m.group(6):
+        return 12 * 60 if m.group(6).lower() == "noon" else 0
+    if m.group(3):
+        hour, minute = int(m.group(1)), int(m.group(2) or 0)
+        if not 1 <= hour <= 12 or minute > 59:
+            return None
+        return (hour % 12 + (12 if m.group(3).lower() == "p" else 0)) * 60 + minute
+    return int(m.group(4)) * 60 + int(m.group(5))
+
+
+def time_of(value: str) -> int | None:
+    """The time of day a whole argument value states (``2026-03-12T16:00``, ``16:00``, ``4pm``), in minutes."""
+    text = value.strip()
+    iso = _ISO_TIME.match(text)
+    if iso:
+        return int(iso.group(1)) * 60 + int(iso.group(2))
+    m = _TIME.fullmatch(text)
+    return _minutes(m) if m else None
+
+
+def references(text: str) -> list[Mention]:
+    """What a text names that has one right value: e-mail addresses, URLs, file paths and identifiers
+    (``A-10442``, ``SAV-7781``, an IBAN, ``#10442``), normalised for comparison."""
+    found: list[tuple[int, Mention]] = []
+    taken: list[tuple[int, int]] = []
+    for kind, pattern in ((Kind.URL, _URL), (Kind.EMAIL, _EMAIL), (Kind.PATH, _PATH), (Kind.ID, _REF_ID)):
+        for m in pattern.finditer(text):
+            if any(a <= m.start() < b or a < m.end() <= b for a, b in taken):
+                continue
+            quote = m.group(0).rstrip(".,;:!?")
+            if kind is Kind.ID and (re.fullmatch(r"\d{4}-\d{2}-\d{2}", quote) or not re.search(r"\d", quote)):
+                continue
+            taken.append((m.start(), m.end()))
+            found.append((m.start(), Mention(kind=kind, value=normal_reference(kind, quote), quote=quote,
+                                             negated=_negated(text, m.start()))))
+    return [mention for _, mention in sorted(found, key=lambda pair: pair[0])]
+
+
+def reference(value: str) -> Mention | None:
+    """The reference a whole argument value is, if it is one (and nothing else)."""
+    text = value.strip()
+    if not text or len(text) > 300 or any(ch.isspace() for ch in text):
+        return None
+    refs = references(text)
+    return refs[0] if len(refs) == 1 and refs[0].quote == text else None
+
+
+def normal_reference(kind: Kind, text: str) -> str:
+    if kind is Kind.EMAIL or kind is Kind.URL:
+        return text.lower().rstrip("/")
+    if kind is Kind.PATH:
+        return text.removeprefix("./")
+    return text.lstrip("#").upper()
 
 
 def identifiers(text: str) -> list[Mention]:
@@ -223,7 +361,8 @@ def argument_values(path: str, value: Any) -> list[Mention]:
         elif plain:
             found.append(Mention(kind=Kind.AMOUNT, value=_number(plain.group(1), plain.group(2)), quote=text))
     role = next((_PLACE_KEYS[w] for w in words if w in _PLACE_KEYS), "")
-    if role and text and not re.fullmatch(r"[A-Z]{3}", text) and not any(ch.isdigit() for ch in text):
+    if (role and text and not re.fullmatch(r"[A-Z]{3}", text) and not any(ch.isdigit() for ch in text)
+            and not any(ch in text for ch in "@/:")):  # an address, a URL or a path is no place
         found.append(Mention(kind=Kind.PLACE, value=lowered, quote=text, role=role))
     for ident in identifiers(text):
         if ident.quote == text:

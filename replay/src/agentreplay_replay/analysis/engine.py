@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from agentreplay_otel.core import SpanRecord
+from agentreplay_replay.analysis.constraints import mentions, references
 from agentreplay_replay.analysis.detectors import run_detectors
 from agentreplay_replay.analysis.transcript import RunView, run_view
 from agentreplay_replay.analysis.verdict import DETECTORS, Culprit, ModeHit, Outcome, Verdict, primary
@@ -49,7 +50,20 @@ def conclude(view: RunView, hits: list[ModeHit]) -> Verdict:
     if not any(s.input_raw or s.text or s.tool_calls for s in view.llm_steps):
         return verdict(Outcome.UNSURE, "The run's content was not recorded (messages off): the detectors cannot "
                                        "read it.")
+    if not _readable(view):
+        return verdict(Outcome.UNSURE, "The detectors found no failure mode, but the run holds little they can "
+                                       "read: no tool that acts on the world ran and the request states no "
+                                       "constraint (amount, date, time, identifier, count, place). The LLM judge "
+                                       "can say more.")
     return verdict(Outcome.OK, "The detectors found no failure mode.")
+
+
+def _readable(view: RunView) -> bool:
+    """Whether the detectors had something to hold the run to: an acting tool call, or a constraint stated
+    in what the user asked."""
+    if any(t.acts for t in view.tool_steps):
+        return True
+    return any(mentions(t.text) or references(t.text) for t in view.user_turns)
 
 
 def _at(hit: ModeHit) -> str:

@@ -28,8 +28,21 @@ from agentreplay_otel.core import (
 )
 
 _ACTION_VERBS = frozenset({"book", "buy", "purchase", "pay", "send", "transfer", "order", "reserve", "schedule",
-                           "cancel", "delete", "remove", "submit", "charge", "refund", "wire", "email", "checkout"})
-"""First words of tool names that act on the world (``book_flight``), for tools not marked as side effects."""
+                           "cancel", "delete", "remove", "submit", "charge", "refund", "wire", "email", "checkout",
+                           "write", "create", "update", "modify", "edit", "move", "post", "publish", "deploy",
+                           "insert", "drop", "invite", "approve", "issue", "commit", "push", "merge", "upload",
+                           "replace", "rename", "archive", "close", "grant", "revoke", "withdraw",
+                           "deposit", "notify", "reply", "forward", "assign", "reschedule", "apply", "set", "save"})
+"""Words of tool names and descriptions that act on the world (``book_flight``, "Refund an amount of an
+order"), for tools not marked as side effects."""
+_READ_VERBS = frozenset({"get", "list", "search", "find", "lookup", "look", "read", "fetch", "check", "query",
+                         "show", "view", "describe", "count", "estimate", "quote", "preview", "validate", "verify",
+                         "inspect", "browse", "retrieve", "load", "peek", "status", "is", "has", "can", "dry",
+                         "calculate", "compute", "explain", "summarize", "summarise", "plan"})
+"""First words of tool names that only read (``get_transfer_status``): such a tool does not act."""
+
+
+_REQUEST_REFS = json.dumps([semconv.REQUEST])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +89,9 @@ class Step:
     provider: str = ""
     input_raw: str = ""  # gen_ai.input.messages as stored (parsed on demand: see messages)
     system: str = ""  # system instructions given apart from the messages (Anthropic, Responses)
-    request_raw: str = ""  # agentreplay.request as stored
+    system_raw: str = ""  # gen_ai.system_instructions as stored
+    request_stored: str = ""  # agentreplay.request as stored: its view strings referenced when request_refs
+    request_refs: bool = False  # (content stored once: see request_raw)
     text: str = ""  # what the model said
     reasoning: str = ""  # its visible reasoning (thinking blocks)
     tool_calls: tuple[ToolCall, ...] = ()
@@ -87,6 +102,7 @@ class Step:
     result: str = ""
     call_id: str = ""
     side_effect: bool | None = None  # None: not recorded
+    description: str = ""  # the tool's description (its docstring's first line), when recorded
 
     @property
     def is_llm(self) -> bool:
@@ -113,16 +129,50 @@ class Step:
                 names.append(str(name or tool.get("name") or ""))
         return tuple(n for n in names if n)
 
-    @property
+    @cached_property
     def acts(self) -> bool:
-        """Whether this tool call acts on the world: recorded as a side effect, or named like an action
-        (a tool's side effect is recorded as false unless its author said otherwise, so false proves little)."""
-        words = _name_words(self.name)
-        return bool(self.side_effect) or bool(words and words[0] in _ACTION_VERBS)
+        """Whether this tool call acts on the world: recorded as a side effect, named like an action
+        (``book_flight``, ``issue_refund``; not ``get_refund_status``), or described as one ("Write a
+        file"). A side effect is recorded as false unless the tool's author said otherwise, so false proves
+        little."""
+        if self.side_effect:
+            return True
+        return tool_acts(self.name, self.description)
+
+    @cached_property
+    def request_raw(self) -> str:
+        """``agentreplay.request`` in full: restored from the view's strings when it was stored with
+        references to them, and only when asked (a long run's requests are large and seldom read whole)."""
+        if not self.request_refs:
+            return self.request_stored
+        restored = restore_content({semconv.REQUEST: self.request_stored, semconv.CONTENT_REFS: _REQUEST_REFS,
+                                    semconv.GEN_AI_SYSTEM_INSTRUCTIONS: self.system_raw,
+                                    semconv.GEN_AI_INPUT_MESSAGES: self.input_raw})
+        return str(restored.get(semconv.REQUEST, self.request_stored))
+
+    @property
+    def request_key(self) -> tuple[str, str, str]:
+        """What makes two requests the same: equal keys, equal requests (without restoring either)."""
+        return (self.request_stored, self.input_raw, self.system_raw if self.request_refs else "")
 
     def sees(self, needle: str) -> bool:
         """Whether this LLM call's conversation contains ``needle`` (a call id, a result)."""
-        return bool(needle) and (needle in self.input_raw or needle in self.request_raw)
+        if not needle:
+            return False
+        if needle in self.input_raw or needle in self.request_stored:
+            return True
+        return self.request_refs and needle in self.request_raw
+
+
+def tool_acts(name: str, description: str = "") -> bool:
+    """Whether a tool's name or description says it changes something."""
+    words = _name_words(name)
+    if words and words[0] in _ACTION_VERBS:
+        return True
+    if words and words[0] not in _READ_VERBS and _ACTION_VERBS.intersection(words[1:]):
+        return True
+    first = description.strip().split(maxsplit=1)[0].lower().strip(".,:;") if description.strip() else ""
+    return first in _ACTION_VERBS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +209,38 @@ class RunView:
         if self.run_input.strip():
             return Quote(text=self.run_input, step=None, span_id=self.root_span_id, path=semconv.RUN_INPUT)
         return None
+
+    @cached_property
+    def user_turns(self) -> tuple[Quote, ...]:
+        """Everything the user said: the user messages of the first LLM call, and of the last when it
+        continues the same conversation (it opens with the same user message; a call that opens with
+        another text was handed another agent's words, which are no user's), and the run's input when no
+        message repeats it. In order, each once."""
+        turns: list[Quote] = []
+        seen: set[str] = set()
+        opening = ""
+        later = list(reversed(self.llm_steps[1:]))[:3]  # the last call of the conversation, among the last few
+        for llm in self.llm_steps[:1] + tuple(later):
+            offset = 1 if llm.system else 0
+            said = [(i, m) for i, m in enumerate(llm.messages) if m.role == "user" and m.text.strip()]
+            if not said:
+                continue
+            if not opening:
+                opening = said[0][1].text.strip()
+            elif said[0][1].text.strip() != opening:
+                continue
+            for i, message in said:
+                text = message.text.strip()
+                if text not in seen:
+                    seen.add(text)
+                    turns.append(Quote(text=message.text, step=llm.step, span_id=llm.span_id,
+                                       path=f"{semconv.GEN_AI_INPUT_MESSAGES}[{i - offset}]"))
+            if llm is not self.llm_steps[0]:
+                break
+        run_input = self.run_input.strip()
+        if run_input and not any(run_input in t for t in seen):
+            turns.insert(0, Quote(text=self.run_input, step=None, span_id=self.root_span_id, path=semconv.RUN_INPUT))
+        return tuple(turns)
 
     @cached_property
     def system_prompt(self) -> str:
@@ -240,7 +322,7 @@ def chain_head(spans: Sequence[SpanRecord]) -> str:
 
 
 def _step(span: SpanRecord) -> Step | None:
-    a = restore_content(span.attributes)  # the replay bodies in full (content stored once)
+    a = span.attributes  # the replay bodies as stored: restored when read (Step.request_raw)
     raw_step = a.get(semconv.STEP)
     if raw_step is None or not raw_step.isdigit():
         return None
@@ -255,14 +337,16 @@ def _step(span: SpanRecord) -> Step | None:
         effect = a.get(semconv.TOOL_SIDE_EFFECT)
         return Step(kind=KIND_TOOL, name=a.get(semconv.GEN_AI_TOOL_NAME, ""), arguments=args if isinstance(args, dict)
                     else {"input": args}, arguments_raw=raw_args, result=a.get(semconv.GEN_AI_TOOL_CALL_RESULT, ""),
-                    call_id=a.get(semconv.GEN_AI_TOOL_CALL_ID, ""),
+                    call_id=a.get(semconv.GEN_AI_TOOL_CALL_ID, ""), description=a.get(semconv.GEN_AI_TOOL_DESCRIPTION, ""),
                     side_effect=None if effect is None else effect == "true", **common)
     output = json_or(a.get(semconv.GEN_AI_OUTPUT_MESSAGES), [])
     messages = _messages(output)
     reasons = json_or(a.get(semconv.GEN_AI_RESPONSE_FINISH_REASONS), [])
     return Step(
         kind=KIND_LLM, name=a.get(semconv.GEN_AI_REQUEST_MODEL, ""), provider=a.get(semconv.GEN_AI_PROVIDER_NAME, ""),
-        input_raw=a.get(semconv.GEN_AI_INPUT_MESSAGES, ""), request_raw=a.get(semconv.REQUEST, ""),
+        input_raw=a.get(semconv.GEN_AI_INPUT_MESSAGES, ""), request_stored=a.get(semconv.REQUEST, ""),
+        request_refs=semconv.REQUEST in json_or(a.get(semconv.CONTENT_REFS), ()),
+        system_raw=a.get(semconv.GEN_AI_SYSTEM_INSTRUCTIONS, ""),
         system=_parts_text(json_or(a.get(semconv.GEN_AI_SYSTEM_INSTRUCTIONS), [])),
         text="\n".join(m.text for m in messages if m.text),
         reasoning="\n".join(_parts_of(output, "reasoning")),

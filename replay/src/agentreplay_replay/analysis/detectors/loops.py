@@ -1,6 +1,7 @@
 """FM-1.3 step repetition and FM-1.5 unaware of termination conditions.
 
-A tool call with the same arguments as an earlier one that succeeded, or an LLM request
+A tool call with the same arguments as an earlier one that succeeded (neither its span nor its
+result says it failed: a retry after a transient error is no repetition), or an LLM request
 identical to an earlier answered one, repeats a step. Repeated :data:`LOOP_REPEATS` times or
 more, or ended by a step or recursion limit, it is a loop the agent never left on its own
 (FM-1.5). Tools that are asked again by nature (status, polling, clocks) are not counted.
@@ -20,6 +21,7 @@ from agentreplay_replay.analysis.detectors._base import (
     output,
     system_fix,
 )
+from agentreplay_replay.analysis.results import failure_of
 from agentreplay_replay.analysis.transcript import RunView, Step, key_words
 from agentreplay_replay.analysis.verdict import Evidence, ModeHit
 
@@ -64,8 +66,10 @@ def ended_on_limit(view: RunView) -> bool:
 def _tool_repeats(view: RunView) -> list[ModeHit]:
     groups: dict[tuple[str, str], list[Step]] = defaultdict(list)
     for tool in view.tool_steps:
-        if tool.failed or not tool.arguments_raw or _ASKED_AGAIN.intersection(key_words(tool.name)) or _denied(tool):
-            continue  # (arguments not recorded: content capture was off, nothing to compare)
+        if (tool.failed or not tool.arguments_raw or _ASKED_AGAIN.intersection(key_words(tool.name)) or _denied(tool)
+                or failure_of(tool) is not None):
+            continue  # (arguments not recorded: content capture was off, nothing to compare; a call that
+            # failed, in its span or in its result, may rightly be tried again)
         groups[(tool.name, json.dumps(tool.arguments, sort_keys=True, default=str))].append(tool)
     hits = []
     for (name, _), calls in groups.items():
@@ -91,18 +95,18 @@ def _tool_repeats(view: RunView) -> list[ModeHit]:
 
 
 def _llm_repeats(view: RunView) -> list[ModeHit]:
-    groups: dict[tuple[int, str], list[Step]] = defaultdict(list)
+    groups: dict[tuple[int, int, str], list[Step]] = defaultdict(list)
     for llm in view.llm_steps:
-        if llm.failed or not llm.request_raw:
+        if llm.failed or not llm.request_stored:
             continue
-        groups[(len(llm.request_raw), llm.name)].append(llm)
+        groups[(len(llm.request_stored), len(llm.input_raw), llm.name)].append(llm)
     hits = []
     for candidates in groups.values():
         if len(candidates) < 2:
             continue
-        same: dict[str, list[Step]] = defaultdict(list)
+        same: dict[tuple[str, str, str], list[Step]] = defaultdict(list)
         for llm in candidates:  # equal lengths first, then the text: a long run's requests are large
-            same[llm.request_raw].append(llm)
+            same[llm.request_key].append(llm)
         for calls in same.values():
             if len(calls) < 2:
                 continue

@@ -1,12 +1,17 @@
 """FM-1.1 disobey task specification: an action's arguments contradict what the request states.
 
-The request is the first user message the model saw (else the run's input). Only tools that
-act on the world are held to it (recorded as side effects, or named like an action): an agent
+The request is every user turn and the run's input: days, dates and day ranges, times, amounts
+and ranges of amounts, counts, places, and references (identifiers of any shape, e-mail
+addresses, URLs, paths), compared with an acting call's arguments by the kind of value, not by
+the argument's name; a reference is held to the one it looks like. Only tools that act on the
+world are held to it (recorded as side effects, or named like an action): an agent
 may search Saturday while looking for the customer's Friday, but it may not book Saturday.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,11 +20,14 @@ from agentreplay_replay.analysis.constraints import (
     Mention,
     argument_values,
     mentions,
+    reference,
+    references,
     same_place,
+    time_of,
     weekday,
 )
 from agentreplay_replay.analysis.detectors._base import Detector, argument, culprit, said, system_fix
-from agentreplay_replay.analysis.transcript import RunView, Step, leaves
+from agentreplay_replay.analysis.transcript import Quote, RunView, Step, leaves
 from agentreplay_replay.analysis.verdict import ModeHit
 
 MODE = "FM-1.1"
@@ -33,17 +41,18 @@ class Conflict:
 
 
 def check(view: RunView) -> list[ModeHit]:
-    request = view.request
-    if request is None:
+    turns = view.user_turns
+    if not turns:
         return []
-    stated = mentions(request.text)
-    if not stated:
+    stated = [m for turn in turns for m in mentions(turn.text)]
+    refs = [m for turn in turns for m in references(turn.text)]
+    if not stated and not refs:
         return []
     hits = []
     for tool in view.tool_steps:
         if not tool.acts:
             continue
-        found = _first_conflict(tool, stated)
+        found = _first_conflict(tool, stated) or _reference_conflict(view, tool, refs) or _time_conflict(tool, stated)
         if found is None:
             continue
         path, value, conflict = found
@@ -54,22 +63,99 @@ def check(view: RunView) -> list[ModeHit]:
         sentence = (f"Keep to what the user asked for ({'; '.join(m.quote for m in conflict.stated)}): "
                     f"call {tool.name} with {path} = {conflict.want}, not {value}, even when another option "
                     "is cheaper or looks better.")
+        where = _turn_of(turns, conflict.stated[0])
         hits.append(ModeHit(
             mode=MODE, detector="task_spec", explanation=explanation,
             culprit=culprit(issuer or tool),
-            evidence=(said(request, "; ".join(m.quote for m in conflict.stated)), argument(tool, path, value)),
+            evidence=(said(where, "; ".join(m.quote for m in conflict.stated)), argument(tool, path, value)),
             fix=system_fix(issuer, sentence) if issuer else None,
         ))
     return hits
 
 
+def _turn_of(turns: tuple[Quote, ...], mention: Mention) -> Quote:
+    return next((t for t in turns if mention.quote in t.text), turns[0])
+
+
 def _first_conflict(tool: Step, stated: list[Mention]) -> tuple[str, Any, Conflict] | None:
+    if not stated:
+        return None
     for path, value in leaves(tool.arguments):
         for got in argument_values(path, value):
             conflict = conflict_with(got, stated)
             if conflict is not None:
                 return path, value, conflict
     return None
+
+
+def _reference_conflict(view: RunView, tool: Step, refs: list[Mention]) -> tuple[str, Any, Conflict] | None:
+    """An identifier, address, URL or path that looks like one the user gave but is not it, and that no
+    earlier tool result nor user turn supplied: a wrong order id, a mistyped e-mail, a sibling file."""
+    if not refs:
+        return None
+    for path, value in leaves(tool.arguments):
+        got = reference(value) if isinstance(value, str) else None
+        if got is None:
+            continue
+        same_kind = [m for m in refs if m.kind is got.kind and not m.negated]
+        if not same_kind or any(m.value == got.value for m in same_kind):
+            continue
+        near = [m for m in same_kind if near_miss(got, m)]
+        if not near or _supplied(view, tool, got):
+            continue
+        return path, value, Conflict(stated=(near[0],), want=near[0].quote)
+    return None
+
+
+def _supplied(view: RunView, tool: Step, got: Mention) -> bool:
+    """Whether the run handed the agent this value: an earlier tool's result, or a user turn."""
+    needles = {got.quote, got.value}
+    for step in view.steps:
+        if step.step >= tool.step:
+            break
+        if step.is_tool and any(n in step.result for n in needles):
+            return True
+    return any(n in t.text for t in view.user_turns for n in needles)
+
+
+def near_miss(got: Mention, said: Mention) -> bool:
+    """Whether two references of one kind look alike enough that one is a slip for the other: identifiers
+    of one shape and prefix, paths in one folder with one extension, addresses or URLs that differ in a
+    few characters."""
+    a, b = str(got.value), str(said.value)
+    if got.kind is Kind.ID:
+        return _shape(a) == _shape(b) and _prefix(a) == _prefix(b) or _ratio(a, b) >= 0.8
+    if got.kind is Kind.PATH:
+        head_a, _, name_a = a.rpartition("/")
+        head_b, _, name_b = b.rpartition("/")
+        return head_a == head_b and name_a.rpartition(".")[2] == name_b.rpartition(".")[2]
+    return _ratio(a, b) >= 0.8
+
+
+def _shape(text: str) -> str:
+    return re.sub(r"[A-Z]", "A", re.sub(r"\d", "9", text))
+
+
+def _prefix(text: str) -> str:
+    return re.match(r"[A-Z]*", text).group(0)  # type: ignore[union-attr]
+
+
+def _ratio(a: str, b: str) -> float:
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+def _time_conflict(tool: Step, stated: list[Mention]) -> tuple[str, Any, Conflict] | None:
+    """A call that carries times of day, none of them at a time (or in a range) the request states: a
+    meeting asked for at 3pm that starts at 4pm and ends at 4:30 (its end is not held to the request)."""
+    times = [m for m in stated if m.kind is Kind.TIME and not m.negated]
+    if not times:
+        return None
+    carried = [(path, value, t) for path, value in leaves(tool.arguments)
+               if isinstance(value, str) and (t := time_of(value)) is not None]
+    if not carried or any(lo <= t <= hi for _, _, t in carried for lo, hi in (m.value for m in times)):
+        return None
+    path, value, _ = carried[0]
+    return path, value, Conflict(stated=tuple(times), want=" or ".join(m.quote for m in times))
 
 
 def conflict_with(got: Mention, stated: list[Mention]) -> Conflict | None:

@@ -4,8 +4,9 @@ Three plain cases, on runs that ended on their own (not failed, not halted, not 
 
 * the model's last answer asked for tool calls that never ran (a short run; a long one that
   kept asking is a loop, FM-1.5);
-* the request asks for an action ("book", "send", "pay"...), the model was offered the tool
-  that does it (``book_flight``), and that tool never ran;
+* a user turn asks for an action ("book", "send", "pay"... as a verb: not "my order"), the model
+  was offered the tool that does it (``book_flight``), that tool never ran, and the last answer
+  does not end on a question to the user (a turn that asks the user waits for the answer);
 * no such tool is known, but the final answer claims the action done ("booked") while no
   tool that acts on the world succeeded.
 """
@@ -28,6 +29,11 @@ ACTIONS: dict[str, tuple[str, ...]] = {
 }
 """Actions a request asks for, and the words an answer uses to claim them done."""
 _SAME_ACTION = {"reserve": ("book",), "book": ("reserve",), "buy": ("purchase", "order"), "purchase": ("buy", "order")}
+_NOUN_BEFORE = re.compile(r"\b(the|my|your|our|their|his|her|its|this|that|these|those|an?|any|each|every|no|"
+                          r"which|what|whose|of|for|per)\s+(\w+\s+)?$", re.IGNORECASE)
+"""Words before a noun: "my order", "the refund", "a new order" ("I want a refund" asks for none by this
+reading: the LLM judge is the one to read that)."""
+_ASKING_FOR = re.compile(r"(can|could|would|will|won't)\s+(you|u)\b|(please|kindly)\b", re.IGNORECASE)
 _NOT_BEFORE = re.compile(r"(\bdon't|\bdo not|\bnot|\bnever|\bno need to|\bwithout|\bbefore you)\s+(\w+\s+){0,2}$",
                          re.IGNORECASE)
 
@@ -59,23 +65,21 @@ def _unrun_calls(view: RunView) -> ModeHit | None:
 
 
 def _missing_action(view: RunView) -> list[ModeHit]:
-    request = view.request
-    if request is None:
-        return []
-    actions = requested_actions(request.text)
-    if not actions:
+    asked = [(verb, turn) for turn in view.user_turns for verb in requested_actions(turn.text)]
+    if not asked:
         return []
     final = view.final_answer
+    asks_back = final is not None and asks_the_user(final.text)
     offered = {n for s in {view.llm_steps[0].step: view.llm_steps[0], view.llm_steps[-1].step: view.llm_steps[-1]}
                .values() for n in s.tools_offered}  # an agent's tools seldom change: its first and last call
     ran = {t.name for t in view.tool_steps}
     known = offered | ran
-    for verb in actions:
+    for verb, request in dict((v, t) for v, t in reversed(asked)).items():
         verbs = (verb, *_SAME_ACTION.get(verb, ()))
         tools = sorted(n for n in known if set(verbs).intersection(key_words(n)))
         if tools:
-            if ran.intersection(tools) or final is None:
-                continue
+            if ran.intersection(tools) or final is None or asks_back:
+                continue  # (a turn that ends on a question to the user waits for the answer: that is no end)
             tool = tools[0]
             explanation = (f"The request asks to {verb}, the model was offered {tool}, and the run ended at step "
                            f"{final.step} without calling it.")
@@ -99,12 +103,30 @@ def _missing_action(view: RunView) -> list[ModeHit]:
 
 
 def requested_actions(text: str) -> list[str]:
-    """The actions a request asks for ("book", "send"), in order, leaving out negated ones."""
+    """The actions a request asks for ("book", "send"), in order, leaving out negated ones, nouns ("my
+    order", "the refund for") and those in a question about something ("When will the refund arrive?")."""
     found = []
     for m in re.finditer(r"\b(" + "|".join(ACTIONS) + r")(?:s|ing)?\b", text, re.IGNORECASE):
-        if not _NOT_BEFORE.search(text[max(0, m.start() - 30):m.start()]):
-            found.append(m.group(1).lower())
+        before = text[max(0, m.start() - 30):m.start()]
+        if _NOT_BEFORE.search(before) or _NOUN_BEFORE.search(before) or _in_question(text, m.start()):
+            continue
+        found.append(m.group(1).lower())
     return list(dict.fromkeys(found))
+
+
+def asks_the_user(text: str) -> bool:
+    """Whether an answer ends on a question to the user ("Which item should I refund?")."""
+    return text.rstrip().rstrip(")\"'*_ ").endswith("?")
+
+
+def _in_question(text: str, at: int) -> bool:
+    """Whether the sentence holding ``at`` is a question that asks about something rather than asks for it
+    ("When will the refund arrive?", not "Can you refund it?")."""
+    start = max(text.rfind(ch, 0, at) for ch in ".!?\n") + 1
+    ends = [i for i in (text.find(ch, at) for ch in ".!?\n") if i >= 0]
+    end = min(ends) if ends else len(text)
+    sentence = text[start:end + 1].strip()
+    return sentence.endswith("?") and not _ASKING_FOR.match(sentence)
 
 
 def _claim(text: str, verb: str) -> str | None:

@@ -4,9 +4,10 @@ FM-3.2: a tool that acts on the world succeeded, the model was asked again after
 no later request carries the action's result (neither its call id nor its content): the agent
 went on without looking at what its action did.
 
-FM-3.3: a tool answered with an error (its span failed, or its result says so), and the model
-then reported success without a later successful call of that tool: the error was taken for
-success.
+FM-3.3: a tool answered with an error (its span failed, or its result says so in any common
+shape: :mod:`~agentreplay_replay.analysis.results`), and without a later successful call of that
+tool the model then reported success, or answered with a figure that neither the user nor any
+successful result gave: the error was taken for success.
 """
 
 from __future__ import annotations
@@ -17,20 +18,24 @@ from typing import Any
 
 from agentreplay_otel.core import json_or
 from agentreplay_replay.analysis.detectors._base import Detector, culprit, output, result, shown, system_fix
+from agentreplay_replay.analysis.results import failure_of
 from agentreplay_replay.analysis.transcript import RunView, Step, leaves
 from agentreplay_replay.analysis.verdict import Fix, ModeHit
 
 UNCHECKED = "FM-3.2"
 WRONGLY_CHECKED = "FM-3.3"
 
-_ERROR_STATES = {"error", "failed", "failure", "declined", "rejected", "denied", "unavailable", "timeout",
-                 "timed_out", "invalid", "not_found"}
-_ERROR_TEXT = re.compile(r"^\s*(error|failed|failure|exception|traceback)\b", re.IGNORECASE)
-_SUCCESS = re.compile(r"\b(success(?:fully)?|succeeded|confirmed|booked|done|completed|all set|went through|"
-                      r"has been (?:booked|placed|sent|paid|made|processed|scheduled|reserved)|is booked|"
-                      r"placed|processed|reserved|paid)\b", re.IGNORECASE)
+_SUCCESS = re.compile(r"\b(success(?:fully)?|succeeded|confirmed|booked|done|complete[d]?|all set|went through|"
+                      r"has been (?:booked|placed|sent|paid|made|processed|scheduled|reserved|refunded|moved|"
+                      r"transferred|created|fixed|deployed)|is booked|placed|processed|reserved|paid|refunded|"
+                      r"transferred|all (?:\d+ )?(?:\w+ )?tests? pass(?:ed|es)?|tests? pass(?:ed|es)?|passing|"
+                      r"works|working|all good|fixed|deployed|(?:i(?:'ve| have)? )?(?:moved|sent|created|saved))\b",
+                      re.IGNORECASE)
 _ADMITS_FAILURE = re.compile(r"\b(fail\w*|error|unable|couldn't|could not|can't|cannot|unfortunately|sorry|"
-                             r"problem|issue|not been|wasn't|was not|declined|rejected|unavailable)\b", re.IGNORECASE)
+                             r"problem|issue|not been|wasn't|was not|declined|rejected|unavailable|denied|"
+                             r"timed out|did not|didn't|not found|404)\b", re.IGNORECASE)
+_FIGURE = re.compile(r"(?<![\w.])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s?(%|k\b|m\b|bn\b|million|billion)?",
+                     re.IGNORECASE)
 
 
 def check(view: RunView) -> list[ModeHit]:
@@ -63,48 +68,62 @@ def _unchecked(view: RunView) -> list[ModeHit]:
 def _wrongly_checked(view: RunView) -> list[ModeHit]:
     hits = []
     for tool in view.tool_steps:
-        problem = error_in(tool)
+        problem = failure_of(tool)
         if problem is None:
             continue
-        retried = any(t.is_tool and t.name == tool.name and error_in(t) is None for t in view.after(tool))
+        retried = any(t.is_tool and t.name == tool.name and failure_of(t) is None for t in view.after(tool))
         if retried:
             continue
-        claim = next((s for s in view.llm_steps if s.step > tool.step and not s.tool_calls and _claims(s.text)),
-                     None)
-        if claim is None:
-            continue
+        later = [s for s in view.llm_steps if s.step > tool.step and not s.tool_calls and s.text]
+        claim = next((s for s in later if _claims(s.text)), None)
+        if claim is not None:
+            what = f"the model reported success: \"{shown(claim.text, 120)}\""
+        else:
+            found = next(((s, f) for s in later if (f := _unfounded_figure(view, s)) is not None), None)
+            if found is None:
+                continue
+            claim, figure = found
+            what = (f"the model answered with {figure}, a figure that no successful result holds: "
+                    f"\"{shown(claim.text, 120)}\"")
         hits.append(ModeHit(
             mode=WRONGLY_CHECKED, detector="verification",
-            explanation=f"{tool.name} failed at step {tool.step} ({problem}), and at step {claim.step} the model "
-                        f"reported success: \"{shown(claim.text, 120)}\".",
+            explanation=f"{tool.name} failed at step {tool.step} ({problem}), and at step {claim.step} {what}.",
             culprit=culprit(claim),
             evidence=(result(tool, f"{tool.name} answered"), output(claim, claim.text, "the model reported")),
             fix=system_fix(claim, f"Check every tool result before you answer: {tool.name} answered "
                                   f"{shown(problem, 120)}. Say that it failed, or try again; never report success "
-                                  "after an error."),
+                                  "or a figure after an error."),
         ))
     return hits
 
 
 def error_in(tool: Step) -> str | None:
-    """What says this tool call failed: its span's error, or an error in its result; None if nothing."""
-    if not tool.is_tool:
+    """What says this tool call failed (:func:`~agentreplay_replay.analysis.results.failure_of`)."""
+    return failure_of(tool)
+
+
+def _unfounded_figure(view: RunView, answer: Step) -> str | None:
+    """A figure in an answer (an amount, a share, a count of two digits or more) that neither the user nor
+    any successful tool result gave: after a failure, a number from nowhere is an invented one."""
+    if _ADMITS_FAILURE.search(answer.text):
         return None
-    if tool.failed:
-        return f"{tool.error_type + ': ' if tool.error_type else ''}{tool.error}".strip() or "error"
-    doc = json_or(tool.result, None)
-    if isinstance(doc, dict):
-        if doc.get("error") or doc.get("errors"):
-            return shown(doc.get("error") or doc.get("errors"), 120)
-        for key in ("status", "state", "result"):
-            if isinstance(doc.get(key), str) and doc[key].lower().replace(" ", "_") in _ERROR_STATES:
-                return f"{key}: {doc[key]}"
-        for key in ("success", "ok"):
-            if doc.get(key) is False:
-                return f"{key}: false"
-        return None
-    text = doc if isinstance(doc, str) else tool.result
-    return shown(text, 120) if isinstance(text, str) and _ERROR_TEXT.search(text) else None
+    known = " ".join([*(t.text for t in view.user_turns),
+                      *(s.result for s in view.tool_steps if s.step < answer.step and failure_of(s) is None)])
+    numbers = {_value(m) for m in _FIGURE.finditer(known)}
+    for m in _FIGURE.finditer(answer.text):
+        whole = m.group(1).replace(",", "")
+        if len(whole) < 2 and not m.group(2) and not m.group(3):
+            continue
+        value = _value(m)
+        if not any(abs(value - n) <= max(0.005, abs(n) * 0.001) for n in numbers):
+            return m.group(0).strip()
+    return None
+
+
+def _value(m: re.Match[str]) -> float:
+    number = float(m.group(1).replace(",", "") + (f".{m.group(2)}" if m.group(2) else ""))
+    scale = (m.group(3) or "").lower()
+    return number * {"k": 1e3, "m": 1e6, "million": 1e6, "bn": 1e9, "billion": 1e9}.get(scale, 1.0)
 
 
 def _claims(text: str) -> bool:
