@@ -87,7 +87,8 @@ def analyze(
     the fork command that should fix it. Every verdict is stored (classifications table).
 
     Exit 0 when the run is judged ok (or unsure), 1 when it failed, 2 on an error (no such run, a run
-    still in flight, a chain that does not verify, a judge that gave no verdict).
+    still in flight, a chain that does not verify, a judge asked for that gave no verdict: then the
+    detectors' verdict is printed and stored, and the exit is 2 whatever it says).
 
     Given a case file (`agentreplay export`), the run is analysed from it, with no store or collector;
     the verdict is printed, not stored.
@@ -139,10 +140,10 @@ def analyze(
     for failed in (v for v in verdicts if v.outcome is Outcome.JUDGE_ERROR):
         err.print(f"[bold red]error:[/] {failed.error}")
     main = next((v for v in verdicts if v.outcome is not Outcome.JUDGE_ERROR), None)
-    if main is not None and main.outcome is Outcome.FAILED:
-        raise typer.Exit(1)
     if main is None or any(v.outcome is Outcome.JUDGE_ERROR for v in verdicts):
-        raise typer.Exit(2)
+        raise typer.Exit(2)  # a judge asked for gave no verdict: an error, whatever the detectors found
+    if main.outcome is Outcome.FAILED:
+        raise typer.Exit(1)
 
 
 def _judge_configs(judges: Judges, models: list[str], base_url: str | None, api_key: str | None,
