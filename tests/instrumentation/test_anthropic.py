@@ -75,8 +75,8 @@ def test_messages_create_records_a_chat_span(telemetry, server):
     assert json.loads(a[semconv.GEN_AI_SYSTEM_INSTRUCTIONS]) == [{"type": "text", "content": SYSTEM}]
     assert json.loads(a[semconv.GEN_AI_INPUT_MESSAGES]) == [
         {"role": "user", "parts": [{"type": "text", "content": MESSAGES[0]["content"]}]}]
-    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{  # the stop reason is an attribute of its own
-        "role": "assistant", "parts": [{"type": "text", "content": message.content[0].text}]}]
+    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{  # the conventions' reason; the API's is below
+        "role": "assistant", "parts": [{"type": "text", "content": message.content[0].text}], "finish_reason": "stop"}]
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("end_turn",)
     assert json.loads(a[semconv.REQUEST]) == {"model": MODEL, "max_tokens": 100, "system": SYSTEM,
                                               "messages": MESSAGES, "stop_sequences": ["END"]}
@@ -102,7 +102,8 @@ def test_messages_create_records_tool_use_and_tool_results(telemetry, serve):
     assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{
         "role": "assistant", "parts": [
         {"type": "text", "content": "Checking."},
-        {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}]}]
+        {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}],
+        "finish_reason": "tool_call"}]
     assert json.loads(a[semconv.GEN_AI_INPUT_MESSAGES])[1:] == [
         {"role": "assistant",
          "parts": [{"type": "tool_call", "id": "toolu_1", "name": "lookup", "arguments": {"q": 1}}]},
@@ -142,7 +143,8 @@ def test_messages_create_stream(telemetry, serve):
     assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{
         "role": "assistant", "parts": [
         {"type": "text", "content": "Lisbon on Friday"},
-        {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}]}]
+        {"type": "tool_call", "id": "toolu_weather", "name": "get_weather", "arguments": {"city": "Paris"}}],
+        "finish_reason": "tool_call"}]
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_use",)
     assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == events[0].message.usage.input_tokens
     assert a[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] == events[-2].usage.output_tokens

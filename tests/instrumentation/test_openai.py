@@ -90,9 +90,10 @@ def test_chat_completions_create_records_a_chat_span(telemetry, server):
         {"role": "system", "parts": [{"type": "text", "content": "You book flights."}]},
         {"role": "user", "parts": [{"type": "text", "content": "Find me a flight to Lisbon on Friday"}]},
     ]
-    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{  # the finish reason is an attribute of its own
+    assert json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES]) == [{  # each choice's finish reason, as the schema requires
         "role": "assistant",
         "parts": [{"type": "text", "content": completion.choices[0].message.content}],
+        "finish_reason": "stop",
     }]
     assert span.parent.span_id == telemetry.run_span("booker").context.span_id
 
@@ -107,7 +108,7 @@ def test_chat_completions_create_records_tool_calls(telemetry, serve):
     output = json.loads(a[semconv.GEN_AI_OUTPUT_MESSAGES])
     assert output == [{"role": "assistant", "parts": [{
         "type": "tool_call", "id": "call_weather", "name": "get_weather",
-        "arguments": completion.choices[0].message.tool_calls[0].function.arguments}]}]
+        "arguments": completion.choices[0].message.tool_calls[0].function.arguments}], "finish_reason": "tool_calls"}]
     assert json.loads(a[semconv.REQUEST])["tools"] == [
         {"type": "function", "function": {"name": "get_weather"}}]
 
@@ -171,7 +172,7 @@ def test_chat_completions_create_stream_records_chunks_and_usage(telemetry, serv
     assert output[0]["parts"][0] == {"type": "text", "content": text}
     assert output[0]["parts"][1]["name"] == "get_weather"
     assert json.loads(output[0]["parts"][1]["arguments"]) == {"city": "Paris"}
-    assert "finish_reason" not in output[0]
+    assert output[0]["finish_reason"] == "tool_calls"
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_calls",)
     assert a[semconv.OPENAI_RESPONSE_SERVICE_TIER] == chunks[0].service_tier
     assert a[semconv.OPENAI_RESPONSE_SYSTEM_FINGERPRINT] == chunks[0].system_fingerprint
@@ -250,7 +251,7 @@ def test_responses_create(telemetry, serve):
     assert output == [{"role": "assistant", "parts": [
         {"type": "text", "content": "Booked."},
         {"type": "tool_call", "id": "call_weather", "name": "get_weather",
-         "arguments": response.output[1].arguments}]}]
+         "arguments": response.output[1].arguments}], "finish_reason": "tool_call"}]
     assert a[semconv.GEN_AI_RESPONSE_FINISH_REASONS] == ("tool_call",)
     assert a[semconv.GEN_AI_USAGE_INPUT_TOKENS] == response.usage.input_tokens
     assert a[semconv.GEN_AI_USAGE_REASONING_OUTPUT_TOKENS] == response.usage.output_tokens_details.reasoning_tokens

@@ -93,7 +93,7 @@ def check_seen(call: LLMCall, library: str) -> bool:
         first = library not in _unseen_warned
         _unseen_warned.add(library)
     if first:
-        _log.warning("agentreplay: a %s call's HTTP exchange was not seen: its client sends through neither "
+        _log.warning("agentreplay: %s calls: an HTTP exchange was not seen: the client sends through neither "
                      "httpx2's nor httpx's Client.send; it is recorded from the parsed response and a replay "
                      "cannot answer it", library)
     return False

@@ -127,7 +127,8 @@ def message_result(message: Any) -> LLMResult:
     result = LLMResult(
         attributes=attrs,
         response_model=message.model,
-        output_messages=[_output_message(message.role or "assistant", _output_parts(message.content))],
+        output_messages=[_output_message(message.role or "assistant", _output_parts(message.content),
+                                         stop_reason)],
         response_dump=functools.partial(response_json, message),
     )
     _usage(result, message.usage)
@@ -149,9 +150,16 @@ def _output_parts(content: Iterable[Any]) -> list[Any]:
     return parts
 
 
-def _output_message(role: str, parts: list[Any]) -> dict[str, Any]:
-    """The message (its stop reason is in ``gen_ai.response.finish_reasons``)."""
-    return {"role": role, "parts": parts}
+# Anthropic's stop reasons as the conventions' finish reasons (stop, length, tool_call, content_filter) in
+# the output messages; ``gen_ai.response.finish_reasons`` keeps the API's own.
+_FINISH_REASONS = {"end_turn": "stop", "stop_sequence": "stop", "pause_turn": "stop", "max_tokens": "length",
+                   "model_context_window_exceeded": "length", "tool_use": "tool_call", "refusal": "content_filter"}
+
+
+def _output_message(role: str, parts: list[Any], stop_reason: str | None) -> dict[str, Any]:
+    """The message and its finish reason (none given: ``error``; the conventions' schema requires one)."""
+    reason = _FINISH_REASONS.get(stop_reason, stop_reason) if stop_reason else "error"
+    return {"role": role, "parts": parts, "finish_reason": reason}
 
 
 def _usage(result: LLMResult, usage: Any) -> None:
@@ -249,7 +257,7 @@ def messages_stream_result(stream: MessagesStreamAccumulator) -> LLMResult:
     result = LLMResult(
         attributes=attrs,
         response_model=stream.model,
-        output_messages=[_output_message(stream.role, parts)] if stream.seen else None,
+        output_messages=[_output_message(stream.role, parts, stream.stop_reason)] if stream.seen else None,
         stream_chunks=stream.raw if stream.raw is not None else stream.dumped,
     )
     if stream.message_id is not None:

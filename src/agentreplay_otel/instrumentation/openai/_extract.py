@@ -202,15 +202,16 @@ def chat_result(completion: Any, *, dump: Callable[[Any], str] = response_json) 
     result = LLMResult(
         attributes=attrs,
         response_model=completion.model,
-        output_messages=[_chat_output_message(c.message) for c in choices],
+        output_messages=[_chat_output_message(c.message, c.finish_reason) for c in choices],
         response_dump=functools.partial(dump, completion),
     )
     _chat_usage(result, completion.usage)
     return result
 
 
-def _chat_output_message(message: Any) -> dict[str, Any]:
-    """One choice's message (its finish reason is in ``gen_ai.response.finish_reasons``)."""
+def _chat_output_message(message: Any, finish_reason: str | None) -> dict[str, Any]:
+    """One choice's message and its finish reason, as the API names it (none given: ``error``, as
+    the contrib instrumentor writes it; the conventions' schema requires one)."""
     parts: list[Any] = []
     if message.content:
         parts.append({"type": "text", "content": message.content})
@@ -220,7 +221,7 @@ def _chat_output_message(message: Any) -> dict[str, Any]:
         fn = getattr(call, "function", None) or getattr(call, "custom", None)
         parts.append({"type": "tool_call", "id": call.id, "name": getattr(fn, "name", None),
                       "arguments": getattr(fn, "arguments", getattr(fn, "input", None))})
-    return {"role": message.role or "assistant", "parts": parts}
+    return {"role": message.role or "assistant", "parts": parts, "finish_reason": finish_reason or "error"}
 
 
 def _chat_usage(result: LLMResult, usage: Any) -> None:
@@ -345,4 +346,4 @@ def _streamed_message(choice: _StreamedChoice) -> dict[str, Any]:
     for index in sorted(choice.tools):
         call_id, name, fragments = choice.tools[index]
         parts.append({"type": "tool_call", "id": call_id, "name": name, "arguments": "".join(fragments)})
-    return {"role": choice.role, "parts": parts}
+    return {"role": choice.role, "parts": parts, "finish_reason": choice.finish_reason or "error"}

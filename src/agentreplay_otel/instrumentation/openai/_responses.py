@@ -79,7 +79,7 @@ def responses_result(response: Any, *, raw: list[str] | None = None,
     result = LLMResult(
         attributes=attrs,
         response_model=response.model,
-        output_messages=[{"role": "assistant", "parts": parts}],
+        output_messages=[{"role": "assistant", "parts": parts, "finish_reason": reason}],
         response_dump=None if raw is not None else functools.partial(dump, response),
         stream_chunks=raw,
     )
@@ -177,6 +177,6 @@ def responses_stream_result(stream: ResponsesStreamAccumulator) -> LLMResult:
     return LLMResult(
         attributes=attrs,
         response_model=getattr(response, "model", None),
-        output_messages=[{"role": "assistant", "parts": parts}] if parts else None,
+        output_messages=[{"role": "assistant", "parts": parts, "finish_reason": "error"}] if parts else None,
         stream_chunks=chunks,
     )
