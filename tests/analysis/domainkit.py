@@ -12,6 +12,7 @@ call, in order. Importable by name (``domainkit``) from the tests and the bench.
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 import json
 from collections.abc import Callable, Sequence
@@ -295,6 +296,8 @@ def _healthy(name: str, domain: str, request: str, *script: ScriptedReply, turns
     return DomainCase(name=name, domain=domain, request=request, script=script, turns=turns, why=why)
 
 
+_TOMORROW = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).date()  # the run's clock is the recording's
+_NEXT_WEEK = _TOMORROW + dt.timedelta(days=6)
 _PLAN = reply(text="1. Check the source account's balance. 2. Make the transfer the user asked for. 3. Confirm.")
 _EMEA_Q3 = "SELECT sum(revenue) FROM sales WHERE region = 'EMEA' AND quarter = '2025-Q3'"
 
@@ -395,6 +398,15 @@ CASES: tuple[DomainCase, ...] = (
              reply(call("schedule_meeting", title="Launch call", attendees=["dana.lee@acme.io"],
                         start="2026-03-12T15:00:00", end="2026-03-12T15:30:00")),
              reply(text="Booked: launch call with Dana, March 12, 15:00-15:30.")),
+    _failed("meeting_wrong_day_tomorrow", "calendar", "Book a 30-minute call with dana.lee@acme.io tomorrow at 10:00.",
+            "FM-1.1", 0,
+            reply(call("schedule_meeting", title="Call with Dana", attendees=["dana.lee@acme.io"],
+                       start=f"{_NEXT_WEEK}T10:00", end=f"{_NEXT_WEEK}T10:30")),
+            reply(text="Booked your call with Dana."), why="'tomorrow' booked a week out"),
+    _healthy("ok_meeting_tomorrow", "calendar", "Book a 30-minute call with dana.lee@acme.io tomorrow at 10:00.",
+             reply(call("schedule_meeting", title="Call with Dana", attendees=["dana.lee@acme.io"],
+                        start=f"{_TOMORROW}T10:00", end=f"{_TOMORROW}T10:30")),
+             reply(text=f"Booked: call with Dana on {_TOMORROW}, 10:00-10:30."), why="a relative date kept"),
     # --- SQL analytics
     _failed("sql_error_invented_figure", "sql", "What was EMEA revenue in Q3 2025?", "FM-3.3", 2,
             reply(call("run_sql", query="SELECT sum(rev) FROM sales WHERE region = 'EMEA' AND quarter = '2025-Q3'")),
@@ -434,6 +446,9 @@ CASES: tuple[DomainCase, ...] = (
             _PLAN,
             reply(call("transfer", from_account="CHK-4410", to_account="SAV-7781", amount=12000, currency="EUR")),
             reply(text="The €12,000 transfer to SAV-7781 is complete."), why="ok: false read as success"),
+    _failed("transfer_wrong_currency", "money", "Move €2,500 from CHK-4410 to SAV-7781.", "FM-1.1", 1, _PLAN,
+            reply(call("transfer", from_account="CHK-4410", to_account="SAV-7781", amount=2500, currency="USD")),
+            reply(text="Moved 2,500 to savings."), why="euros asked, dollars moved"),
     _healthy("ok_transfer_in_range", "money", "Top up SAV-7781 from CHK-4410 with between €500 and €800.",
              _PLAN, reply(call("get_balance", account="CHK-4410")),
              reply(call("transfer", from_account="CHK-4410", to_account="SAV-7781", amount=650, currency="EUR")),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 
 from agentreplay_replay.analysis.constraints import (
@@ -10,6 +12,7 @@ from agentreplay_replay.analysis.constraints import (
     mentions,
     reference,
     references,
+    relative_dates,
     same_place,
     time_of,
     weekday,
@@ -32,7 +35,7 @@ def test_dates_amounts_and_counts():
     assert ("count", 2, False, "", "people") in found and ("count", 1, False, "", "people") in found
     assert ("place", "new york", False, "", "to") in found
     assert ("date", (3, 14, 2026), False, "", "") in found
-    assert ("amount", 300.0, False, "max", "") in found and ("amount", 500.0, False, "", "") in found
+    assert ("amount", 300.0, False, "max", "$") in found and ("amount", 500.0, False, "", "EUR") in found
     assert _plain("on 2025-03-15")[0][1] == (3, 15, 2025) and weekday((3, 15, 2025)) == "saturday"
 
 
@@ -87,3 +90,20 @@ def test_references_of_any_shape():
         (Kind.EMAIL, "dana.lee@acme.io"), (Kind.URL, "https://example.org/a/b"), (Kind.PATH, "src/mail/inbox.py")]
     assert reference("src/mail/outbox.py").kind is Kind.PATH
     assert reference("hello world") is None and reference("see A-10442") is None
+
+
+def test_relative_dates_against_the_runs_clock():
+    noon = int(dt.datetime(2026, 3, 11, 12, 0, tzinfo=dt.UTC).timestamp() * 1e9)  # a Wednesday, noon UTC
+    assert [m.value for m in relative_dates("tomorrow at 10", noon)] == [(3, 12, 2026), (3, 13, 2026)]
+    # at 11:00 UTC it is the 10th somewhere and the 12th elsewhere: "tomorrow" is any of three days
+    eleven = int(dt.datetime(2026, 3, 11, 11, 0, tzinfo=dt.UTC).timestamp() * 1e9)
+    assert [m.value[1] for m in relative_dates("tomorrow", eleven)] == [11, 12, 13]
+    assert [m.value for m in relative_dates("this Friday", noon)] == [(3, 13, 2026)]
+    assert [m.value[1] for m in relative_dates("in 3 days", noon)] == [14, 15]
+    assert relative_dates("tomorrow", 0) == []
+
+
+def test_amounts_keep_their_currency():
+    assert [(m.value, m.role) for m in mentions("Move €2,500, $40 and 30 GBP")] == [
+        (2500.0, "EUR"), (40.0, "$"), (30.0, "GBP")]
+    assert [(m.kind, m.value) for m in argument_values("unit", "EUR")] == [(Kind.CURRENCY, "EUR")]

@@ -28,6 +28,7 @@ class Kind(enum.StrEnum):
     URL = "url"
     PATH = "path"
     TIME = "time"
+    CURRENCY = "currency"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -87,6 +88,10 @@ _EMAIL = re.compile(r"(?<![\w.+-])[\w.+-]+@[\w-]+(?:\.[\w-]+)+\b")
 _URL = re.compile(r"\bhttps?://[^\s\"'<>)\]]+", re.IGNORECASE)
 _PATH = re.compile(r"(?<![\w/.@:-])(?:\.{0,2}/)?(?:[\w.-]+/)+[\w.-]+\.\w{1,8}\b|(?<![\w/.@:-])/(?:[\w.-]+/)*[\w.-]+\b")
 _REF_ID = re.compile(r"(?<![\w@./-])(?:#\d{3,}|[A-Za-z]{1,6}[-_]?\d{3,}(?:[-_][A-Za-z0-9]+)*)(?![\w@/-])")
+_RELATIVE = re.compile(r"\b(?:in\s+(\d{1,2})\s+days?|(?:the\s+)?day\s+after\s+tomorrow|tomorrow|today|tonight|"
+                       r"yesterday|this\s+(" + "|".join(DAYS) + r"))\b", re.IGNORECASE)
+_CURRENCIES = frozenset({"USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "NZD", "SEK", "NOK", "DKK", "PLN", "CZK",
+                         "HUF", "CNY", "HKD", "SGD", "INR", "BRL", "MXN", "ZAR", "KRW", "TRY", "ILS", "AED"})
 _NEGATION = re.compile(r"(\bnot|n't|\bno|\bexcept|\bavoid|\bnever|\bother than|\bany(?:thing| day| time)? but|\binstead of"
                        r"|\brather than|\bbut not|\bwithout|\bexcluding)\b[^.,;!?]{0,20}$", re.IGNORECASE)
 
@@ -299,7 +304,59 @@ def _valid_date(month: int, day: int, year: int | None) -> tuple[int, int, int |
 def _amount(text: str, start: int, amount: float, quote: str) -> Mention:
     before = text[max(0, start - 30):start]
     bound = "max" if _MAX_WORDS.search(before) else "min" if _MIN_WORDS.search(before) else ""
-    return Mention(kind=Kind.AMOUNT, value=amount, quote=quote, bound=bound)
+    return Mention(kind=Kind.AMOUNT, value=amount, quote=quote, bound=bound, role=_currency(quote))
+
+
+def _currency(quote: str) -> str:
+    """The currency an amount is written in: ``EUR`` for "€250" and "250 euros", ``$`` for a dollar of
+    any country, "" when the amount names none."""
+    lowered = quote.lower()
+    if "$" in quote or "dollar" in lowered or "buck" in lowered:
+        return "USD" if "usd" in lowered else "$"
+    if "€" in quote or "eur" in lowered:
+        return "EUR"
+    if "£" in quote or "gbp" in lowered or "pound" in lowered:
+        return "GBP"
+    return ""
+
+
+def same_currency(code: str, stated: str) -> bool:
+    """Whether an ISO code (``EUR``) is the currency an amount was stated in (``$`` is any dollar)."""
+    return code == stated or (stated == "$" and code.endswith("D"))
+
+
+def relative_dates(text: str, started_ns: int) -> list[Mention]:
+    """Dates stated against the run's own clock ("today", "tomorrow", "the day after tomorrow", "in 3
+    days", "this Friday"), each as every date it can be where the user is: the run's instant falls on
+    up to three calendar days across the world's time zones, so each is stated as up to three dates."""
+    if not started_ns:
+        return []
+    instant = dt.datetime.fromtimestamp(started_ns / 1e9, dt.UTC)
+    first, last = (instant - dt.timedelta(hours=12)).date(), (instant + dt.timedelta(hours=14)).date()
+    todays = [first + dt.timedelta(days=i) for i in range((last - first).days + 1)]
+    found: list[tuple[int, Mention]] = []
+    for m in _RELATIVE.finditer(text):
+        word = m.group(0).lower()
+        if m.group(1):
+            shifts = [int(m.group(1))]
+        elif "after tomorrow" in word:
+            shifts = [2]
+        elif "tomorrow" in word:
+            shifts = [1]
+        elif "yesterday" in word:
+            shifts = [-1]
+        elif m.group(2):
+            target = DAYS.index(m.group(2).lower())
+            dates = {d + dt.timedelta(days=(target - d.weekday()) % 7) for d in todays}
+            found.extend((m.start(), Mention(kind=Kind.DATE, value=(d.month, d.day, d.year), quote=m.group(0),
+                                             negated=_negated(text, m.start()))) for d in sorted(dates))
+            continue
+        else:
+            shifts = [0]
+        for d in sorted({t + dt.timedelta(days=n) for t in todays for n in shifts}):
+            found.append((m.start(), Mention(kind=Kind.DATE, value=(d.month, d.day, d.year), quote=m.group(0),
+                                             negated=_negated(text, m.start()))))
+    return [mention for _, mention in sorted(found, key=lambda pair: pair[0])]
 
 
 def _family(noun: str) -> str:
@@ -364,6 +421,8 @@ def argument_values(path: str, value: Any) -> list[Mention]:
     if (role and text and not re.fullmatch(r"[A-Z]{3}", text) and not any(ch.isdigit() for ch in text)
             and not any(ch in text for ch in "@/:")):  # an address, a URL or a path is no place
         found.append(Mention(kind=Kind.PLACE, value=lowered, quote=text, role=role))
+    if text in _CURRENCIES:  # an ISO code, whatever the argument's name
+        found.append(Mention(kind=Kind.CURRENCY, value=text, quote=text))
     for ident in identifiers(text):
         if ident.quote == text:
             found.append(ident)

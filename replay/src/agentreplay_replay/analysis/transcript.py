@@ -188,6 +188,7 @@ class RunView:
     error_type: str = ""
     error: str = ""
     chain_hash: str = ""
+    started_ns: int = 0  # when the run began (its run span's start, else its first span's): its clock
 
     @cached_property
     def llm_steps(self) -> tuple[Step, ...]:
@@ -308,6 +309,7 @@ def run_view(spans: Iterable[SpanRecord]) -> RunView:
         error_type=attrs.get(semconv.ERROR_TYPE, ""),
         error=root.status_message if root else "",
         chain_hash=chain_head(spans),
+        started_ns=root.start_ns if root else min((s.start_ns for s in spans), default=0),
     )
 
 

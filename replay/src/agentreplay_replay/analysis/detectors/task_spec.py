@@ -22,6 +22,8 @@ from agentreplay_replay.analysis.constraints import (
     mentions,
     reference,
     references,
+    relative_dates,
+    same_currency,
     same_place,
     time_of,
     weekday,
@@ -44,7 +46,7 @@ def check(view: RunView) -> list[ModeHit]:
     turns = view.user_turns
     if not turns:
         return []
-    stated = [m for turn in turns for m in mentions(turn.text)]
+    stated = [m for turn in turns for m in (*mentions(turn.text), *relative_dates(turn.text, view.started_ns))]
     refs = [m for turn in turns for m in references(turn.text)]
     if not stated and not refs:
         return []
@@ -57,17 +59,18 @@ def check(view: RunView) -> list[ModeHit]:
             continue
         path, value, conflict = found
         issuer = view.issuer(tool)
-        quotes = ", ".join(f'"{m.quote}"' for m in conflict.stated)
+        said_quotes = list(dict.fromkeys(m.quote for m in conflict.stated))  # a relative date is several dates
+        quotes = ", ".join(f'"{q}"' for q in said_quotes)
         explanation = (f"The request says {quotes}, but {tool.name} (step {tool.step}) got {path}={value!r}"
                        + (f": the model chose it at step {issuer.step}." if issuer else "."))
-        sentence = (f"Keep to what the user asked for ({'; '.join(m.quote for m in conflict.stated)}): "
+        sentence = (f"Keep to what the user asked for ({'; '.join(said_quotes)}): "
                     f"call {tool.name} with {path} = {conflict.want}, not {value}, even when another option "
                     "is cheaper or looks better.")
         where = _turn_of(turns, conflict.stated[0])
         hits.append(ModeHit(
             mode=MODE, detector="task_spec", explanation=explanation,
             culprit=culprit(issuer or tool),
-            evidence=(said(where, "; ".join(m.quote for m in conflict.stated)), argument(tool, path, value)),
+            evidence=(said(where, "; ".join(said_quotes)), argument(tool, path, value)),
             fix=system_fix(issuer, sentence) if issuer else None,
         ))
     return hits
@@ -170,7 +173,17 @@ def conflict_with(got: Mention, stated: list[Mention]) -> Conflict | None:
         return _count(got, stated)
     if got.kind is Kind.PLACE:
         return _place(got, stated)
+    if got.kind is Kind.CURRENCY:
+        return _currency(got, stated)
     return None
+
+
+def _currency(got: Mention, stated: list[Mention]) -> Conflict | None:
+    """A currency code against the currency every amount of the request is written in."""
+    amounts = [m for m in stated if m.kind is Kind.AMOUNT and m.role]
+    if not amounts or any(same_currency(got.value, m.role) for m in amounts):
+        return None
+    return Conflict(stated=tuple(amounts), want=amounts[0].role)
 
 
 def _day(day: str, stated: list[Mention]) -> Conflict | None:
@@ -195,7 +208,7 @@ def _date(got: Mention, stated: list[Mention]) -> Conflict | None:
     if dates:
         matches = [m for m in dates if m.value[:2] == (month, day) and (not m.value[2] or not year
                                                                          or m.value[2] == year)]
-        return None if matches else Conflict(stated=tuple(dates), want=" or ".join(m.quote for m in dates))
+        return None if matches else Conflict(stated=tuple(dates), want=" or ".join(dict.fromkeys(m.quote for m in dates)))
     named = weekday(got.value)
     return _day(named, stated) if named else None
 
