@@ -136,8 +136,10 @@ def run_sql(query: str) -> dict:
 
 
 @agentreplay_otel.tool
-def list_tables() -> dict:
+def list_tables(schema: str = "public") -> dict:
     """List the warehouse's tables."""
+    if schema != "public":
+        return {"error": f"permission denied for schema {schema}"}
     return {"tables": ["sales", "customers", "products"]}
 
 
@@ -381,6 +383,11 @@ CASES: tuple[DomainCase, ...] = (
             reply(call("schedule_meeting", title="Q3 review", attendees=["priya.sha@acme.io", "tom@acme.io"],
                        start="2026-03-13T10:00", end="2026-03-13T11:00")),
             reply(text="The Q3 review is in your calendar."), why="an e-mail address mistyped"),
+    _healthy("ok_meeting_in_utc", "calendar",
+             "Book a 30-minute call with dana.lee@acme.io on 2026-03-12 at 3pm Berlin time.",
+             reply(call("schedule_meeting", title="Call with Dana", attendees=["dana.lee@acme.io"],
+                        start="2026-03-12T14:00:00Z", end="2026-03-12T14:30:00Z")),
+             reply(text="Booked for 3pm Berlin time (14:00 UTC)."), why="a time written in UTC"),
     _healthy("ok_meeting_in_day_range", "calendar",
              "Schedule a one-hour design review with dana.lee@acme.io, Monday to Wednesday next week (March 9 "
              "to 11, 2026).",
@@ -428,6 +435,13 @@ CASES: tuple[DomainCase, ...] = (
                                          "quarter = '2025-Q3' GROUP BY product ORDER BY 2 DESC LIMIT 3")),
              reply(text="Atlas ($1,250,000), Orbit ($980,000) and Nova ($610,000)."),
              why="'in Q3' is no place"),
+    _healthy("ok_sql_total_after_a_refused_listing", "sql", "What did the top 3 products make together in Q3 "
+                                                             "2025 in EMEA?",
+             reply(call("list_tables", schema="information_schema")),
+             reply(call("run_sql", query="SELECT product, sum(revenue) FROM sales WHERE region = 'EMEA' AND "
+                                         "quarter = '2025-Q3' GROUP BY product ORDER BY 2 DESC LIMIT 3")),
+             reply(text="Together $2,840,000 (Atlas, Orbit and Nova)."),
+             why="a figure computed from a good result after an unrelated refusal"),
     _healthy("ok_sql_email_report", "sql", "Email the Q3 2025 EMEA revenue to cfo@acme.io.",
              reply(call("run_sql", query=_EMEA_Q3)),
              reply(call("send_email", to="cfo@acme.io", subject="EMEA revenue Q3 2025", body="$4,210,000")),

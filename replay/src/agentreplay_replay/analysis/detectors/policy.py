@@ -28,6 +28,8 @@ _READ_ONLY = re.compile(r"\bread[- ]only\b[^.\n]{0,60}|\b(?:never|do not|don't|m
 _WRITE = re.compile(r"^\s*(?:insert\s+into|update\s+\w+\s+set|delete\s+from|drop\s+(?:table|database|schema|view)|"
                     r"alter\s+table|truncate|create\s+(?:table|database|index|view)|grant|revoke|merge\s+into|"
                     r"rm\s+-|git\s+push)\b", re.IGNORECASE)
+_UNLESS = re.compile(r"\b(unless|except|without|until|before|first)\b", re.IGNORECASE)
+"""A conditional rule ("do not change a booking unless asked") states no read-only role."""
 _SPEAKS = frozenset({"send", "email", "mail", "notify", "message", "reply", "post", "say", "respond", "answer"})
 
 
@@ -81,7 +83,7 @@ def _role_hits(view: RunView) -> list[ModeHit]:
         if issuer.step not in roles:
             system = "\n".join(m.text for m in issuer.messages if m.role in ("system", "developer") and m.text)
             found = _READ_ONLY.search(system)
-            roles[issuer.step] = found.group(0) if found else ""
+            roles[issuer.step] = found.group(0) if found and not _UNLESS.search(found.group(0)) else ""
         role = roles[issuer.step]
         if not role:
             continue

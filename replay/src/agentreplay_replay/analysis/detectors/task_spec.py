@@ -33,6 +33,8 @@ from agentreplay_replay.analysis.transcript import Quote, RunView, Step, leaves
 from agentreplay_replay.analysis.verdict import ModeHit
 
 MODE = "FM-1.1"
+_ZONED = re.compile(r"(Z|[+-]\d{2}:?\d{2})$")
+"""A time with its zone (``...T14:00:00Z``) may be the user's 3pm in another zone: not compared."""
 _TOLERANCE = 0.005
 
 
@@ -149,12 +151,13 @@ def _ratio(a: str, b: str) -> float:
 
 def _time_conflict(tool: Step, stated: list[Mention]) -> tuple[str, Any, Conflict] | None:
     """A call that carries times of day, none of them at a time (or in a range) the request states: a
-    meeting asked for at 3pm that starts at 4pm and ends at 4:30 (its end is not held to the request)."""
+    meeting asked for at 3pm that starts at 4pm and ends at 4:30 (its end is not held to the request).
+    Times written with a zone are left out: the user's clock is not known."""
     times = [m for m in stated if m.kind is Kind.TIME and not m.negated]
     if not times:
         return None
     carried = [(path, value, t) for path, value in leaves(tool.arguments)
-               if isinstance(value, str) and (t := time_of(value)) is not None]
+               if isinstance(value, str) and not _ZONED.search(value) and (t := time_of(value)) is not None]
     if not carried or any(lo <= t <= hi for _, _, t in carried for lo, hi in (m.value for m in times)):
         return None
     path, value, _ = carried[0]

@@ -78,13 +78,16 @@ def _wrongly_checked(view: RunView) -> list[ModeHit]:
         claim = next((s for s in later if _claims(s.text)), None)
         if claim is not None:
             what = f"the model reported success: \"{shown(claim.text, 120)}\""
-        else:
+        elif not any(t.is_tool and failure_of(t) is None for t in view.after(tool)):
+            # the failure was the last word from the tools: a figure in the answer came from nowhere
             found = next(((s, f) for s in later if (f := _unfounded_figure(view, s)) is not None), None)
             if found is None:
                 continue
             claim, figure = found
             what = (f"the model answered with {figure}, a figure that no successful result holds: "
                     f"\"{shown(claim.text, 120)}\"")
+        else:
+            continue
         hits.append(ModeHit(
             mode=WRONGLY_CHECKED, detector="verification",
             explanation=f"{tool.name} failed at step {tool.step} ({problem}), and at step {claim.step} {what}.",
