@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -158,12 +159,18 @@ class ThroughHttpx(httpx2.BaseTransport):
 @pytest.mark.parametrize("http", [lambda: httpx.Client(transport=ThroughHttpx2()),
                                   lambda: httpx2.Client(transport=ThroughHttpx())], ids=["httpx", "httpx2"])
 def test_one_exchange_carried_by_both_packages_is_recorded_once(instrumented, http):
-    with LLMServer([ScriptedReply(text="On loan.")]) as server:
-        _, recording, spans = instrumented.record_run(
-            lambda: oai(server, http()).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}]))
-    (span,) = llm_spans(spans)
-    assert json.loads(attrs(span)[semconv.RESPONSE])["choices"][0]["message"]["content"] == "On loan."
-    assert len(recording.steps) == 1
+    def borrow(server: LLMServer) -> None:
+        client = oai(server, http())
+        client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "x"}])
+        client.post("/chat/completions", cast_to=openai.types.chat.ChatCompletion,  # no wrapper: the transport's own
+                    body={"model": MODEL, "messages": [{"role": "user", "content": "y"}]})
+
+    with LLMServer([ScriptedReply(text="On loan."), ScriptedReply(text="Due Friday.")]) as server:
+        _, recording, spans = instrumented.record_run(lambda: borrow(server))
+        assert server.request_count == 2
+    texts = [json.loads(attrs(s)[semconv.RESPONSE])["choices"][0]["message"]["content"] for s in llm_spans(spans)]
+    assert texts == ["On loan.", "Due Friday."]
+    assert len(recording.steps) == 2
 
 
 class Elsewhere(httpx.Client):
@@ -176,10 +183,21 @@ class Elsewhere(httpx.Client):
         return response
 
 
-def test_an_exchange_the_recorder_cannot_see_warns_once(instrumented, caplog):
+@pytest.fixture
+def unwarned() -> Iterator[None]:
+    """No provider warned about yet in this process; as it was afterwards."""
     from agentreplay_otel.instrumentation import _transport
 
-    _transport._unseen_warned.discard(semconv.PROVIDER_OPENAI)
+    before = set(_transport._unseen_warned)
+    _transport._unseen_warned.clear()
+    try:
+        yield
+    finally:
+        _transport._unseen_warned.clear()
+        _transport._unseen_warned.update(before)
+
+
+def test_an_exchange_the_recorder_cannot_see_warns_once(instrumented, caplog, unwarned):
     with LLMServer([ScriptedReply(text="One."), ScriptedReply(text="Two.")]) as server, \
             caplog.at_level(logging.WARNING, logger="agentreplay_otel"):
         client = oai(server, Elsewhere())
