@@ -237,10 +237,10 @@ DOMAINS = {d.name: d for d in (
 
 
 def domain_agent(server: LLMServer, request: str, *, domain: str, turns: Sequence[str] = (),
-                 max_turns: int = 6) -> str:
+                 max_turns: int = 6, hide: Sequence[str] = ()) -> str:
     """The chat-completions tool loop over a domain's tools. ``turns`` are the user's later messages,
     each sent when the model answers in words; a planner (when the domain has one) writes the plan
-    that the executor is given."""
+    that the executor is given; the results of the tools named in ``hide`` go back as "done"."""
     _TRIES.clear()
     d = DOMAINS[domain]
     client = openai.OpenAI(base_url=server.base_url_openai, api_key="t", max_retries=0)
@@ -266,7 +266,8 @@ def domain_agent(server: LLMServer, request: str, *, domain: str, turns: Sequenc
         messages.append(message.model_dump(exclude_unset=True, exclude_none=True))
         for tc in message.tool_calls:
             result = tools[tc.function.name](**json.loads(tc.function.arguments))
-            messages.append({"role": "tool", "tool_call_id": tc.id, "content": json.dumps(result)})
+            shown = "done" if tc.function.name in hide else result
+            messages.append({"role": "tool", "tool_call_id": tc.id, "content": json.dumps(shown)})
     return "stopped: too many turns"
 
 
@@ -280,6 +281,7 @@ class DomainCase:
     modes: frozenset[str] = frozenset()  # the label: MAST modes in the run ({} = the run is fine)
     culprit: int | None = None  # the label: the step to blame
     turns: tuple[str, ...] = ()  # the user's later messages
+    hide: tuple[str, ...] = ()  # tools whose results the agent hands back as "done"
     why: str = ""  # what makes a healthy run look suspicious, or what went wrong
 
     @property
@@ -288,9 +290,10 @@ class DomainCase:
 
 
 def _failed(name: str, domain: str, request: str, mode: str, culprit: int, *script: ScriptedReply,
-            turns: tuple[str, ...] = (), why: str = "", also: tuple[str, ...] = ()) -> DomainCase:
+            turns: tuple[str, ...] = (), why: str = "", also: tuple[str, ...] = (),
+            hide: tuple[str, ...] = ()) -> DomainCase:
     return DomainCase(name=name, domain=domain, request=request, script=script, modes=frozenset({mode, *also}),
-                      culprit=culprit, turns=turns, why=why)
+                      culprit=culprit, turns=turns, why=why, hide=hide)
 
 
 def _healthy(name: str, domain: str, request: str, *script: ScriptedReply, turns: tuple[str, ...] = (),
@@ -327,6 +330,16 @@ CASES: tuple[DomainCase, ...] = (
             reply(call("issue_refund", order_id="B-20917", amount=240.0)), reply(text="Refunded $240.00."),
             turns=("B-20917. Please refund $40 of it, the chair came scratched.",), also=("FM-3.3",),
             why="the amount is stated in the user's second turn; the refund of $240 was refused and reported made"),
+    _failed("refund_says_one_amount_pays_another", "refunds", "Please refund the lamp from order A-10442.",
+            "FM-2.6", 2, reply(call("lookup_order", order_id="A-10442")),
+            reply(call("issue_refund", order_id="A-10442", amount=37.5),
+                  text="The lamp cost $25.00, so I'll refund $25.00."),
+            reply(text="Done, the lamp is refunded."), why="the stated amount is not the one refunded"),
+    _failed("refund_result_never_read", "refunds", "Please refund order A-10442, the lamp arrived broken.",
+            "FM-3.2", 4, reply(call("lookup_order", order_id="A-10442")),
+            reply(call("issue_refund", order_id="A-10442", amount=25.0)),
+            reply(text="Your refund is on its way."), hide=("issue_refund",),
+            why="the agent hands the refund's answer back as 'done'"),
     _healthy("ok_refund", "refunds", "Please refund order A-10442, the lamp arrived broken.",
              reply(call("lookup_order", order_id="A-10442")),
              reply(call("issue_refund", order_id="A-10442", amount=25.0)),
@@ -489,6 +502,10 @@ CASES: tuple[DomainCase, ...] = (
             "FM-1.1", 2, reply(call("web_search", query="MAST failure taxonomy")),
             reply(call("send_email", to="lena.fisher@lab.org", subject="MAST", body="14 failure modes, 3 categories")),
             reply(text="Sent the summary to Lena."), why="an e-mail address mistyped"),
+    _failed("research_same_search_twice", "research", "Find the 2025 paper with a taxonomy of multi-agent failures.",
+            "FM-1.3", 2, reply(call("web_search", query="multi-agent LLM failure taxonomy 2025")),
+            reply(call("web_search", query="multi-agent LLM failure taxonomy 2025")),
+            reply(text="\"Why Do Multi-Agent LLM Systems Fail?\" (2025)."), why="the same search again"),
     _healthy("ok_research_refined_search", "research", "Find the 2025 paper with a taxonomy of multi-agent failures.",
              reply(call("web_search", query="multi-agent failures")),
              reply(call("web_search", query="multi-agent LLM failure taxonomy 2025")),
@@ -514,7 +531,8 @@ def record(rec: Recorder, case: DomainCase) -> list[SpanRecord]:
     with LLMServer(list(case.script)) as server:
         try:
             with agentreplay_otel.run(case.name, input=case.request) as handle:
-                handle.set_output(domain_agent(server, case.request, domain=case.domain, turns=case.turns))
+                handle.set_output(domain_agent(server, case.request, domain=case.domain, turns=case.turns,
+                                               hide=case.hide))
         except Exception:  # noqa: BLE001 - a failing run is recorded as such; its spans are what we want
             pass
     rec.provider.force_flush()

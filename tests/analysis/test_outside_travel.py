@@ -28,6 +28,8 @@ def test_the_set_spans_six_domains_failing_and_healthy_runs():
         mine = [c for c in cases if c.domain == domain]
         assert any(c.modes for c in mine) and any(not c.modes for c in mine), domain
     assert sum(not c.modes for c in cases) >= 15
+    labelled = {m for c in cases for m in c.modes}  # every mode the detectors report, outside travel too
+    assert {"FM-1.1", "FM-1.2", "FM-1.3", "FM-1.5", "FM-2.6", "FM-3.1", "FM-3.2", "FM-3.3"} <= labelled
     assert all(c.culprit is not None for c in cases if c.modes)
 
 

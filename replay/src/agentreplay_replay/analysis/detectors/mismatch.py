@@ -1,7 +1,9 @@
 """FM-2.6 reasoning-action mismatch: the model states a choice and makes a tool call that differs.
 
 Read from one response: its text or visible reasoning says what it will do ("I'll book TP123
-on Friday"), and its tool call carries another value of the same kind (``day="Saturday"``).
+on Friday", "I'll refund $25.00"), and its tool call carries another value of the same kind
+(``day="Saturday"``, ``amount=37.5``): days, dates, places, amounts, counts, identifiers,
+addresses, URLs and paths.
 Only the words after a statement of intent count, so "Saturday is cheaper, but I'll book
 Friday" states Friday. A call is compared with a statement that names it (its tool's words), or
 with the response's only call.
@@ -17,6 +19,8 @@ from agentreplay_replay.analysis.constraints import (
     argument_values,
     identifiers,
     mentions,
+    reference,
+    references,
     same_place,
 )
 from agentreplay_replay.analysis.detectors._base import Detector, argument, culprit, output, system_fix
@@ -31,8 +35,8 @@ _INTENT = re.compile(
     r"my choice is|the best (?:option|choice) is)\b",
     re.IGNORECASE,
 )
-_SENTENCE_END = re.compile(r"[.!?\n]")
-_COMPARED = (Kind.DAY, Kind.DATE, Kind.PLACE, Kind.ID)
+_SENTENCE_END = re.compile(r"[.!?](?!\d)|\n")  # not the point of "$25.00"
+_COMPARED = (Kind.DAY, Kind.DATE, Kind.PLACE, Kind.ID, Kind.AMOUNT, Kind.COUNT, Kind.EMAIL, Kind.URL, Kind.PATH)
 
 
 def check(view: RunView) -> list[ModeHit]:
@@ -58,7 +62,8 @@ def _statements(text: str) -> list[str]:
 
 
 def _mismatch(view: RunView, llm: Step, statement: str) -> ModeHit | None:
-    stated = [m for m in [*mentions(statement), *identifiers(statement)] if m.kind in _COMPARED and not m.negated]
+    stated = [m for m in [*mentions(statement), *identifiers(statement), *references(statement)]
+              if m.kind in _COMPARED and not m.negated and not (m.kind is Kind.AMOUNT and m.bound)]
     if not stated:
         return None
     words = set(re.findall(r"[a-z]+", statement.lower()))
@@ -86,7 +91,8 @@ def _mismatch(view: RunView, llm: Step, statement: str) -> ModeHit | None:
 
 def _differs(call: ToolCall, stated: list[Mention]) -> tuple[str, object, Mention] | None:
     for path, value in leaves(call.arguments):
-        for got in argument_values(path, value):
+        whole = reference(value) if isinstance(value, str) else None
+        for got in (*argument_values(path, value), *((whole,) if whole is not None else ())):
             same_kind = [m for m in stated if m.kind is got.kind and _comparable(got, m)]
             if same_kind and not any(_same(got, m) for m in same_kind):
                 return path, value, same_kind[0]
@@ -94,8 +100,13 @@ def _differs(call: ToolCall, stated: list[Mention]) -> tuple[str, object, Mentio
 
 
 def _comparable(got: Mention, said: Mention) -> bool:
-    """Places compare by role: a stated destination says nothing of the origin argument."""
-    return got.kind is not Kind.PLACE or got.role == said.role or "in" in (got.role, said.role)
+    """Places compare by role (a stated destination says nothing of the origin argument), counts by
+    their family (people, rooms, nights)."""
+    if got.kind is Kind.PLACE:
+        return got.role == said.role or "in" in (got.role, said.role)
+    if got.kind is Kind.COUNT:
+        return got.role == said.role
+    return True
 
 
 def _same(got: Mention, said: Mention) -> bool:
@@ -103,6 +114,8 @@ def _same(got: Mention, said: Mention) -> bool:
         return same_place(got.value, said.value)
     if got.kind is Kind.DATE:
         return bool(got.value[:2] == said.value[:2])
+    if got.kind is Kind.AMOUNT:
+        return bool(abs(got.value - said.value) < 0.005)
     return bool(got.value == said.value)
 
 
