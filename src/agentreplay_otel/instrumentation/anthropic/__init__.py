@@ -26,7 +26,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
-from agentreplay_otel.instrumentation import _transport
+from agentreplay_otel.instrumentation import _precedence, _transport
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
 from agentreplay_otel.metrics import GenAIMetrics
@@ -49,6 +49,7 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     _deferred = Deferred("anthropic")
 
     def _instrument(self, **kwargs: Any) -> None:
+        _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
         self._deferred.arm(lambda: self._wrap(**kwargs))
 
     def _wrap(self, **kwargs: Any) -> None:
@@ -73,6 +74,7 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
             self._native_tracing_switched_off = True
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        _precedence.release(self)
         if not self._deferred.disarm():
             return
         _transport.uninstall()

@@ -28,6 +28,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
+from agentreplay_otel.instrumentation import _precedence
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.version import __version__
 
@@ -47,6 +48,7 @@ class LangChainInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     _deferred = Deferred("langchain_core.tools")
 
     def _instrument(self, **kwargs: Any) -> None:
+        _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
         self._deferred.arm(lambda: self._wrap(**kwargs))
 
     def _wrap(self, **kwargs: Any) -> None:
@@ -57,6 +59,7 @@ class LangChainInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wrap_function_wrapper(_TOOLS_MODULE, "BaseTool.arun", _wrappers.arun_wrapper(tracer))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        _precedence.release(self)
         if not self._deferred.disarm():
             return
         from langchain_core.tools import BaseTool

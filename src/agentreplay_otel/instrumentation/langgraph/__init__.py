@@ -25,6 +25,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
+from agentreplay_otel.instrumentation import _precedence
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation.langgraph._wrappers import (
     arun_with_retry_wrapper,
@@ -51,6 +52,7 @@ class LangGraphInstrumentor(BaseInstrumentor):
     _deferred = Deferred("langgraph.pregel")
 
     def _instrument(self, **kwargs: Any) -> None:
+        _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
         self._deferred.arm(lambda: self._wrap(**kwargs))
 
     def _wrap(self, **kwargs: Any) -> None:
@@ -64,6 +66,7 @@ class LangGraphInstrumentor(BaseInstrumentor):
         wrap_function_wrapper(_RUNNER_MODULE, "arun_with_retry", arun_with_retry_wrapper(tracer, interrupts))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        _precedence.release(self)
         if not self._deferred.disarm():
             return
         import langgraph.pregel._runner as runner

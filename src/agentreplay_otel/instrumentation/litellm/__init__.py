@@ -23,7 +23,7 @@ from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type:
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
 
-from agentreplay_otel.instrumentation import _transport
+from agentreplay_otel.instrumentation import _precedence, _transport
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
 from agentreplay_otel.metrics import GenAIMetrics
@@ -41,6 +41,7 @@ class LiteLLMInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     _deferred = Deferred("litellm")
 
     def _instrument(self, **kwargs: Any) -> None:
+        _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
         self._deferred.arm(lambda: self._wrap(**kwargs))
 
     def _wrap(self, **kwargs: Any) -> None:
@@ -57,6 +58,7 @@ class LiteLLMInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wrap_function_wrapper("litellm", "acompletion", _wrappers.acompletion(recorder, CustomStreamWrapper))
 
     def _uninstrument(self, **kwargs: Any) -> None:
+        _precedence.release(self)
         if not self._deferred.disarm():
             return
         _transport.uninstall()
