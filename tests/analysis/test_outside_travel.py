@@ -29,7 +29,8 @@ def test_the_set_spans_six_domains_failing_and_healthy_runs():
         assert any(c.modes for c in mine) and any(not c.modes for c in mine), domain
     assert sum(not c.modes for c in cases) >= 15
     labelled = {m for c in cases for m in c.modes}  # every mode the detectors report, outside travel too
-    assert {"FM-1.1", "FM-1.2", "FM-1.3", "FM-1.5", "FM-2.6", "FM-3.1", "FM-3.2", "FM-3.3"} <= labelled
+    assert {"FM-1.1", "FM-1.2", "FM-1.3", "FM-1.4", "FM-1.5", "FM-2.2", "FM-2.6", "FM-3.1", "FM-3.2",
+            "FM-3.3"} <= labelled
     assert all(c.culprit is not None for c in cases if c.modes)
 
 
@@ -80,3 +81,12 @@ def test_a_read_only_role_is_a_specification_without_a_manifest(outside):
     [hit] = detect(_spans(outside, "sql_delete_as_analyst")).modes
     assert hit.mode == "FM-1.2" and "read-only" in hit.explanation and "DELETE FROM" in hit.explanation
     assert detect(_spans(outside, "ok_sql_email_report")).outcome is Outcome.OK  # sending a report is no write
+
+
+def test_asking_again_and_acting_on_one_of_several_unasked(outside):
+    [again] = detect(_spans(outside, "refund_asks_for_the_order_again")).modes
+    assert again.mode == "FM-1.4" and "A-10442" in again.explanation
+    assert detect(_spans(outside, "ok_meeting_asks_for_a_missing_address")).outcome is Outcome.OK
+    [unasked] = detect(_spans(outside, "transfer_to_one_of_two_martas")).modes
+    assert unasked.mode == "FM-2.2" and "Marta Ruiz" in unasked.explanation and unasked.culprit.step == 3
+    assert detect(_spans(outside, "ok_transfer_to_the_marta_named")).outcome is Outcome.OK

@@ -8,11 +8,13 @@ in is not proven right, which is what the LLM judge is for.
     mismatch      FM-2.6  the model's stated choice differs from the tool call it made
     termination   FM-3.1  the run ended before a tool the task needs ran
     verification  FM-3.2  an action's result never looked at; FM-3.3 an error taken for success
+    conversation  FM-1.4  the user asked again for what they gave; FM-2.2 one of several matches acted on unasked
 """
 
 from __future__ import annotations
 
 from agentreplay_replay.analysis.detectors import (
+    conversation,
     loops,
     mismatch,
     policy,
@@ -31,6 +33,7 @@ DETECTORS: tuple[Detector, ...] = (
     mismatch.DETECTOR,
     termination.DETECTOR,
     verification.DETECTOR,
+    conversation.DETECTOR,
 )
 
 

@@ -1,0 +1,187 @@
+"""FM-1.4 loss of conversation history and FM-2.2 fail to ask for clarification, read from what the
+user said and what the agent did with it.
+
+FM-1.4: the model asks the user for something the user already gave in that conversation ("Could
+you give me your order number?" after "Please refund order A-10442"): an identifier, an e-mail
+address, a URL, a path, a date, a time or an amount. A question that quotes the value, or asks to
+confirm it, is not asking again.
+
+FM-2.2: a tool's result lists several records that match what the user named equally well (two
+payees called Marta), and without asking which, the agent acts with a value of one of them only
+(its IBAN). A user who named the one they meant ("Marta Klein") left nothing to ask.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from agentreplay_otel.core import json_or
+from agentreplay_replay.analysis.constraints import Kind, Mention, mentions, references, relative_dates
+from agentreplay_replay.analysis.detectors._base import (
+    Detector,
+    argument,
+    culprit,
+    output,
+    result,
+    system_fix,
+)
+from agentreplay_replay.analysis.detectors.termination import asks_the_user
+from agentreplay_replay.analysis.results import failure_of
+from agentreplay_replay.analysis.transcript import RunView, Step, leaves
+from agentreplay_replay.analysis.verdict import Evidence, ModeHit
+
+LOST = "FM-1.4"
+UNASKED = "FM-2.2"
+
+_ASKS_FOR: tuple[tuple[tuple[Kind, ...], re.Pattern[str]], ...] = (
+    ((Kind.ID,), re.compile(r"\b(order|account|booking|reservation|ticket|case|invoice|customer|reference|"
+                            r"confirmation|tracking|transaction|iban)\s*(number|no\b|id\b|#|code)|\biban\b",
+                            re.IGNORECASE)),
+    ((Kind.EMAIL,), re.compile(r"\be-?mail(\s+address)?\b", re.IGNORECASE)),
+    ((Kind.URL,), re.compile(r"\b(url|link)\b", re.IGNORECASE)),
+    ((Kind.PATH,), re.compile(r"\b(which|what) file\b|\bfile ?(name|path)\b|\bthe path\b", re.IGNORECASE)),
+    ((Kind.DATE, Kind.DAY), re.compile(r"\b(which|what) (day|date)\b", re.IGNORECASE)),
+    ((Kind.TIME,), re.compile(r"\b(which|what) time\b|\bat what time\b", re.IGNORECASE)),
+    ((Kind.AMOUNT,), re.compile(r"\bhow much\b|\b(which|what) amount\b", re.IGNORECASE)),
+)
+_CONFIRMS = re.compile(r"\b(confirm|correct|right|did you mean|double-check|is that|still|instead|another|other|"
+                       r"new|different|else)\b", re.IGNORECASE)
+_QUESTION = re.compile(r"[^.!?\n]*\?")
+_NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
+
+
+def check(view: RunView) -> list[ModeHit]:
+    return [*_asked_again(view), *_unasked(view)]
+
+
+# --- FM-1.4 ---------------------------------------------------------------------------------------
+def _asked_again(view: RunView) -> list[ModeHit]:
+    hits = []
+    for llm in view.llm_steps:
+        if llm.tool_calls or not llm.text or not asks_the_user(llm.text):
+            continue
+        given = _given(view, llm)
+        if not given:
+            continue
+        for question in _QUESTION.findall(llm.text):
+            if _CONFIRMS.search(question):
+                continue
+            for kinds, pattern in _ASKS_FOR:
+                if not pattern.search(question):
+                    continue
+                known = [m for m in given if m.kind in kinds and not m.negated]
+                if not known or any(m.quote.lower() in question.lower() for m in known):
+                    continue
+                asked = question.strip()
+                hits.append(ModeHit(
+                    mode=LOST, detector="conversation",
+                    explanation=f"At step {llm.step} the model asked \"{asked}\", but the user had already given "
+                                f"{known[0].quote}: the conversation's history was lost.",
+                    culprit=culprit(llm),
+                    evidence=(Evidence(step=llm.step, span_id=llm.span_id, path="gen_ai.input.messages",
+                                       value=known[0].quote, note="the user had given"),
+                              output(llm, asked, "the model asked again")),
+                    fix=system_fix(llm, f"Use what the user already told you ({known[0].quote}); do not ask for it "
+                                        "again."),
+                ))
+                break
+            else:
+                continue
+            break
+    return hits
+
+
+def _given(view: RunView, llm: Step) -> list[Mention]:
+    """What the user had stated in the conversation this LLM call was sent."""
+    texts = [m.text for m in llm.messages if m.role == "user" and m.text.strip()]
+    if view.run_input.strip() and not any(view.run_input.strip() in t for t in texts):
+        texts.append(view.run_input)
+    return [m for t in texts for m in (*mentions(t), *references(t), *relative_dates(t, view.started_ns))]
+
+
+# --- FM-2.2 ---------------------------------------------------------------------------------------
+def _unasked(view: RunView) -> list[ModeHit]:
+    names = {w for t in view.user_turns for w in _names(t.text)}
+    if not names:
+        return []
+    hits = []
+    for tool in view.tool_steps:
+        if not tool.acts or tool.failed:
+            continue
+        found = _ambiguous_choice(view, tool, names)
+        if found is None:
+            continue
+        source, chosen, path, value, others = found
+        issuer = view.issuer(tool)
+        hits.append(ModeHit(
+            mode=UNASKED, detector="conversation",
+            explanation=f"{source.name} (step {source.step}) found {len(others) + 1} records matching what the user "
+                        f"named ({chosen}; {'; '.join(others)}), and without asking which, {tool.name} (step "
+                        f"{tool.step}) acted on one: {path}={value!r}.",
+            culprit=culprit(issuer or tool),
+            evidence=(result(source, f"{source.name} found several"), argument(tool, path, value)),
+            fix=system_fix(issuer, "When what the user named matches several records, ask which one they mean "
+                                   "before you act.") if issuer else None,
+        ))
+    return hits
+
+
+def _names(text: str) -> set[str]:
+    """Capitalised words not opening a sentence: the names a user gives ("to Marta")."""
+    return {m.group(0).lower() for m in _NAME.finditer(text)
+            if m.start() > 0 and not re.search(r"[.!?:\n]\s*$", text[:m.start()])}
+
+
+def _ambiguous_choice(view: RunView, tool: Step, names: set[str]
+                      ) -> tuple[Step, str, str, Any, list[str]] | None:
+    values = {(p, v) for p, v in leaves(tool.arguments) if isinstance(v, str) and len(v) >= 4}
+    if not values:
+        return None
+    for source in reversed([t for t in view.tool_steps if t.step < tool.step and failure_of(t) is None]):
+        records = _records(json_or(source.result, None))
+        if len(records) < 2:
+            continue
+        scores = [_score(r, names) for r in records]
+        best = max(scores)
+        tied = [r for r, s in zip(records, scores, strict=True) if s == best and best > 0]
+        if len(tied) < 2:
+            continue
+        strings = [{v for _, v in leaves(r) if isinstance(v, str)} for r in tied]
+        for path, value in sorted(values):
+            holders = [i for i, s in enumerate(strings) if value in s]
+            if len(holders) == 1 and not _asked_between(view, source, tool):
+                chosen = _label(tied[holders[0]])
+                others = [_label(r) for i, r in enumerate(tied) if i != holders[0]]
+                return source, chosen, path, value, others
+    return None
+
+
+def _records(doc: Any) -> list[Mapping[str, Any]]:
+    """The records of a result: a list of objects, at its top or one key down."""
+    lists = [doc] if isinstance(doc, list) else [v for v in doc.values() if isinstance(v, list)] \
+        if isinstance(doc, Mapping) else []
+    for items in lists:
+        records = [r for r in items if isinstance(r, Mapping)]
+        if len(records) >= 2:
+            return records
+    return []
+
+
+def _score(record: Mapping[str, Any], names: set[str]) -> int:
+    words = {w.lower() for _, v in leaves(record) if isinstance(v, str) for w in re.findall(r"[A-Za-z]{3,}", v)}
+    return len(names & words)
+
+
+def _label(record: Mapping[str, Any]) -> str:
+    return next((v for _, v in leaves(record) if isinstance(v, str)), "?")
+
+
+def _asked_between(view: RunView, source: Step, tool: Step) -> bool:
+    """Whether the model asked the user something between the result and the action."""
+    return any(s.is_llm and not s.tool_calls and asks_the_user(s.text) for s in view.steps
+               if source.step < s.step < tool.step)
+
+
+DETECTOR = Detector(name="conversation", modes=(LOST, UNASKED), check=check)
