@@ -1,0 +1,151 @@
+"""The web console (/ui) in headless Chromium against a real collector: the flight story in Runs, its page
+with the culprit step highlighted and the Saturday booking's arguments, a hostile tool result shown as text
+and never run, and Kill and Resume pressed on a run's page (the collector's /v1/halts follows).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.request
+from importlib import resources
+
+import pytest
+
+from agentreplay_collector.console import CSP
+
+pytestmark = pytest.mark.e2e
+
+READY = "document.body.dataset.state === 'ready'"
+
+
+def _static(name: str) -> str:
+    return (resources.files("agentreplay_collector.console") / "static" / name).read_text()
+
+
+def test_pages_are_served_with_a_strict_policy_and_no_inline_code(console):
+    with urllib.request.urlopen(f"{console.control}/ui/", timeout=10) as answer:
+        html = answer.read().decode()
+        assert answer.headers["Content-Security-Policy"] == CSP
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+        assert "set-cookie" not in {k.lower() for k in answer.headers}
+    assert "script-src 'self'" in CSP and "unsafe" not in CSP and "default-src 'none'" in CSP
+    assert re.findall(r"<script[^>]*>", html) == ['<script src="/ui/static/console.js" defer>']
+    assert not re.search(r"\son\w+\s*=", html), "an inline event handler"
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "something from another origin"
+    script = _static("console.js")
+    assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function", script)
+    assert "localStorage" not in script and "document.cookie" not in script
+    with urllib.request.urlopen(f"{console.control}/ui/static/console.js", timeout=10) as answer:
+        assert answer.headers["Content-Type"].startswith("text/javascript")
+    for name in ("..%2Fservice.py", "missing.js", "__init__.py"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{console.control}/ui/static/{name}", timeout=10)
+        assert refused.value.code == 404
+
+
+def test_the_failed_run_is_listed_in_runs(console, page):
+    page.open(f"{console.control}/ui/#/runs")
+    row = f"document.querySelector('tr[data-run=\"{console.story}\"]')"
+    page.wait(f"{READY} && {row} !== null")
+    cells = page.js(f"Array.from({row}.cells).map(c => c.textContent)")
+    verdict = next(c for c in console.get(f"/v1/runs/{console.story}/classifications")["classifications"]
+                   if c["verdict"] == "failed")
+    assert "halted" in cells[1] and cells[3] == "Error" and cells[4] == "intact"
+    assert cells[5] == "failed " + ", ".join(verdict["failure_modes"]) and "FM-1.1" in cells[5]
+    run = console.get(f"/v1/runs/{console.story}")
+    assert cells[6] == f"${run['cost_usd']:.2f}" and cells[8] == str(run["span_count"])
+    # newest first: the hostile run was recorded after the story
+    order = page.js("Array.from(document.querySelectorAll('tr[data-run]')).map(r => r.dataset.run)")
+    assert order.index(console.hostile) < order.index(console.story)
+    # the agent filter: only that agent's runs
+    page.js("document.getElementById('filter-agent').value = 'page-reader';"
+            "document.getElementById('filters').requestSubmit(); true")
+    page.wait(f"{READY} && location.hash.includes('agent=page-reader') && "
+              f"document.querySelectorAll('tr[data-run]').length === 1")
+    assert page.js("document.querySelector('tr[data-run]').dataset.run") == console.hostile
+
+
+def test_the_run_page_highlights_the_culprit_and_shows_the_saturday_booking(console, page):
+    page.open(f"{console.control}/ui/#/run/{console.story}")
+    page.wait(f"{READY} && document.body.dataset.run === '{console.story}'")
+    verdict = next(c for c in console.get(f"/v1/runs/{console.story}/classifications")["classifications"]
+                   if c["verdict"] == "failed")
+    culprit = str(verdict["culprit_step"])
+    assert page.js("Array.from(document.querySelectorAll('section.step.culprit')).map(s => s.dataset.step)") \
+        == [culprit]
+    assert page.js("Array.from(document.querySelectorAll('.wf-row.culprit')).map(s => s.dataset.step)") == [culprit]
+    highlight = page.js("getComputedStyle(document.querySelector('section.step.culprit')).borderTopColor")
+    assert highlight == "rgb(255, 211, 61)"  # the highlight colour, and no other step's border
+    bookings = page.js("Array.from(document.querySelectorAll('section.step[data-tool=\"book_flight\"]'))"
+                       ".map(s => [s.dataset.step, s.querySelector('pre.arguments').textContent,"
+                       " Array.from(s.querySelectorAll('.decision')).map(d => d.textContent)])")
+    saturday = [b for b in bookings if json.loads(b[1]).get("day") == "Saturday"]
+    assert len(saturday) == 1 and json.loads(saturday[0][1])["flight"] == "TP125"
+    assert any(d.startswith("Allowed by tool.allowed") for d in saturday[0][2])
+    refused = [b for b in bookings if json.loads(b[1]).get("day") == "Friday"]
+    assert any(d.startswith("Denied by tool.max_per_run") for d in refused[0][2])
+    # each LLM call's messages: the customer's request is in the first call's input
+    assert "Book me a flight to Lisbon on Friday" in page.js(
+        "document.querySelector('section.step.llm ol.messages.input').textContent")
+    commands = page.js("Array.from(document.querySelectorAll('.commands code')).map(c => [c.id, c.textContent])")
+    found = dict(commands)
+    assert found["cmd-replay"] == f"agentreplay replay {console.story}"
+    assert re.fullmatch(rf"agentreplay fork {console.story} --at \d+", found["cmd-fork"])
+    assert found["cmd-export"] == f"agentreplay export {console.story} -o {console.story[:12]}.case.json"
+    assert page.js("document.getElementById('halted-badge') !== null")
+    assert "intact" in page.js("document.querySelector('dd[data-key=\"chain\"]').textContent")
+
+
+def test_a_hostile_tool_result_is_shown_as_text_and_never_runs(console, page):
+    page.open(f"{console.control}/ui/#/run/{console.hostile}")
+    page.wait(f"{READY} && document.body.dataset.run === '{console.hostile}' && "
+              "document.querySelector('pre.result') !== null")
+    assert page.js("document.querySelector('pre.result').textContent") == console.hostile_text
+    assert page.js("document.documentElement.getAttribute('data-pwned')") is None, "a recorded script ran"
+    made = page.js("['script', 'img', 'svg', 'iframe'].map(t => document.querySelectorAll('main ' + t).length)")
+    assert made == [0, 0, 0, 0], "recorded markup became elements"
+    assert page.js("document.querySelectorAll('main a[href^=\"javascript:\"]').length") == 0
+
+
+def _halts(console) -> list[dict]:
+    return [h for h in console.get("/v1/halts")["halts"] if h["target"] == console.hostile]
+
+
+def test_kill_and_resume_from_the_run_page(console, page):
+    page.js("sessionStorage.clear(); true")
+    page.open(f"{console.control}/ui/#/run/{console.hostile}")
+    page.wait(f"{READY} && document.body.dataset.run === '{console.hostile}' && "
+              "document.getElementById('kill') !== null")
+    assert _halts(console) == []
+
+    def confirm(reason: str) -> None:
+        page.js(f"document.getElementById('confirm-reason').value = {json.dumps(reason)};"
+                "document.getElementById('confirm-ok').click(); true")
+
+    # without the admin token the collector refuses, and the page says so
+    page.js("document.getElementById('kill').click(); true")
+    assert page.js("document.getElementById('confirm').open")
+    confirm("suspicious page")
+    page.wait("document.getElementById('confirm-error').textContent.includes('admin token')")
+    assert _halts(console) == []
+    page.js("document.getElementById('confirm-cancel').click(); true")
+
+    # the token pasted (kept in the tab, sent as a header), then Kill with a reason
+    page.js("document.getElementById('token-button').click();"
+            f"document.getElementById('login-token').value = {json.dumps(console.admin)};"
+            "document.getElementById('login-form').requestSubmit(); true")
+    page.wait(f"{READY} && document.getElementById('kill') !== null")
+    assert page.js("sessionStorage.length === 1 && document.cookie === ''")
+    page.js("document.getElementById('kill').click(); true")
+    confirm("it fetched a hostile page")
+    page.wait(f"{READY} && document.getElementById('halted-badge') !== null")
+    [halt] = _halts(console)
+    assert halt["scope"] == "run" and halt["reason"] == "it fetched a hostile page" and halt["actor"] == "operator"
+    assert "it fetched a hostile page" in page.js("document.querySelector('dd[data-key=\"halt\"]').textContent")
+
+    page.js("document.getElementById('resume').click(); true")
+    confirm("")
+    page.wait(f"{READY} && document.getElementById('kill') !== null")
+    assert _halts(console) == []
