@@ -34,6 +34,8 @@ from agentreplay_replay.analysis.verdict import Evidence, ModeHit
 
 LOST = "FM-1.4"
 UNASKED = "FM-2.2"
+_LOOK_BACK = 8
+"""An action is compared with the records of this many results before it, at most."""
 
 _ASKS_FOR: tuple[tuple[tuple[Kind, ...], re.Pattern[str]], ...] = (
     ((Kind.ID,), re.compile(r"\b(order|account|booking|reservation|ticket|case|invoice|customer|reference|"
@@ -48,7 +50,7 @@ _ASKS_FOR: tuple[tuple[tuple[Kind, ...], re.Pattern[str]], ...] = (
 )
 _CONFIRMS = re.compile(r"\b(confirm|correct|right|did you mean|double-check|is that|still|instead|another|other|"
                        r"new|different|else)\b", re.IGNORECASE)
-_QUESTION = re.compile(r"[^.!?\n]*\?")
+_SENTENCES = re.compile(r"(?<=[.!?\n])")
 _NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 
 
@@ -65,7 +67,7 @@ def _asked_again(view: RunView) -> list[ModeHit]:
         given = _given(view, llm)
         if not given:
             continue
-        for question in _QUESTION.findall(llm.text):
+        for question in _questions(llm.text):
             if _CONFIRMS.search(question):
                 continue
             for kinds, pattern in _ASKS_FOR:
@@ -93,6 +95,11 @@ def _asked_again(view: RunView) -> list[ModeHit]:
     return hits
 
 
+def _questions(text: str) -> list[str]:
+    """The sentences of a text that are questions (split at sentence ends: linear in the text)."""
+    return [part for part in _SENTENCES.split(text) if part.rstrip().endswith("?")]
+
+
 def _given(view: RunView, llm: Step) -> list[Mention]:
     """What the user had stated in the conversation this LLM call was sent."""
     texts = [m.text for m in llm.messages if m.role == "user" and m.text.strip()]
@@ -107,10 +114,11 @@ def _unasked(view: RunView) -> list[ModeHit]:
     if not names:
         return []
     hits = []
+    listed: dict[int, list[Mapping[str, Any]]] = {}
     for tool in view.tool_steps:
         if not tool.acts or tool.failed:
             continue
-        found = _ambiguous_choice(view, tool, names)
+        found = _ambiguous_choice(view, tool, names, listed)
         if found is None:
             continue
         source, chosen, path, value, others = found
@@ -134,13 +142,16 @@ def _names(text: str) -> set[str]:
             if m.start() > 0 and not re.search(r"[.!?:\n]\s*$", text[:m.start()])}
 
 
-def _ambiguous_choice(view: RunView, tool: Step, names: set[str]
+def _ambiguous_choice(view: RunView, tool: Step, names: set[str], listed: dict[int, list[Mapping[str, Any]]]
                       ) -> tuple[Step, str, str, Any, list[str]] | None:
     values = {(p, v) for p, v in leaves(tool.arguments) if isinstance(v, str) and len(v) >= 4}
     if not values:
         return None
-    for source in reversed([t for t in view.tool_steps if t.step < tool.step and failure_of(t) is None]):
-        records = _records(json_or(source.result, None))
+    earlier = [t for t in view.tool_steps if t.step < tool.step and failure_of(t) is None]
+    for source in reversed(earlier[-_LOOK_BACK:]):
+        if source.step not in listed:
+            listed[source.step] = _records(json_or(source.result, None)) if "[" in source.result else []
+        records = listed[source.step]
         if len(records) < 2:
             continue
         scores = [_score(r, names) for r in records]

@@ -110,10 +110,13 @@ def _unfounded_figure(view: RunView, answer: Step) -> str | None:
     any successful tool result gave: after a failure, a number from nowhere is an invented one."""
     if _ADMITS_FAILURE.search(answer.text):
         return None
+    figures = list(_FIGURE.finditer(answer.text))
+    if not figures:
+        return None
     known = " ".join([*(t.text for t in view.user_turns),
                       *(s.result for s in view.tool_steps if s.step < answer.step and failure_of(s) is None)])
     numbers = {_value(m) for m in _FIGURE.finditer(known)}
-    for m in _FIGURE.finditer(answer.text):
+    for m in figures:
         whole = m.group(1).replace(",", "")
         if len(whole) < 2 and not m.group(2) and not m.group(3):
             continue
