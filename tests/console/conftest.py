@@ -54,6 +54,15 @@ class ConsoleWorld:
     def control(self) -> str:
         return self.world.collector.control
 
+    def issue(self, agent_id: str) -> IssuedAgent:
+        """Another agent of the org, without a manifest."""
+        return IssuedAgent.issue(identity.load_private_key(self.world.root / "org.pem"), agent_id)
+
+    def send(self, agent: IssuedAgent, forge: Any) -> None:
+        """The spans the agent finished since the last send, exported as its SDK exports them."""
+        status = export_grpc(self.world.collector.grpc, forge.request().SerializeToString(), token=agent.token)
+        assert status.name == "OK", status
+
     def get(self, path: str, token: str | None = None) -> Any:
         request = urllib.request.Request(self.control + path)
         if token:
@@ -183,6 +192,14 @@ class Page:
 
     def open(self, url: str) -> None:
         self.call("Page.navigate", session=True, url=url)
+
+    def fresh(self, url: str) -> None:
+        """Open ``url`` with no token kept: the tab's sessionStorage for its origin emptied first."""
+        origin = url.split("/ui/")[0]
+        self.open(f"{origin}/v1/health")
+        self.wait("location.pathname === '/v1/health' && document.readyState === 'complete'")
+        self.js("sessionStorage.clear(); true")
+        self.open(url)
 
     def js(self, expression: str) -> Any:
         """The value of a script run in the page (a promise awaited)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import urllib.error
 import urllib.request
 from importlib import resources
@@ -14,6 +15,7 @@ from importlib import resources
 import pytest
 
 from agentreplay_collector.console import CSP
+from agentreplay_otel import semconv
 
 pytestmark = pytest.mark.e2e
 
@@ -93,6 +95,9 @@ def test_the_run_page_highlights_the_culprit_and_shows_the_saturday_booking(cons
     found = dict(commands)
     assert found["cmd-replay"] == f"agentreplay replay {console.story}"
     assert re.fullmatch(rf"agentreplay fork {console.story} --at \d+", found["cmd-fork"])
+    fix = json.loads(verdict["verdict_json"])["fix"]  # the analysis' proposed fix, quoted by the page
+    assert found["cmd-fork-fix"] == shlex.join(["agentreplay", "fork", console.story, "--at", str(fix["at"]),
+                                                "--system", fix["system"]])
     assert found["cmd-export"] == f"agentreplay export {console.story} -o {console.story[:12]}.case.json"
     assert page.js("document.getElementById('halted-badge') !== null")
     assert "intact" in page.js("document.querySelector('dd[data-key=\"chain\"]').textContent")
@@ -114,8 +119,7 @@ def _halts(console) -> list[dict]:
 
 
 def test_kill_and_resume_from_the_run_page(console, page):
-    page.js("sessionStorage.clear(); true")
-    page.open(f"{console.control}/ui/#/run/{console.hostile}")
+    page.fresh(f"{console.control}/ui/#/run/{console.hostile}")
     page.wait(f"{READY} && document.body.dataset.run === '{console.hostile}' && "
               "document.getElementById('kill') !== null")
     assert _halts(console) == []
@@ -149,3 +153,25 @@ def test_kill_and_resume_from_the_run_page(console, page):
     confirm("")
     page.wait(f"{READY} && document.getElementById('kill') !== null")
     assert _halts(console) == []
+
+
+def test_a_run_in_flight_appears_live_and_is_updated(console, page):
+    """The newest page of Runs is read again every second: a run whose first spans have arrived shows,
+    marked live, and turns judged once its run span ends, without a reload."""
+    agent = console.issue("live-reader")
+    forge = agent.forge()
+    page.open(f"{console.control}/ui/#/runs")
+    page.wait(READY)
+    with forge.tracer.start_as_current_span("invoke_agent live-reader", attributes={
+            semconv.GEN_AI_OPERATION_NAME: "invoke_agent", semconv.GEN_AI_AGENT_NAME: "live-reader"}) as run:
+        run_id = format(run.get_span_context().trace_id, "032x")
+        with forge.tracer.start_as_current_span("execute_tool lookup", attributes={
+                semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "lookup", semconv.STEP: 0}):
+            pass
+        console.send(agent, forge)  # the tool's span; the run span is still open
+        row = f"document.querySelector('tr[data-run=\"{run_id}\"]')"
+        page.wait(f"{row} !== null && {row}.classList.contains('live')")
+        assert "live" in page.js(f"{row}.cells[1].textContent")
+        assert page.js("document.getElementById('live-note').textContent") != ""
+    console.send(agent, forge)  # the run span: the collector judges the run
+    page.wait(f"{row} !== null && !{row}.classList.contains('live') && {row}.cells[4].textContent === 'intact'")

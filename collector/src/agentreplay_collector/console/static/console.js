@@ -42,7 +42,20 @@
   }
 
   function showTokenState() {
-    document.getElementById('token-state').textContent = token() ? 'token set (this tab)' : 'no token';
+    var agent = tokenAgent();
+    document.getElementById('token-state').textContent = !token() ? 'no token' :
+      agent !== null ? 'agent token: ' + agent : 'token set (this tab)';
+  }
+
+  function tokenAgent() {
+    // An agent's identity token is a JWT naming its agent (sub); the admin token is not. Only to decide
+    // which buttons to show: the collector checks every token itself.
+    var parts = token().split('.');
+    if (parts.length !== 3) { return null; }
+    try {
+      var claims = JSON.parse(window.atob(parts[1].replace(/-/g, '+').replace(/_/g, '/')));
+      return typeof claims.sub === 'string' ? claims.sub : null;
+    } catch (e) { return null; }
   }
 
   function ApiError(status, message) { this.status = status; this.message = message; }
@@ -403,7 +416,10 @@
 
   function controls(run, halt) {
     var box = el('div', {'class': 'controls'});
-    if (halt) {
+    if (tokenAgent() !== null) {
+      box.appendChild(el('span', {'class': 'muted', id: 'control-note',
+        text: 'Kill and Resume take the admin token; this tab holds an agent\'s token.'}));
+    } else if (halt) {
       var resume = el('button', {type: 'button', id: 'resume', text: 'Resume run'});
       resume.addEventListener('click', function () {
         ask('Resume run ' + run.run_id + '?',
@@ -500,7 +516,13 @@
     if (at === null && llmSteps.length) { at = llmSteps[0]; }
     var lines = [['replay', 'agentreplay replay ' + quote(runId)]];
     if (at !== null) { lines.push(['fork', 'agentreplay fork ' + quote(runId) + ' --at ' + at]); }
-    if (verdictDoc && verdictDoc.fork_command) { lines.push(['fork-fix', verdictDoc.fork_command]); }
+    var fix = verdictDoc && verdictDoc.fix;
+    if (fix && fix.at !== undefined && (typeof fix.system === 'string' || typeof fix.message === 'string')) {
+      // quoted here from the fix's fields: a command line stored with the verdict is never shown as given
+      lines.push(['fork-fix', 'agentreplay fork ' + quote(runId) + ' --at ' + Number(fix.at) +
+        (typeof fix.system === 'string' ? ' --system ' + quote(fix.system) : '') +
+        (typeof fix.message === 'string' ? ' --message ' + quote(fix.message) : '')]);
+    }
     lines.push(['export', 'agentreplay export ' + quote(runId) + ' -o ' + quote(runId.slice(0, 12) + '.case.json')]);
     var list = el('ul', {'class': 'commands'});
     lines.forEach(function (pair) {
@@ -584,7 +606,18 @@
       return el('pre', {'class': cls, text: pretty(raw)});
     }
     var list = el('ol', {'class': 'messages ' + cls});
-    messages.forEach(function (m) {
+    var lastAnswer = -1;  // what an input repeats from earlier calls (up to the model's last answer) is folded
+    if (cls === 'input') {
+      messages.forEach(function (m, n) { if (m && m.role === 'assistant') { lastAnswer = n; } });
+    }
+    var earlier = lastAnswer >= 0 ? el('ol', {'class': 'messages earlier'}) : null;
+    if (earlier) {
+      list.appendChild(el('li', {}, [el('details', {}, [
+        el('summary', {text: (lastAnswer + 1) + ' earlier message' + (lastAnswer ? 's' : '') +
+          ' (up to the model\'s last answer)'}), earlier])]));
+    }
+    messages.forEach(function (m, n) {
+      if (!m || typeof m !== 'object') { m = {role: '?', parts: [{type: 'text', content: pretty(m)}]}; }
       var parts = Array.isArray(m.parts) ? m.parts : [{type: 'text', content: m.content}];
       var item = el('li', {'class': 'message', 'data-role': m.role || ''}, [el('span', {'class': 'role', text: m.role || '?'})]);
       parts.forEach(function (p) {
@@ -601,7 +634,7 @@
           item.appendChild(el('pre', {'class': 'part other', text: pretty(p)}));
         }
       });
-      list.appendChild(item);
+      (earlier && n <= lastAnswer ? earlier : list).appendChild(item);
     });
     return list;
   }

@@ -1,0 +1,94 @@
+"""The console where reads need a token (as in production): without one it asks for one; an agent's
+identity token sees that agent's runs only and gets no Kill button; the admin token sees every run.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from agentreplay_dev.collector import CollectorProcess, IssuedAgent, export_grpc, write_config
+from agentreplay_otel import identity, semconv
+
+pytestmark = pytest.mark.e2e
+
+ADMIN = "console-tokens-admin-0123456789"
+READY = "document.body.dataset.state === 'ready'"
+
+
+@dataclass
+class TokenWorld:
+    control: str
+    agents: dict[str, IssuedAgent]
+    runs: dict[str, str]  # agent id -> its run
+
+
+@pytest.fixture(scope="module")
+def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenWorld]:
+    root = tmp_path_factory.mktemp("console-tokens")
+    org = identity.generate_key()
+    identity.write_public_key(org.public_key(), root / "org.pub.pem")
+    config = write_config(root / "collector.yaml", store=f"chdb://{root / 'store'}",
+                          org_public_key=root / "org.pub.pem", scope={"admin_token": ADMIN}, open_reads=False)
+    with CollectorProcess(config, log=root / "collector.log") as collector:
+        agents = {name: IssuedAgent.issue(org, name) for name in ("agent-a", "agent-b")}
+        runs = {}
+        for name, agent in agents.items():
+            forge = agent.forge()
+            with forge.tracer.start_as_current_span(f"invoke_agent {name}", attributes={
+                    semconv.GEN_AI_OPERATION_NAME: "invoke_agent", semconv.GEN_AI_AGENT_NAME: name}) as run:
+                with forge.tracer.start_as_current_span("execute_tool lookup", attributes={
+                        semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "lookup",
+                        semconv.STEP: 0}):
+                    pass
+                runs[name] = format(run.get_span_context().trace_id, "032x")
+            status = export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token)
+            assert status.name == "OK", status
+        yield TokenWorld(control=collector.control, agents=agents, runs=runs)
+
+
+def _use(page: Any, token: str) -> None:
+    """Paste a token in the page's form, as a person does."""
+    page.js("document.getElementById('token-button').click();"
+            f"document.getElementById('login-token').value = {json.dumps(token)};"
+            "document.getElementById('login-form').requestSubmit(); true")
+
+
+def _rows(page: Any) -> list[str]:
+    return page.js("Array.from(document.querySelectorAll('tr[data-run]')).map(r => r.dataset.run)")
+
+
+def test_without_a_token_the_console_asks_for_one(private, page):
+    page.fresh(f"{private.control}/ui/#/runs")
+    page.wait("document.body.dataset.state === 'login'")
+    assert page.js("document.getElementById('login').hidden") is False
+    assert "token" in page.js("document.getElementById('login-error').textContent")
+    assert _rows(page) == []
+
+
+def test_the_admin_token_sees_every_run(private, page):
+    page.fresh(f"{private.control}/ui/#/runs")
+    page.wait("document.body.dataset.state === 'login'")
+    _use(page, ADMIN)
+    page.wait(f"{READY} && document.querySelectorAll('tr[data-run]').length === 2")
+    assert sorted(_rows(page)) == sorted(private.runs.values())
+
+
+def test_an_agent_token_sees_its_own_runs_and_no_kill_button(private, page):
+    page.fresh(f"{private.control}/ui/#/runs")
+    page.wait("document.body.dataset.state === 'login'")
+    _use(page, private.agents["agent-a"].token)
+    page.wait(f"{READY} && document.getElementById('token-state').textContent === 'agent token: agent-a'")
+    page.wait(f"{READY} && document.querySelectorAll('tr[data-run]').length === 1")
+    assert _rows(page) == [private.runs["agent-a"]]
+    page.open(f"{private.control}/ui/#/run/{private.runs['agent-a']}")
+    page.wait(f"{READY} && document.body.dataset.run === '{private.runs['agent-a']}'")
+    assert page.js("document.getElementById('kill') === null && document.getElementById('resume') === null")
+    assert "admin token" in page.js("document.getElementById('control-note').textContent")
+    page.open(f"{private.control}/ui/#/run/{private.runs['agent-b']}")
+    page.wait("document.body.dataset.state === 'error'")
+    assert "another agent" in page.js("document.getElementById('load-error').textContent")
