@@ -21,9 +21,11 @@ from typing import Any
 
 import openai
 from analysiskit import Recorder, call, reply
+from opentelemetry import trace
 
 import agentreplay_otel
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply
+from agentreplay_otel import semconv
 from agentreplay_otel.canonical import SpanRecord
 from agentreplay_otel.chain import record_from_span
 
@@ -244,12 +246,26 @@ def domain_agent(server: LLMServer, request: str, *, domain: str, turns: Sequenc
     _TRIES.clear()
     d = DOMAINS[domain]
     client = openai.OpenAI(base_url=server.base_url_openai, api_key="t", max_retries=0)
-    tools = {fn.__agentreplay_tool__.name: fn for fn in d.tools}  # type: ignore[attr-defined]
     system = d.system
-    if d.planner:
-        plan = client.chat.completions.create(model="gpt-4o-mini", messages=[
-            {"role": "system", "content": d.planner}, {"role": "user", "content": request}]).choices[0].message
+    if d.planner:  # two agents, each recorded as the GenAI conventions record an agent (invoke_agent NAME)
+        with _agent("planner"):
+            plan = client.chat.completions.create(model="gpt-4o-mini", messages=[
+                {"role": "system", "content": d.planner}, {"role": "user", "content": request}]).choices[0].message
         system = f"{system}\nThe planner's plan:\n{plan.content or ''}"
+        with _agent("executor"):
+            return _tool_loop(client, d, system, request, turns, max_turns, hide)
+    return _tool_loop(client, d, system, request, turns, max_turns, hide)
+
+
+def _agent(name: str) -> Any:
+    return trace.get_tracer("domainkit").start_as_current_span(
+        f"invoke_agent {name}", attributes={semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
+                                            semconv.GEN_AI_AGENT_NAME: name})
+
+
+def _tool_loop(client: openai.OpenAI, d: Domain, system: str, request: str, turns: Sequence[str], max_turns: int,
+               hide: Sequence[str]) -> str:
+    tools = {fn.__agentreplay_tool__.name: fn for fn in d.tools}  # type: ignore[attr-defined]
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}, {"role": "user", "content": request}]
     later = list(turns)
     for turn in range(max_turns):

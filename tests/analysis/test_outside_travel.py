@@ -90,3 +90,19 @@ def test_asking_again_and_acting_on_one_of_several_unasked(outside):
     [unasked] = detect(_spans(outside, "transfer_to_one_of_two_martas")).modes
     assert unasked.mode == "FM-2.2" and "Marta Ruiz" in unasked.explanation and unasked.culprit.step == 3
     assert detect(_spans(outside, "ok_transfer_to_the_marta_named")).outcome is Outcome.OK
+
+
+def test_each_model_call_is_attributed_to_its_agent_and_the_judge_sees_who_said_what(outside):
+    from agentreplay_replay.analysis import run_view
+    from agentreplay_replay.analysis.prompt import build
+
+    view = run_view(_spans(outside, "transfer_wrong_account"))
+    assert view.agents == ("planner", "executor")
+    assert [s.agent for s in view.llm_steps] == ["planner", "executor", "executor", "executor"]
+    transcript = build(view, context_tokens=16_384, answer_tokens=1_024).messages[1]["content"]
+    assert "Agents in this run: planner, executor." in transcript
+    assert "#0 llm gpt-4o-mini (agent planner):" in transcript and "#1 llm gpt-4o-mini (agent executor):" in transcript
+    single = build(run_view(_spans(outside, "ok_refund")), context_tokens=16_384, answer_tokens=1_024)
+    assert "(agent " not in single.messages[1]["content"]  # one agent: no one to tell apart
+    turns = build(run_view(_spans(outside, "refund_later_turn_amount")), context_tokens=16_384, answer_tokens=1_024)
+    assert "The user's later turns: B-20917. Please refund $40 of it" in turns.messages[1]["content"]

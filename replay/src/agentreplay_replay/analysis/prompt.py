@@ -79,7 +79,8 @@ def build(view: RunView, *, context_tokens: int, answer_tokens: int) -> Prompt:
     system = system_prompt()
     head = _head(view)
     budget = (context_tokens - answer_tokens) * CHARS_PER_TOKEN - len(system) - len(head) - 200
-    lines = [(s.step, _line(s)) for s in view.steps]
+    several = len(view.agents) > 1  # who said what, when more than one agent spoke
+    lines = [(s.step, _line(s, several)) for s in view.steps]
     kept, cut = _fit(lines, max(budget, 0))
     body = "\n".join(text for _, text in kept)
     user = f"{head}\n\nTranscript:\n{body}\n\n{_ending(view)}"
@@ -97,10 +98,16 @@ def _head(view: RunView) -> str:
     if view.system_prompt:
         parts.append(f"The agent's system prompt: {_clip(view.system_prompt, 1500)}")
     parts.append(f"The request: {_clip(request, 2000)}")
+    first = view.request.text.strip() if view.request else ""
+    later = [t.text for t in view.user_turns if t.text.strip() != first and t.text.strip() not in first]
+    if later and view.request:
+        parts.append("The user's later turns: " + " | ".join(_clip(t, 500) for t in later[:10]))
+    if len(view.agents) > 1:
+        parts.append(f"Agents in this run: {', '.join(view.agents)}.")
     return "\n".join(parts)
 
 
-def _line(step: Step) -> str:
+def _line(step: Step, agents: bool = False) -> str:
     if step.is_tool:
         effect = " (acts on the world)" if step.acts else ""
         text = f"#{step.step} tool {step.name}{effect} args {_compact(step.arguments)}"
@@ -110,7 +117,8 @@ def _line(step: Step) -> str:
         thought = f' thought "{step.reasoning}"' if step.reasoning else ""
         calls = "; called " + ", ".join(f"{c.name}({_compact(c.arguments)})" for c in step.tool_calls) \
             if step.tool_calls else ""
-        text = f"#{step.step} llm {step.name}:{thought}{said}{calls}" + ("" if said or calls else " (no answer)")
+        who = f" (agent {step.agent})" if agents and step.agent else ""
+        text = f"#{step.step} llm {step.name}{who}:{thought}{said}{calls}" + ("" if said or calls else " (no answer)")
         if step.failed:
             text += f" -> error {step.error_type}: {step.error}"
     for d in step.decisions:

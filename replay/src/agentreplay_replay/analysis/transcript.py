@@ -103,6 +103,7 @@ class Step:
     call_id: str = ""
     side_effect: bool | None = None  # None: not recorded
     description: str = ""  # the tool's description (its docstring's first line), when recorded
+    agent: str = ""  # the agent it ran in: the nearest gen_ai.agent.name or graph node above it (or its own)
 
     @property
     def is_llm(self) -> bool:
@@ -197,6 +198,12 @@ class RunView:
     @cached_property
     def tool_steps(self) -> tuple[Step, ...]:
         return tuple(s for s in self.steps if s.is_tool)
+
+    @cached_property
+    def agents(self) -> tuple[str, ...]:
+        """The agents whose model calls the run holds, in order of their first call; more than one in a
+        multi-agent run (a planner and an executor, handoffs, a graph's nodes that call a model)."""
+        return tuple(dict.fromkeys(s.agent for s in self.llm_steps if s.agent))
 
     @cached_property
     def request(self) -> Quote | None:
@@ -295,7 +302,8 @@ def run_view(spans: Iterable[SpanRecord]) -> RunView:
     spans, _attached = partition_chain(spans)
     roots = [s for s in spans if s.is_root]
     root = roots[-1] if roots else None
-    steps = sorted((s for s in map(_step, spans) if s is not None), key=lambda s: s.step)
+    by_id = {s.span_id: s for s in spans}
+    steps = sorted((s for s in (_step(span, by_id) for span in spans) if s is not None), key=lambda s: s.step)
     attrs: Mapping[str, str] = root.attributes if root else {}
     return RunView(
         run_id=spans[0].trace_id if spans else "",
@@ -323,7 +331,22 @@ def chain_head(spans: Sequence[SpanRecord]) -> str:
     return head
 
 
-def _step(span: SpanRecord) -> Step | None:
+def _agent_of(span: SpanRecord, by_id: Mapping[str, SpanRecord]) -> str:
+    """The agent a span ran in: its own or its nearest ancestor's ``gen_ai.agent.name``, or the graph node
+    it ran in (LangGraph), whichever is nearer."""
+    current: SpanRecord | None = span
+    for _ in range(64):  # a chain's depth; a cycle in forged parents ends here too
+        if current is None:
+            break
+        a = current.attributes
+        name = a.get(semconv.GEN_AI_AGENT_NAME) or a.get(semconv.GRAPH_NODE)
+        if name:
+            return str(name)
+        current = by_id.get(current.parent_span_id) if current.parent_span_id else None
+    return ""
+
+
+def _step(span: SpanRecord, by_id: Mapping[str, SpanRecord]) -> Step | None:
     a = span.attributes  # the replay bodies as stored: restored when read (Step.request_raw)
     raw_step = a.get(semconv.STEP)
     if raw_step is None or not raw_step.isdigit():
@@ -331,7 +354,7 @@ def _step(span: SpanRecord) -> Step | None:
     common: dict[str, Any] = dict(
         step=int(raw_step), span_id=span.span_id, span_name=span.name, failed=span.status_code == "Error",
         error=span.status_message, error_type=a.get(semconv.ERROR_TYPE, ""), decisions=_decisions(span),
-        halted=a.get(semconv.HALTED) == "true",
+        halted=a.get(semconv.HALTED) == "true", agent=_agent_of(span, by_id),
     )
     if a.get(semconv.GEN_AI_OPERATION_NAME) == semconv.OP_EXECUTE_TOOL:
         raw_args = a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, "")
