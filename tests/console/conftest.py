@@ -93,14 +93,15 @@ def _record_story(world: FlightWorld, attempts: int = 3) -> str:
 
 
 def _record_hostile(world: FlightWorld, root: Path) -> str:
-    """A run of another agent (no manifest) whose one tool answered ``HOSTILE``, sent as its SDK sends it."""
+    """A run of another agent (no manifest) whose one tool answered ``HOSTILE`` (in its arguments too, and in
+    the run's name), sent as its SDK sends it."""
     agent = IssuedAgent.issue(identity.load_private_key(root / "org.pem"), "page-reader")
     forge = agent.forge()
-    with forge.tracer.start_as_current_span("invoke_agent page-reader", attributes={
-            semconv.GEN_AI_OPERATION_NAME: "invoke_agent", semconv.GEN_AI_AGENT_NAME: "page-reader"}) as run:
+    with forge.tracer.start_as_current_span("invoke_agent " + HOSTILE, attributes={
+            semconv.GEN_AI_OPERATION_NAME: "invoke_agent", semconv.GEN_AI_AGENT_NAME: HOSTILE}) as run:
         with forge.tracer.start_as_current_span("execute_tool fetch_page", attributes={
                 semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "fetch_page",
-                semconv.GEN_AI_TOOL_CALL_ARGUMENTS: json.dumps({"url": "https://example.invalid/"}),
+                semconv.GEN_AI_TOOL_CALL_ARGUMENTS: json.dumps({"url": "https://example.invalid/", "note": HOSTILE}),
                 semconv.GEN_AI_TOOL_CALL_RESULT: HOSTILE, semconv.STEP: 0}):
             pass
         run_id = format(run.get_span_context().trace_id, "032x")

@@ -108,6 +108,8 @@ def test_a_hostile_tool_result_is_shown_as_text_and_never_runs(console, page):
     page.wait(f"{READY} && document.body.dataset.run === '{console.hostile}' && "
               "document.querySelector('pre.result') !== null")
     assert page.js("document.querySelector('pre.result').textContent") == console.hostile_text
+    assert json.loads(page.js("document.querySelector('pre.arguments').textContent"))["note"] == console.hostile_text
+    assert console.hostile_text in page.js("document.getElementById('summary').textContent")  # the run's name
     assert page.js("document.documentElement.getAttribute('data-pwned')") is None, "a recorded script ran"
     made = page.js("['script', 'img', 'svg', 'iframe'].map(t => document.querySelectorAll('main ' + t).length)")
     assert made == [0, 0, 0, 0], "recorded markup became elements"
@@ -175,3 +177,25 @@ def test_a_run_in_flight_appears_live_and_is_updated(console, page):
         assert page.js("document.getElementById('live-note').textContent") != ""
     console.send(agent, forge)  # the run span: the collector judges the run
     page.wait(f"{row} !== null && !{row}.classList.contains('live') && {row}.cells[4].textContent === 'intact'")
+
+
+def test_the_timeline_is_navigable_from_the_keyboard(console, page):
+    """Tab reaches the timeline's rows; ↓ and ↑ move between them; Enter opens the row's step."""
+    page.open(f"{console.control}/ui/#/run/{console.story}")
+    page.wait(f"{READY} && document.body.dataset.run === '{console.story}'")
+    page.js("document.querySelector('.wf-row').focus(); true")
+
+    def press(key: str, code: int) -> None:
+        for kind in ("rawKeyDown", "keyUp"):
+            page.call("Input.dispatchKeyEvent", session=True, type=kind, key=key, code=key,
+                      windowsVirtualKeyCode=code)
+
+    press("ArrowDown", 40)
+    press("ArrowDown", 40)
+    press("ArrowUp", 38)
+    focused = page.js("document.activeElement.dataset.span")
+    rows = page.js("Array.from(document.querySelectorAll('.wf-row')).map(r => r.dataset.span)")
+    assert rows.index(focused) == 1
+    press("Enter", 13)
+    assert page.js("document.activeElement.id") == f"span-{focused}"
+    assert page.js("Array.from(document.querySelectorAll('.wf-row')).every(r => r.tabIndex === 0)")

@@ -420,10 +420,12 @@
       box.appendChild(el('span', {'class': 'muted', id: 'control-note',
         text: 'Kill and Resume take the admin token; this tab holds an agent\'s token.'}));
     } else if (halt) {
-      var resume = el('button', {type: 'button', id: 'resume', text: 'Resume run'});
+      var whole = halt.scope === 'agent';
+      var resume = el('button', {type: 'button', id: 'resume', text: whole ? 'Resume agent' : 'Resume run'});
       resume.addEventListener('click', function () {
-        ask('Resume run ' + run.run_id + '?',
-          'Its agent may continue (a halt of the whole agent stays). Needs the admin token.', 'Resume', false,
+        ask(whole ? 'Resume agent ' + halt.target + ' (halted as a whole)?' : 'Resume run ' + run.run_id + '?',
+          (whole ? 'Every run of the agent may continue.' : 'The run may continue (a halt of its whole agent stays).') +
+          ' Needs the admin token.', 'Resume', false,
           function (reason) {
             return api('/v1/resume', {method: 'POST', body: {scope: halt.scope, target: halt.target, reason: reason}});
           });
