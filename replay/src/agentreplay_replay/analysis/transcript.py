@@ -40,6 +40,14 @@ _READ_VERBS = frozenset({"get", "list", "search", "find", "lookup", "look", "rea
                          "inspect", "browse", "retrieve", "load", "peek", "status", "is", "has", "can", "dry",
                          "calculate", "compute", "explain", "summarize", "summarise", "plan"})
 """First words of tool names that only read (``get_transfer_status``): such a tool does not act."""
+_READ_NOUNS = frozenset({"status", "details", "detail", "info", "history", "lookup", "search", "list", "summary",
+                         "preview", "quote", "estimate", "count", "state", "options", "availability"})
+"""Last words of tool names that read (``order_status``)."""
+_ALSO_NOUNS = frozenset({"issue", "order", "email", "post", "close", "set", "save", "schedule", "charge", "archive",
+                         "commit", "merge", "drop", "push", "deposit", "reply", "forward", "invite", "transfer",
+                         "update", "edit", "move", "checkout"})
+"""Action words that are nouns as often, after another word (``github_issue``, ``order_update``): they make
+a tool act only as its first word."""
 
 
 _REQUEST_REFS = json.dumps([semconv.REQUEST])
@@ -168,9 +176,11 @@ class Step:
 def tool_acts(name: str, description: str = "") -> bool:
     """Whether a tool's name or description says it changes something."""
     words = _name_words(name)
+    if len(words) > 1 and words[-1] in _READ_NOUNS:  # order_status, transfer_history
+        return False
     if words and words[0] in _ACTION_VERBS:
         return True
-    if words and words[0] not in _READ_VERBS and _ACTION_VERBS.intersection(words[1:]):
+    if words and words[0] not in _READ_VERBS and (_ACTION_VERBS - _ALSO_NOUNS).intersection(words[1:]):
         return True
     first = description.strip().split(maxsplit=1)[0].lower().strip(".,:;") if description.strip() else ""
     return first in _ACTION_VERBS
