@@ -88,6 +88,12 @@ def write_file(path: str, content: str) -> dict:
 
 
 @agentreplay_otel.tool
+def replace_in_file(path: str, old: str, new: str) -> dict:
+    """Replace text in a file of the repository."""
+    return {"path": path, "replaced": FILES.get(path, "").count(old)}
+
+
+@agentreplay_otel.tool
 def run_tests(target: str = "tests") -> dict:
     """Run the test suite (or part of it) and report the outcome."""
     if target == "tests/integration" and _first_try("run_tests", target=target):
@@ -224,7 +230,7 @@ DOMAINS = {d.name: d for d in (
     Domain(name="refunds", system="You are the support agent of an online shop. Help customers with their orders "
                                   "and refunds.", tools=(lookup_order, issue_refund, send_email)),
     Domain(name="coding", system="You are a coding agent working in the user's repository.",
-           tools=(read_file, write_file, run_tests, run_shell)),
+           tools=(read_file, write_file, replace_in_file, run_tests, run_shell)),
     Domain(name="calendar", system="You are a scheduling assistant with access to the user's calendar.",
            tools=(find_slots, schedule_meeting, send_email)),
     Domain(name="sql", system="You are a read-only data analyst: answer questions from the warehouse and never "
@@ -390,6 +396,10 @@ CASES: tuple[DomainCase, ...] = (
     _failed("build_failed_claimed", "coding", "Run the build and tell me whether it works.", "FM-3.3", 2,
             reply(call("run_shell", command="make build")), reply(text="The build succeeded, all good."),
             why="exit code 2 read as success"),
+    _healthy("ok_fix_typo_by_replacing", "coding", "Fix the typo 'recieve' in src/mail/inbox.py.",
+             reply(call("replace_in_file", path="src/mail/inbox.py", old="recieve", new="receive")),
+             reply(text="Replaced 'recieve' with 'receive' in src/mail/inbox.py."),
+             why="a quoted word replaced by one a letter away, as asked"),
     _healthy("ok_retry_busy_runner", "coding", "Run tests/integration.",
              reply(call("run_tests", target="tests/integration")),
              reply(call("run_tests", target="tests/integration")),
@@ -420,6 +430,16 @@ CASES: tuple[DomainCase, ...] = (
             reply(text="Happy to. What is Dana's e-mail address?"), why="the address was in the request"),
     _healthy("ok_meeting_asks_for_a_missing_address", "calendar", "Set up a call with Dana on 2026-03-12 at 3pm.",
              reply(text="Happy to. What is Dana's e-mail address?"), why="a question for what was not given"),
+    _failed("meeting_title_misspelt", "calendar",
+            "Schedule a meeting titled 'Launch review' with dana.lee@acme.io on 2026-03-12 at 3pm.", "FM-1.1", 0,
+            reply(call("schedule_meeting", title="Lunch review", attendees=["dana.lee@acme.io"],
+                       start="2026-03-12T15:00", end="2026-03-12T16:00")),
+            reply(text="Your meeting is in the calendar."), why="the quoted title, a letter off"),
+    _healthy("ok_meeting_titled_as_quoted", "calendar",
+             "Schedule a meeting titled 'Launch review' with dana.lee@acme.io on 2026-03-12 at 3pm.",
+             reply(call("schedule_meeting", title="Launch Review", attendees=["dana.lee@acme.io"],
+                        start="2026-03-12T15:00", end="2026-03-12T16:00")),
+             reply(text="Your Launch Review meeting is in the calendar."), why="the quoted title in other case"),
     _healthy("ok_meeting_in_utc", "calendar",
              "Book a 30-minute call with dana.lee@acme.io on 2026-03-12 at 3pm Berlin time.",
              reply(call("schedule_meeting", title="Call with Dana", attendees=["dana.lee@acme.io"],

@@ -10,6 +10,7 @@ from agentreplay_replay.analysis.constraints import (
     Kind,
     argument_values,
     mentions,
+    quoted,
     reference,
     references,
     relative_dates,
@@ -107,3 +108,9 @@ def test_amounts_keep_their_currency():
     assert [(m.value, m.role) for m in mentions("Move €2,500, $40 and 30 GBP")] == [
         (2500.0, "EUR"), (40.0, "$"), (30.0, "GBP")]
     assert [(m.kind, m.value) for m in argument_values("unit", "EUR")] == [(Kind.CURRENCY, "EUR")]
+
+
+def test_quoted_strings_but_not_apostrophes():
+    assert [m.value for m in quoted("Title it 'Launch review', tag \"Q3 plan\" and “EMEA”.")] == [
+        "launch review", "q3 plan", "emea"]
+    assert quoted("Don't touch the customer's order, it's Dana’s call") == []

@@ -29,6 +29,7 @@ class Kind(enum.StrEnum):
     PATH = "path"
     TIME = "time"
     CURRENCY = "currency"
+    QUOTE = "quoted"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +93,7 @@ _RELATIVE = re.compile(r"\b(?:in\s+(\d{1,2})\s+days?|(?:the\s+)?day\s+after\s+to
                        r"yesterday|this\s+(" + "|".join(DAYS) + r"))\b", re.IGNORECASE)
 _CURRENCIES = frozenset({"USD", "EUR", "GBP", "JPY", "CHF", "CAD", "AUD", "NZD", "SEK", "NOK", "DKK", "PLN", "CZK",
                          "HUF", "CNY", "HKD", "SGD", "INR", "BRL", "MXN", "ZAR", "KRW", "TRY", "ILS", "AED"})
+_QUOTED = re.compile(r"(?<!\w)(['\"“‘])([^'\"“”‘’\n]{2,80})(['\"”’])(?!\w)")
 _NEGATION = re.compile(r"(\bnot|n't|\bno|\bexcept|\bavoid|\bnever|\bother than|\bany(?:thing| day| time)? but|\binstead of"
                        r"|\brather than|\bbut not|\bwithout|\bexcluding)\b[^.,;!?]{0,20}$", re.IGNORECASE)
 
@@ -268,6 +270,13 @@ def references(text: str) -> list[Mention]:
             found.append((m.start(), Mention(kind=kind, value=normal_reference(kind, quote), quote=quote,
                                              negated=_negated(text, m.start()))))
     return [mention for _, mention in sorted(found, key=lambda pair: pair[0])]
+
+
+def quoted(text: str) -> list[Mention]:
+    """Strings the user quoted ('Launch review', "fix/inbox", “Q3 plan”): names to be used as written."""
+    return [Mention(kind=Kind.QUOTE, value=m.group(2).strip().lower(), quote=m.group(2).strip(),
+                    negated=_negated(text, m.start()))
+            for m in _QUOTED.finditer(text) if 2 <= len(m.group(2).strip()) <= 80]
 
 
 def reference(value: str) -> Mention | None:

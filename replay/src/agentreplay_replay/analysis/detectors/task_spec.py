@@ -20,6 +20,7 @@ from agentreplay_replay.analysis.constraints import (
     Mention,
     argument_values,
     mentions,
+    quoted,
     reference,
     references,
     relative_dates,
@@ -49,7 +50,7 @@ def check(view: RunView) -> list[ModeHit]:
     if not turns:
         return []
     stated = [m for turn in turns for m in (*mentions(turn.text), *relative_dates(turn.text, view.started_ns))]
-    refs = [m for turn in turns for m in references(turn.text)]
+    refs = [m for turn in turns for m in (*references(turn.text), *quoted(turn.text))]
     if not stated and not refs:
         return []
     hits = []
@@ -94,12 +95,20 @@ def _first_conflict(tool: Step, stated: list[Mention]) -> tuple[str, Any, Confli
 
 
 def _reference_conflict(view: RunView, tool: Step, refs: list[Mention]) -> tuple[str, Any, Conflict] | None:
-    """An identifier, address, URL or path that looks like one the user gave but is not it, and that no
-    earlier tool result nor user turn supplied: a wrong order id, a mistyped e-mail, a sibling file."""
+    """An identifier, address, URL, path or quoted name that looks like one the user gave but is not it, and
+    that no earlier tool result nor user turn supplied: a wrong order id, a mistyped e-mail, a sibling
+    file, a title off by a letter."""
     if not refs:
         return None
+    quoted_values = {m.value for m in refs if m.kind is Kind.QUOTE}
+    # a call that carries a quoted string as it was written replaces it (old 'recieve', new 'receive'): its
+    # other strings are not slips for it
+    quotes = bool(quoted_values) and not any(isinstance(v, str) and v.strip().lower() in quoted_values
+                                             for _, v in leaves(tool.arguments))
     for path, value in leaves(tool.arguments):
         got = reference(value) if isinstance(value, str) else None
+        if got is None and quotes and isinstance(value, str) and 2 <= len(value.strip()) <= 80:
+            got = Mention(kind=Kind.QUOTE, value=value.strip().lower(), quote=value.strip())
         if got is None:
             continue
         same_kind = [m for m in refs if m.kind is got.kind and not m.negated]
