@@ -8,6 +8,9 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from importlib import resources
@@ -15,6 +18,7 @@ from importlib import resources
 import pytest
 
 from agentreplay_collector.console import CSP
+from agentreplay_dev.scenario import BIN
 from agentreplay_otel import semconv
 
 pytestmark = pytest.mark.e2e
@@ -199,3 +203,78 @@ def test_the_timeline_is_navigable_from_the_keyboard(console, page):
     press("Enter", 13)
     assert page.js("document.activeElement.id") == f"span-{focused}"
     assert page.js("Array.from(document.querySelectorAll('.wf-row')).every(r => r.tabIndex === 0)")
+
+
+LIVE_AGENT = '''
+import sys, time
+import agentreplay_otel
+
+@agentreplay_otel.tool
+def search_flights(destination: str, day: str) -> list:
+    """A search that finds nothing, called until the run is halted."""
+    return []
+
+calls = 0
+try:
+    while calls < 15:  # the manifest allows 20 searches a run
+        search_flights("Lisbon", "Friday")
+        calls += 1
+        time.sleep(2)
+except agentreplay_otel.RunHalted as exc:
+    print(f"halted after {calls} calls: {exc}", flush=True)
+    sys.exit(0)
+print("never halted", flush=True)
+sys.exit(1)
+'''
+
+
+def _live_run(console, page, program, env, attempts: int = 3) -> tuple[subprocess.Popen[str], str]:
+    """The agent started, and its run once the Runs page marks it live. On a loaded machine the guard's
+    first Authorize can miss its deadline (fail-closed: the agent ends at once); it is started again."""
+    ended = []
+    for _ in range(attempts):
+        known = json.dumps([r["run_id"] for r in console.get("/v1/runs?limit=1000")["runs"]])
+        row = (f"(Array.from(document.querySelectorAll('tr.live[data-run]')).map(r => r.dataset.run)"
+               f".filter(r => !{known}.includes(r))[0])")
+        agent = subprocess.Popen([str(BIN / "opentelemetry-instrument"), sys.executable, str(program)], env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=program.parent)
+        live = None
+        deadline = time.monotonic() + 60
+        while agent.poll() is None and live is None and time.monotonic() < deadline:
+            live = page.js(f"document.body.dataset.state === 'ready' && {row} || null")
+            time.sleep(0.2)
+        if live is not None:
+            return agent, live
+        if agent.poll() is None:
+            agent.kill()
+        out, err = agent.communicate()
+        ended.append(f"exit {agent.returncode}: {out} {err[-2000:]}")
+    raise AssertionError(f"no live run in {attempts} attempts: {ended}")
+
+
+def test_kill_from_the_page_halts_a_live_agent(console, page, tmp_path):
+    """A live agent's run shows in Runs; Kill on its page halts it: its next tool call raises RunHalted."""
+    program = tmp_path / "live_agent.py"
+    program.write_text(LIVE_AGENT)
+    page.fresh(f"{console.control}/ui/#/runs")
+    page.wait("document.getElementById('token-button') !== null")
+    page.js("document.getElementById('token-button').click();"
+            f"document.getElementById('login-token').value = {json.dumps(console.admin)};"
+            "document.getElementById('login-form').requestSubmit(); true")
+    agent, live = _live_run(console, page, program, console.world.env | {"OTEL_BSP_SCHEDULE_DELAY": "100"})
+    try:
+        page.js(f"document.querySelector('tr[data-run=\"{live}\"] a.run-link').click(); true")
+        page.wait(f"{READY} && document.body.dataset.run === '{live}' && document.getElementById('kill') !== null")
+        assert page.js("document.getElementById('live-badge') !== null")
+        page.js("document.getElementById('kill').click();"
+                "document.getElementById('confirm-reason').value = 'searching in circles';"
+                "document.getElementById('confirm-ok').click(); true")
+        out, err = agent.communicate(timeout=120)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.communicate()
+    assert agent.returncode == 0 and out.startswith("halted after"), (out, err[-3000:])
+    [halt] = [h for h in console.get("/v1/halts")["halts"] if h["target"] == live]
+    assert halt["reason"] == "searching in circles" and halt["actor"] == "operator"
+    page.wait(f"{READY} && document.getElementById('halted-badge') !== null")
