@@ -62,6 +62,10 @@ def test_the_failed_run_is_listed_in_runs(console, page):
     assert cells[5] == "failed " + ", ".join(verdict["failure_modes"]) and "FM-1.1" in cells[5]
     run = console.get(f"/v1/runs/{console.story}")
     assert cells[6] == f"${run['cost_usd']:.2f}" and cells[8] == str(run["span_count"])
+    # the alerts that fired, newest first: the story's halt among them, linked to its run
+    kinds = page.js(f"Array.from(document.querySelectorAll('#alerts li.alert')).filter(a => "
+                    f"a.querySelector('a[href=\"#/run/{console.story}\"]')).map(a => a.dataset.kind)")
+    assert "halt" in kinds and "scope_violation" in kinds
     # newest first: the hostile run was recorded after the story
     order = page.js("Array.from(document.querySelectorAll('tr[data-run]')).map(r => r.dataset.run)")
     assert order.index(console.hostile) < order.index(console.story)

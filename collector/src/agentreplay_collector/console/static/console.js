@@ -11,6 +11,7 @@
   var TOKEN_KEY = 'agentreplay.console.token';
   var PAGE_SIZE = 50;
   var POLL_MS = 1000;
+  var ALERTS = 10;  // the newest alerts shown above the runs
   var timer = null;
   var generation = 0; // bumped on each route, so that a late answer of a left page draws nothing
 
@@ -214,6 +215,8 @@
     clear(main);
     main.appendChild(el('h1', {text: 'Runs'}));
     main.appendChild(filters(params));
+    var alerts = el('section', {id: 'alerts', 'class': 'panel alerts', 'aria-live': 'polite'});
+    main.appendChild(alerts);
     var table = el('table', {id: 'runs', 'class': 'runs'});
     var pager = el('nav', {'class': 'pager', id: 'pager'});
     main.appendChild(table);
@@ -231,9 +234,12 @@
         var verdicts = ids.length ? api('/v1/classifications?' + ids.map(function (i) {
           return 'run=' + encodeURIComponent(i);
         }).join('&')).catch(function () { return {classifications: []}; }) : Promise.resolve({classifications: []});
-        return verdicts.then(function (found) {
+        var fired = api('/v1/alerts?limit=' + ALERTS).catch(function () { return {alerts: []}; });
+        return Promise.all([verdicts, fired]).then(function (got) {
+          var found = got[0];
           if (gen !== generation) { return; }
           hideLogin();
+          drawAlerts(alerts, got[1].alerts || []);
           drawRuns(body, page.runs, found.classifications || []);
           drawPager(pager, params, page.next);
           var live = page.runs.filter(isLive).length;
@@ -244,6 +250,26 @@
       }).catch(function (err) { if (gen === generation) { fail(main, err); } });
     }
     load();
+  }
+
+  function drawAlerts(box, alerts) {
+    clear(box);
+    box.appendChild(el('h2', {text: 'Alerts'}));
+    if (!alerts.length) {
+      box.appendChild(el('p', {'class': 'muted', text: 'No alerts.'}));
+      return;
+    }
+    var list = el('ul', {'class': 'alert-list'});
+    alerts.forEach(function (a) {
+      list.appendChild(el('li', {'class': 'alert ' + (a.severity || ''), 'data-alert': a.alert_id,
+        'data-kind': a.kind}, [
+        el('span', {'class': 'muted', text: (a.time || '') + ' '}),
+        el('strong', {text: (a.severity || '') + ' ' + (a.kind || '')}), ' ',
+        a.run_id ? el('a', {href: '#/run/' + encodeURIComponent(a.run_id), text: a.run_id.slice(0, 12)}) : null,
+        ' ' + (a.agent_id || '') + ': ' + (a.message || '')
+      ]));
+    });
+    box.appendChild(list);
   }
 
   function verdictOf(classifications, runId) {
