@@ -29,7 +29,7 @@ def test_the_set_spans_six_domains_failing_and_healthy_runs():
         assert any(c.modes for c in mine) and any(not c.modes for c in mine), domain
     assert sum(not c.modes for c in cases) >= 15
     labelled = {m for c in cases for m in c.modes}  # every mode the detectors report, outside travel too
-    assert {"FM-1.1", "FM-1.2", "FM-1.3", "FM-1.4", "FM-1.5", "FM-2.2", "FM-2.6", "FM-3.1", "FM-3.2",
+    assert {"FM-1.1", "FM-1.2", "FM-1.3", "FM-1.4", "FM-1.5", "FM-2.2", "FM-2.4", "FM-2.6", "FM-3.1", "FM-3.2",
             "FM-3.3"} <= labelled
     assert all(c.culprit is not None for c in cases if c.modes)
 
@@ -106,3 +106,9 @@ def test_each_model_call_is_attributed_to_its_agent_and_the_judge_sees_who_said_
     assert "(agent " not in single.messages[1]["content"]  # one agent: no one to tell apart
     turns = build(run_view(_spans(outside, "refund_later_turn_amount")), context_tokens=16_384, answer_tokens=1_024)
     assert "The user's later turns: B-20917. Please refund $40 of it" in turns.messages[1]["content"]
+
+
+def test_a_warning_not_passed_on(outside):
+    [withheld] = detect(_spans(outside, "transfer_fee_warning_withheld")).modes
+    assert withheld.mode == "FM-2.4" and "€35 fee" in withheld.explanation and withheld.culprit.step == 5
+    assert detect(_spans(outside, "ok_transfer_fee_warning_passed_on")).outcome is Outcome.OK

@@ -8,7 +8,8 @@ in is not proven right, which is what the LLM judge is for.
     mismatch      FM-2.6  the model's stated choice differs from the tool call it made
     termination   FM-3.1  the run ended before a tool the task needs ran
     verification  FM-3.2  an action's result never looked at; FM-3.3 an error taken for success
-    conversation  FM-1.4  the user asked again for what they gave; FM-2.2 one of several matches acted on unasked
+    conversation  FM-1.4  asked again for what the user gave; FM-2.2 one of several matches acted on unasked;
+                  FM-2.4 a warning in a result not passed on
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""FM-1.4 loss of conversation history and FM-2.2 fail to ask for clarification, read from what the
-user said and what the agent did with it.
+"""FM-1.4 loss of conversation history, FM-2.2 fail to ask for clarification and FM-2.4 information
+withholding, read from what the user said, what the tools answered and what the agent did with it.
 
 FM-1.4: the model asks the user for something the user already gave in that conversation ("Could
 you give me your order number?" after "Please refund order A-10442"): an identifier, an e-mail
@@ -9,6 +9,9 @@ confirm it, is not asking again.
 FM-2.2: a tool's result lists several records that match what the user named equally well (two
 payees called Marta), and without asking which, the agent acts with a value of one of them only
 (its IBAN). A user who named the one they meant ("Marta Klein") left nothing to ask.
+
+FM-2.4: a tool's result carries a warning (a ``warning`` / ``caution`` / ``alert`` / ``notice``
+key), the agent acts after it, and its final answer says nothing of it.
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ from agentreplay_replay.analysis.verdict import Evidence, ModeHit
 
 LOST = "FM-1.4"
 UNASKED = "FM-2.2"
+WITHHELD = "FM-2.4"
+_WARNING_WORDS = re.compile(r"warnings?|cautions?|alerts?|notices?", re.IGNORECASE)
+_COMMON = frozenset({"about", "after", "again", "which", "there", "their", "would", "could", "should", "these",
+                     "those", "other", "until", "before", "being", "every", "where", "while"})
 _LOOK_BACK = 8
 """An action is compared with the records of this many results before it, at most."""
 
@@ -55,7 +62,45 @@ _NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 
 
 def check(view: RunView) -> list[ModeHit]:
-    return [*_asked_again(view), *_unasked(view)]
+    return [*_asked_again(view), *_unasked(view), *_withheld(view)]
+
+
+# --- FM-2.4 ---------------------------------------------------------------------------------------
+def _withheld(view: RunView) -> list[ModeHit]:
+    """A result's warning ("warning", "caution", "alert", "notice") that the agent acted after and that its
+    final answer says nothing of: information that matters to the user, not passed on."""
+    final = view.final_answer
+    if final is None:
+        return []
+    answer = set(re.findall(r"[a-z]{5,}", final.text.lower()))
+    for tool in view.tool_steps:
+        if tool.step > final.step or "warn" not in tool.result.lower() and not _WARNING_WORDS.search(tool.result):
+            continue
+        warning = _warning(json_or(tool.result, None))
+        if not warning or not any(t.acts and t.step > tool.step for t in view.tool_steps):
+            continue
+        words = set(re.findall(r"[a-z]{5,}", warning.lower())) - _COMMON
+        if not words or len(words & answer) >= min(2, len(words)):
+            continue  # (one shared word, "transfer", says nothing of a warning about transfers)
+        return [ModeHit(
+            mode=WITHHELD, detector="conversation",
+            explanation=f"{tool.name} (step {tool.step}) warned \"{warning}\", the agent acted after it, and its "
+                        f"final answer (step {final.step}) does not pass the warning on.",
+            culprit=culprit(final),
+            evidence=(result(tool, f"{tool.name} warned"), output(final, final.text, "the final answer")),
+            fix=system_fix(final, f"Tell the user what the tools warned about: {warning}"),
+        )]
+    return []
+
+
+def _warning(doc: Any) -> str:
+    if not isinstance(doc, Mapping):
+        return ""
+    for key, value in doc.items():
+        if _WARNING_WORDS.fullmatch(str(key)) and value:
+            return value if isinstance(value, str) else "; ".join(str(v) for v in value) \
+                if isinstance(value, list) else str(value)
+    return ""
 
 
 # --- FM-1.4 ---------------------------------------------------------------------------------------
@@ -195,4 +240,4 @@ def _asked_between(view: RunView, source: Step, tool: Step) -> bool:
                if source.step < s.step < tool.step)
 
 
-DETECTOR = Detector(name="conversation", modes=(LOST, UNASKED), check=check)
+DETECTOR = Detector(name="conversation", modes=(LOST, UNASKED, WITHHELD), check=check)
