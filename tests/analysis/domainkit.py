@@ -328,7 +328,9 @@ def _healthy(name: str, domain: str, request: str, *script: ScriptedReply, turns
 
 _TOMORROW = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).date()  # the run's clock is the recording's
 _NEXT_WEEK = _TOMORROW + dt.timedelta(days=6)
-_PLAN = reply(text="1. Check the source account's balance. 2. Make the transfer the user asked for. 3. Confirm.")
+_PLAN = reply(text="1. Look up what the transfer needs (a balance, a payee) when the request leaves it open. "
+                   "2. Make the transfer the user asked for. 3. Confirm it to the user.")
+"""The planner's plan in every money run: no step the executors below skip (that would be FM-2.5)."""
 _EMEA_Q3 = "SELECT sum(revenue) FROM sales WHERE region = 'EMEA' AND quarter = '2025-Q3'"
 
 CASES: tuple[DomainCase, ...] = (

@@ -2,11 +2,13 @@
 modes it can see in recorded spans. Each is quiet unless it is sure; a run they find nothing
 in is not proven right, which is what the LLM judge is for.
 
-    task_spec     FM-1.1  an action's arguments contradict the request (day, date, amount, count, place)
-    policy        FM-1.2  a call the manifest refused (a scope violation; the halt that follows it)
+    task_spec     FM-1.1  an action's arguments contradict the user's turns (days, dates, times, amounts,
+                          currencies, counts, places, identifiers, addresses, paths, quoted names)
+    policy        FM-1.2  a call the manifest refused (a scope violation; the halt that follows it), or,
+                          without a manifest, a write by an agent whose system prompt says read-only
     loops         FM-1.3  a tool or model request repeated; FM-1.5 a loop ended by a step limit
     mismatch      FM-2.6  the model's stated choice differs from the tool call it made
-    termination   FM-3.1  the run ended before a tool the task needs ran
+    termination   FM-3.1  the run ended before a tool the task needs ran (not on a question to the user)
     verification  FM-3.2  an action's result never looked at; FM-3.3 an error taken for success
     conversation  FM-1.4  asked again for what the user gave; FM-2.2 one of several matches acted on unasked;
                   FM-2.4 a warning in a result not passed on
