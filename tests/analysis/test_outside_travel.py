@@ -29,8 +29,8 @@ def test_the_set_spans_six_domains_failing_and_healthy_runs():
         assert any(c.modes for c in mine) and any(not c.modes for c in mine), domain
     assert sum(not c.modes for c in cases) >= 15
     labelled = {m for c in cases for m in c.modes}  # every mode the detectors report, outside travel too
-    assert {"FM-1.1", "FM-1.2", "FM-1.3", "FM-1.4", "FM-1.5", "FM-2.2", "FM-2.4", "FM-2.6", "FM-3.1", "FM-3.2",
-            "FM-3.3"} <= labelled
+    assert {"FM-1.1", "FM-1.2", "FM-1.3", "FM-1.4", "FM-1.5", "FM-2.2", "FM-2.4", "FM-2.5", "FM-2.6", "FM-3.1",
+            "FM-3.2", "FM-3.3"} <= labelled
     assert all(c.culprit is not None for c in cases if c.modes)
 
 
@@ -112,3 +112,9 @@ def test_a_warning_not_passed_on(outside):
     [withheld] = detect(_spans(outside, "transfer_fee_warning_withheld")).modes
     assert withheld.mode == "FM-2.4" and "€35 fee" in withheld.explanation and withheld.culprit.step == 5
     assert detect(_spans(outside, "ok_transfer_fee_warning_passed_on")).outcome is Outcome.OK
+
+
+def test_a_planned_step_the_executor_skipped(outside):
+    [ignored] = detect(_spans(outside, "transfer_skips_the_planned_check")).modes
+    assert ignored.mode == "FM-2.5" and "get_balance never ran" in ignored.explanation and ignored.culprit.step == 1
+    assert detect(_spans(outside, "ok_transfer_follows_the_plan")).outcome is Outcome.OK

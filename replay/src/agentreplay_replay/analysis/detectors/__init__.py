@@ -11,7 +11,7 @@ in is not proven right, which is what the LLM judge is for.
     termination   FM-3.1  the run ended before a tool the task needs ran (not on a question to the user)
     verification  FM-3.2  an action's result never looked at; FM-3.3 an error taken for success
     conversation  FM-1.4  asked again for what the user gave; FM-2.2 one of several matches acted on unasked;
-                  FM-2.4 a warning in a result not passed on
+                  FM-2.4 a warning in a result not passed on; FM-2.5 a planned step the executor skipped
 """
 
 from __future__ import annotations

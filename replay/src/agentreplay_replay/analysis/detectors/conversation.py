@@ -12,6 +12,9 @@ payees called Marta), and without asking which, the agent acts with a value of o
 
 FM-2.4: a tool's result carries a warning (a ``warning`` / ``caution`` / ``alert`` / ``notice``
 key), the agent acts after it, and its final answer says nothing of it.
+
+FM-2.5: in a multi-agent run, a planner's numbered step that names one of the acting agent's tools,
+without a condition, never ran, while a later step's tool did.
 """
 
 from __future__ import annotations
@@ -32,12 +35,15 @@ from agentreplay_replay.analysis.detectors._base import (
 )
 from agentreplay_replay.analysis.detectors.termination import asks_the_user
 from agentreplay_replay.analysis.results import failure_of
-from agentreplay_replay.analysis.transcript import RunView, Step, leaves
+from agentreplay_replay.analysis.transcript import RunView, Step, key_words, leaves
 from agentreplay_replay.analysis.verdict import Evidence, ModeHit
 
 LOST = "FM-1.4"
 UNASKED = "FM-2.2"
 WITHHELD = "FM-2.4"
+IGNORED = "FM-2.5"
+_PLAN_STEP = re.compile(r"(?:^|\s)\d{1,2}[.)]\s+([^\n]+?)(?=\s+\d{1,2}[.)]\s|\n|$)")
+_CONDITIONAL = re.compile(r"\b(if|when|whenever|unless|as needed|if needed|optional(ly)?|in case)\b", re.IGNORECASE)
 _WARNING_WORDS = re.compile(r"warnings?|cautions?|alerts?|notices?", re.IGNORECASE)
 _COMMON = frozenset({"about", "after", "again", "which", "there", "their", "would", "could", "should", "these",
                      "those", "other", "until", "before", "being", "every", "where", "while"})
@@ -62,7 +68,51 @@ _NAME = re.compile(r"\b[A-Z][a-z]{2,}\b")
 
 
 def check(view: RunView) -> list[ModeHit]:
-    return [*_asked_again(view), *_unasked(view), *_withheld(view)]
+    return [*_asked_again(view), *_unasked(view), *_withheld(view), *_plan_skipped(view)]
+
+
+# --- FM-2.5 ---------------------------------------------------------------------------------------
+def _plan_skipped(view: RunView) -> list[ModeHit]:
+    """In a multi-agent run, a planner (an agent that called no tool) set numbered steps; a step that names a
+    tool the acting agent was offered (by the tool's words: "check the balance", get_balance) and states no
+    condition ("if", "when", "unless") never ran, while a later step's tool did: the plan was ignored."""
+    if len(view.agents) < 2:
+        return []
+    acting = {s.agent for s in view.tool_steps}
+    planners = [s for s in view.llm_steps if s.agent not in acting and s.text and not s.tool_calls]
+    if not planners:
+        return []
+    plan = planners[0]
+    doers = [s for s in view.llm_steps if s.agent != plan.agent and s.step > plan.step]
+    offered = {n for s in doers[:1] for n in s.tools_offered}
+    ran = [t for t in view.tool_steps if t.step > plan.step]
+    steps = _PLAN_STEP.findall(plan.text)
+    wanted = [(text, _tool_for(text, offered)) for text in steps]
+    for i, (text, tool) in enumerate(wanted):
+        if tool is None or _CONDITIONAL.search(text) or any(t.name == tool for t in ran):
+            continue
+        later = {w for _, w in wanted[i + 1:] if w is not None}
+        went_on = next((t for t in ran if t.name in later), None)
+        if went_on is None:
+            continue
+        issuer = view.issuer(went_on)
+        return [ModeHit(
+            mode=IGNORED, detector="conversation",
+            explanation=f"The {plan.agent} set \"{text.strip()}\" (step {plan.step}), but {tool} never ran: the "
+                        f"{went_on.agent or 'next agent'} went on to {went_on.name} at step {went_on.step}.",
+            culprit=culprit(issuer or went_on),
+            evidence=(output(plan, text.strip(), f"the {plan.agent} planned"),
+                      argument(went_on, "", went_on.arguments, f"{went_on.name} ran instead, with")),
+            fix=system_fix(issuer, f"Carry out every step of the plan in order: {text.strip()} (call {tool}) "
+                                   "before the next one.") if issuer else None,
+        )]
+    return []
+
+
+def _tool_for(step: str, offered: set[str]) -> str | None:
+    words = {w for w in re.findall(r"[a-z]{4,}", step.lower())}
+    named = [n for n in sorted(offered) if words & {w for w in key_words(n) if len(w) >= 4}]
+    return named[0] if len(named) == 1 else None
 
 
 # --- FM-2.4 ---------------------------------------------------------------------------------------
@@ -240,4 +290,4 @@ def _asked_between(view: RunView, source: Step, tool: Step) -> bool:
                if source.step < s.step < tool.step)
 
 
-DETECTOR = Detector(name="conversation", modes=(LOST, UNASKED, WITHHELD), check=check)
+DETECTOR = Detector(name="conversation", modes=(LOST, UNASKED, WITHHELD, IGNORED), check=check)
