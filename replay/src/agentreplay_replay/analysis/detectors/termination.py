@@ -17,7 +17,7 @@ import re
 
 from agentreplay_replay.analysis.detectors._base import Detector, call_text, culprit, output, said, system_fix
 from agentreplay_replay.analysis.detectors.loops import LOOP_TURNS, ended_on_limit
-from agentreplay_replay.analysis.transcript import RunView, key_words
+from agentreplay_replay.analysis.transcript import Quote, RunView, key_words
 from agentreplay_replay.analysis.verdict import Evidence, ModeHit
 
 MODE = "FM-3.1"
@@ -74,7 +74,10 @@ def _missing_action(view: RunView) -> list[ModeHit]:
                .values() for n in s.tools_offered}  # an agent's tools seldom change: its first and last call
     ran = {t.name for t in view.tool_steps}
     known = offered | ran
-    for verb, request in dict((v, t) for v, t in reversed(asked)).items():
+    first_asked: dict[str, Quote] = {}
+    for verb, turn in asked:  # each action once, in the order asked, with the turn that first asked it
+        first_asked.setdefault(verb, turn)
+    for verb, request in first_asked.items():
         verbs = (verb, *_SAME_ACTION.get(verb, ()))
         tools = sorted(n for n in known if set(verbs).intersection(key_words(n)))
         if tools:
