@@ -195,12 +195,14 @@ class Page:
         self.call("Page.navigate", session=True, url=url)
 
     def fresh(self, url: str) -> None:
-        """Open ``url`` with no token kept: the tab's sessionStorage for its origin emptied first."""
+        """Open the console at ``url`` with no token kept (the tab's sessionStorage for its origin emptied
+        first), once its script has started."""
         origin = url.split("/ui/")[0]
         self.open(f"{origin}/v1/health")
         self.wait("location.pathname === '/v1/health' && document.readyState === 'complete'")
         self.js("sessionStorage.clear(); true")
         self.open(url)
+        self.wait("document.body.dataset.view !== ''")  # the console's script has started (it is deferred)
 
     def js(self, expression: str) -> Any:
         """The value of a script run in the page (a promise awaited)."""

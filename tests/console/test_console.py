@@ -261,7 +261,6 @@ def test_kill_from_the_page_halts_a_live_agent(console, page, tmp_path):
     program = tmp_path / "live_agent.py"
     program.write_text(LIVE_AGENT)
     page.fresh(f"{console.control}/ui/#/runs")
-    page.wait("document.getElementById('token-button') !== null")
     page.js("document.getElementById('token-button').click();"
             f"document.getElementById('login-token').value = {json.dumps(console.admin)};"
             "document.getElementById('login-form').requestSubmit(); true")
@@ -282,3 +281,29 @@ def test_kill_from_the_page_halts_a_live_agent(console, page, tmp_path):
     [halt] = [h for h in console.get("/v1/halts")["halts"] if h["target"] == live]
     assert halt["reason"] == "searching in circles" and halt["actor"] == "operator"
     page.wait(f"{READY} && document.getElementById('halted-badge') !== null")
+
+
+def test_agents_show_their_trust_and_an_agent_can_be_killed_and_resumed(console, page):
+    page.fresh(f"{console.control}/ui/#/agents")
+    page.js("document.getElementById('token-button').click();"
+            f"document.getElementById('login-token').value = {json.dumps(console.admin)};"
+            "document.getElementById('login-form').requestSubmit(); true")
+    booker = "document.querySelector('tr[data-agent=\"flight-booker\"]')"
+    page.wait(f"{READY} && {booker} !== null")
+    [trust] = console.get("/v1/trust?agent=flight-booker")["agents"]
+    cells = page.js(f"Array.from({booker}.cells).map(c => c.textContent)")
+    assert cells[:3] == ["flight-booker", f"{trust['score']:.2f}", trust["tier"]]
+    assert cells[7] == str(trust["scope_violations"]) and trust["scope_violations"] >= 1
+    reader = "document.querySelector('tr[data-agent=\"page-reader\"]')"
+    page.wait(f"{reader} !== null")
+    page.js(f"{reader}.querySelector('button.kill-agent').click();"
+            "document.getElementById('confirm-reason').value = 'reads hostile pages';"
+            "document.getElementById('confirm-ok').click(); true")
+    page.wait(f"{READY} && {reader}.querySelector('button.resume-agent') !== null")
+    halts = [h for h in console.get("/v1/halts")["halts"] if h["scope"] == "agent"]
+    assert [(h["target"], h["reason"]) for h in halts] == [("page-reader", "reads hostile pages")]
+    assert "reads hostile pages" in page.js(f"{reader}.querySelector('td.halt').textContent")
+    page.js(f"{reader}.querySelector('button.resume-agent').click();"
+            "document.getElementById('confirm-ok').click(); true")
+    page.wait(f"{READY} && {reader}.querySelector('button.kill-agent') !== null")
+    assert [h for h in console.get("/v1/halts")["halts"] if h["scope"] == "agent"] == []

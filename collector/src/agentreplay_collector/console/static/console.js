@@ -161,7 +161,10 @@
     var where = parseHash();
     var main = document.getElementById('main');
     document.body.setAttribute('data-state', 'loading');
-    if (where.parts[0] === 'run' && where.parts[1]) {
+    if (where.parts[0] === 'agents') {
+      document.body.setAttribute('data-view', 'agents');
+      agentsPage(main, generation);
+    } else if (where.parts[0] === 'run' && where.parts[1]) {
       document.body.setAttribute('data-view', 'run');
       runPage(main, where.parts[1], generation);
     } else {
@@ -325,6 +328,67 @@
       pager.appendChild(el('a', {id: 'older', href: runsHash({agent: params.get('agent'), status: params.get('status'),
         after: next, back: trail.join(',')}), text: 'Older →'}));
     }
+  }
+
+  // --- Agents ----------------------------------------------------------------------------------
+  function agentsPage(main, gen) {
+    clear(main);
+    main.appendChild(el('h1', {text: 'Agents'}));
+    var table = el('table', {id: 'agents', 'class': 'agents'});
+    main.appendChild(table);
+    function load() {
+      Promise.all([api('/v1/trust'), api('/v1/halts').catch(function () { return {halts: []}; })]).then(function (got) {
+        if (gen !== generation) { return; }
+        hideLogin();
+        drawAgents(table, got[0].agents || [], got[1].halts || []);
+        document.body.setAttribute('data-state', 'ready');
+      }).catch(function (err) { if (gen === generation) { fail(main, err); } });
+    }
+    load();
+  }
+
+  function drawAgents(table, agents, halts) {
+    clear(table);
+    table.appendChild(el('thead', {}, [el('tr', {}, ['Agent', 'Trust', 'Tier', 'Spend ×', 'Runs', 'Failure rate',
+      'Regressions passed', 'Scope violations', 'Halted', ''].map(function (h) { return el('th', {scope: 'col', text: h}); }))]));
+    var body = el('tbody');
+    if (!agents.length) {
+      body.appendChild(el('tr', {}, [el('td', {colspan: '10', 'class': 'muted', text: 'No agents.'})]));
+    }
+    agents.forEach(function (a) {
+      var halt = halts.filter(function (h) { return h.scope === 'agent' && h.target === a.agent_id; })[0];
+      var action = el('td');
+      if (tokenAgent() === null) {
+        var button = el('button', {type: 'button', 'class': halt ? 'resume-agent' : 'kill-agent danger',
+          text: halt ? 'Resume agent' : 'Kill agent'});
+        button.addEventListener('click', function () {
+          if (halt) {
+            ask('Resume agent ' + a.agent_id + '?', 'Its runs may continue. Needs the admin token.', 'Resume', false,
+              function () { return api('/v1/resume', {method: 'POST', body: {scope: 'agent', target: a.agent_id}}); });
+          } else {
+            ask('Kill agent ' + a.agent_id + '?', 'Every run of the agent is halted, and new ones refused, until it is ' +
+              'resumed. Needs the admin token.', 'Kill', true, function (reason) {
+              return api('/v1/halts', {method: 'POST', body: {scope: 'agent', target: a.agent_id, reason: reason}});
+            });
+          }
+        });
+        action.appendChild(button);
+      }
+      body.appendChild(el('tr', {'data-agent': a.agent_id}, [
+        el('td', {}, [el('a', {href: runsHash({agent: a.agent_id}), text: a.agent_id})]),
+        el('td', {'class': 'num', text: Number(a.score).toFixed(2)}),
+        el('td', {text: a.tier}),
+        el('td', {'class': 'num', text: Number(a.spend_multiplier).toFixed(2)}),
+        el('td', {'class': 'num', text: String(a.runs)}),
+        el('td', {'class': 'num', text: (100 * Number(a.failure_rate)).toFixed(0) + '%'}),
+        el('td', {'class': 'num', text: a.regressions ? (100 * Number(a.regression_pass_rate)).toFixed(0) + '% of ' +
+          a.regressions : ''}),
+        el('td', {'class': 'num', text: String(a.scope_violations)}),
+        el('td', {'class': 'halt', text: halt ? halt.actor + ': ' + halt.reason : ''}),
+        action
+      ]));
+    });
+    table.appendChild(body);
   }
 
   // --- Run -------------------------------------------------------------------------------------
