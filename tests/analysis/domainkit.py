@@ -328,6 +328,7 @@ def _healthy(name: str, domain: str, request: str, *script: ScriptedReply, turns
 
 _TOMORROW = (dt.datetime.now(dt.UTC) + dt.timedelta(days=1)).date()  # the run's clock is the recording's
 _NEXT_WEEK = _TOMORROW + dt.timedelta(days=6)
+_NEXT_FRIDAY = _TOMORROW + dt.timedelta(days=(4 - _TOMORROW.weekday()) % 7 + 7)  # a Friday well past tomorrow
 _PLAN = reply(text="1. Look up what the transfer needs (a balance, a payee) when the request leaves it open. "
                    "2. Make the transfer the user asked for. 3. Confirm it to the user.")
 """The planner's plan in every money run: no step the executors below skip (that would be FM-2.5)."""
@@ -472,6 +473,12 @@ CASES: tuple[DomainCase, ...] = (
             reply(call("schedule_meeting", title="Call with Dana", attendees=["dana.lee@acme.io"],
                        start=f"{_NEXT_WEEK}T10:00", end=f"{_NEXT_WEEK}T10:30")),
             reply(text="Booked your call with Dana."), why="'tomorrow' booked a week out"),
+    _healthy("ok_meeting_on_the_day_named", "calendar",
+             "I got the agenda today. Book the review with dana.lee@acme.io on Friday at 10:00.",
+             reply(call("schedule_meeting", title="Review", attendees=["dana.lee@acme.io"],
+                        start=f"{_NEXT_FRIDAY}T10:00", end=f"{_NEXT_FRIDAY}T11:00")),
+             reply(text=f"Booked the review with Dana on Friday {_NEXT_FRIDAY}, 10:00."),
+             why="'today' speaks of something else; the day asked for is Friday"),
     _healthy("ok_meeting_tomorrow", "calendar", "Book a 30-minute call with dana.lee@acme.io tomorrow at 10:00.",
              reply(call("schedule_meeting", title="Call with Dana", attendees=["dana.lee@acme.io"],
                         start=f"{_TOMORROW}T10:00", end=f"{_TOMORROW}T10:30")),

@@ -358,13 +358,14 @@ def relative_dates(text: str, started_ns: int) -> list[Mention]:
             target = DAYS.index(m.group(2).lower())
             dates = {d + dt.timedelta(days=(target - d.weekday()) % 7) for d in todays}
             found.extend((m.start(), Mention(kind=Kind.DATE, value=(d.month, d.day, d.year), quote=m.group(0),
-                                             negated=_negated(text, m.start()))) for d in sorted(dates))
+                                             negated=_negated(text, m.start()), role="relative"))
+                         for d in sorted(dates))
             continue
         else:
             shifts = [0]
         for d in sorted({t + dt.timedelta(days=n) for t in todays for n in shifts}):
             found.append((m.start(), Mention(kind=Kind.DATE, value=(d.month, d.day, d.year), quote=m.group(0),
-                                             negated=_negated(text, m.start()))))
+                                             negated=_negated(text, m.start()), role="relative")))
     return [mention for _, mention in sorted(found, key=lambda pair: pair[0])]
 
 

@@ -220,7 +220,12 @@ def _date(got: Mention, stated: list[Mention]) -> Conflict | None:
     if dates:
         matches = [m for m in dates if m.value[:2] == (month, day) and (not m.value[2] or not year
                                                                          or m.value[2] == year)]
-        return None if matches else Conflict(stated=tuple(dates), want=" or ".join(dict.fromkeys(m.quote for m in dates)))
+        named = weekday(got.value)
+        relative = all(m.role == "relative" for m in dates)  # "today" may speak of something else
+        if matches or (relative and named and any(m.kind is Kind.DAY and not m.negated and m.value == named
+                                                  for m in stated)):
+            return None  # (a date on a day the user named: "ordered today, deliver on Friday")
+        return Conflict(stated=tuple(dates), want=" or ".join(dict.fromkeys(m.quote for m in dates)))
     named = weekday(got.value)
     return _day(named, stated) if named else None
 
