@@ -51,6 +51,13 @@ def test_pages_are_served_with_a_strict_policy_and_no_inline_code(console):
         assert refused.value.code == 404
 
 
+def _cap(console, run: dict) -> float:
+    """The run's spend cap: its manifest's per-run cap times its agent's trust multiplier."""
+    signed = json.loads(console.get(f"/v1/manifests/{run['manifest_sha256']}")["signed"])
+    [trust] = console.get(f"/v1/trust?agent={run['agent_id']}")["agents"]
+    return signed["manifest"]["spend"]["per_run_usd"] * trust["spend_multiplier"]
+
+
 def test_the_failed_run_is_listed_in_runs(console, page):
     page.open(f"{console.control}/ui/#/runs")
     row = f"document.querySelector('tr[data-run=\"{console.story}\"]')"
@@ -61,7 +68,7 @@ def test_the_failed_run_is_listed_in_runs(console, page):
     assert "halted" in cells[1] and cells[3] == "Error" and cells[4] == "intact"
     assert cells[5] == "failed " + ", ".join(verdict["failure_modes"]) and "FM-1.1" in cells[5]
     run = console.get(f"/v1/runs/{console.story}")
-    assert cells[6] == f"${run['cost_usd']:.2f}" and cells[8] == str(run["span_count"])
+    assert cells[6] == f"${run['cost_usd']:.2f} of ${_cap(console, run):.2f}" and cells[8] == str(run["span_count"])
     # the alerts that fired, newest first: the story's halt among them, linked to its run
     kinds = page.js(f"Array.from(document.querySelectorAll('#alerts li.alert')).filter(a => "
                     f"a.querySelector('a[href=\"#/run/{console.story}\"]')).map(a => a.dataset.kind)")
@@ -109,6 +116,11 @@ def test_the_run_page_highlights_the_culprit_and_shows_the_saturday_booking(cons
     assert found["cmd-export"] == f"agentreplay export {console.story} -o {console.story[:12]}.case.json"
     assert page.js("document.getElementById('halted-badge') !== null")
     assert "intact" in page.js("document.querySelector('dd[data-key=\"chain\"]').textContent")
+    run = console.get(f"/v1/runs/{console.story}")
+    cap = _cap(console, run)
+    assert page.js("document.querySelector('dd[data-key=\"cap\"]').textContent").startswith(
+        f"${run['cost_usd']:.2f} of ${cap:.2f} per run ({100 * run['cost_usd'] / cap:.0f}%)")
+    assert '"book_flight"' in page.js("document.querySelector('#manifest pre.manifest').textContent")
 
 
 def test_a_hostile_tool_result_is_shown_as_text_and_never_runs(console, page):

@@ -114,6 +114,33 @@
     return /^[A-Za-z0-9_@%+=:,.\/-]+$/.test(arg) ? arg : "'" + arg.replace(/'/g, "'\"'\"'") + "'";
   }
 
+  var manifests = {};  // sha256 -> a promise of the registered manifest's body (null if not registered)
+
+  function manifestOf(sha) {
+    if (!sha) { return Promise.resolve(null); }
+    if (!manifests[sha]) {
+      manifests[sha] = api('/v1/manifests/' + encodeURIComponent(sha)).then(function (doc) {
+        var signed = parsed(doc.signed);
+        return signed && typeof signed.manifest === 'object' ? signed.manifest : null;
+      }).catch(function () { delete manifests[sha]; return null; });
+    }
+    return manifests[sha];
+  }
+
+  function multipliers() {  // agent id -> its trust's spend multiplier (the caps are the manifest's times it)
+    return api('/v1/trust').then(function (doc) {
+      var found = {};
+      (doc.agents || []).forEach(function (a) { found[a.agent_id] = Number(a.spend_multiplier); });
+      return found;
+    }).catch(function () { return {}; });
+  }
+
+  function runCap(manifest, multiplier) {
+    var cap = manifest && manifest.spend ? Number(manifest.spend.per_run_usd) : NaN;
+    if (!isFinite(cap) || cap <= 0) { return null; }
+    return cap * (isFinite(multiplier) ? multiplier : 1);
+  }
+
   function isLive(run) { return run.chain && run.chain.status === 'pending'; }
 
   function schedule(fn) {
@@ -230,20 +257,26 @@
     table.appendChild(head);
     table.appendChild(body);
 
+    var spendMultipliers = null;
     function load() {
       api('/v1/runs?' + runsQuery(params).toString()).then(function (page) {
         if (gen !== generation) { return null; }
+        if (spendMultipliers === null) { spendMultipliers = multipliers(); }
         var ids = page.runs.map(function (r) { return r.run_id; });
         var verdicts = ids.length ? api('/v1/classifications?' + ids.map(function (i) {
           return 'run=' + encodeURIComponent(i);
         }).join('&')).catch(function () { return {classifications: []}; }) : Promise.resolve({classifications: []});
         var fired = api('/v1/alerts?limit=' + ALERTS).catch(function () { return {alerts: []}; });
-        return Promise.all([verdicts, fired]).then(function (got) {
+        var shas = page.runs.map(function (r) { return r.manifest_sha256; });
+        var caps = Promise.all([spendMultipliers, Promise.all(shas.map(manifestOf))]).then(function (both) {
+          return page.runs.map(function (r, n) { return runCap(both[1][n], both[0][r.agent_id]); });
+        });
+        return Promise.all([verdicts, fired, caps]).then(function (got) {
           var found = got[0];
           if (gen !== generation) { return; }
           hideLogin();
           drawAlerts(alerts, got[1].alerts || []);
-          drawRuns(body, page.runs, found.classifications || []);
+          drawRuns(body, page.runs, found.classifications || [], got[2]);
           drawPager(pager, params, page.next);
           var live = page.runs.filter(isLive).length;
           document.getElementById('live-note').textContent = live ? live + ' live' : '';
@@ -285,13 +318,23 @@
     return {verdict: pick[0].verdict, modes: modes};
   }
 
-  function drawRuns(body, runs, classifications) {
+  function spend(cost, cap) {
+    var cell = el('td', {'class': 'num spend'}, [usd(cost)]);
+    if (cap !== null && cap !== undefined) {
+      var share = Number(cost || 0) / cap;
+      cell.appendChild(el('span', {'class': 'cap' + (share >= 0.8 ? ' near' : ''), 'data-cap': String(cap),
+        title: 'the per-run cap: the manifest\'s, times the agent\'s trust multiplier', text: ' of ' + usd(cap)}));
+    }
+    return cell;
+  }
+
+  function drawRuns(body, runs, classifications, caps) {
     clear(body);
     if (!runs.length) {
       body.appendChild(el('tr', {}, [el('td', {colspan: '9', 'class': 'muted', text: 'No runs.'})]));
       return;
     }
-    runs.forEach(function (run) {
+    runs.forEach(function (run, n) {
       var verdict = verdictOf(classifications, run.run_id);
       var link = el('a', {href: '#/run/' + encodeURIComponent(run.run_id), 'class': 'run-link',
         text: run.run_id.slice(0, 12)});
@@ -307,7 +350,7 @@
         el('td', {'class': 'chain ' + (run.chain ? run.chain.status : ''), text: run.chain ? run.chain.status : ''}),
         el('td', {'class': 'verdict' + (verdict && verdict.verdict === 'failed' ? ' bad' : ''),
           text: verdict ? verdict.verdict + (verdict.modes.length ? ' ' + verdict.modes.join(', ') : '') : ''}),
-        el('td', {'class': 'num', text: usd(run.cost_usd)}),
+        spend(run.cost_usd, caps[n]),
         el('td', {'class': 'num', text: duration(run.start_ns, run.end_ns)}),
         el('td', {'class': 'num', text: String(run.span_count)})
       ]);
@@ -418,11 +461,15 @@
         api('/v1/decisions?run=' + id).catch(function () { return {decisions: []}; }),
         api('/v1/halts').catch(function () { return {halts: []}; })
       ]).then(function (got) {
+        return Promise.all([manifestOf(got[0].manifest_sha256), multipliers()]).then(function (more) {
+          return got.concat(more);
+        });
+      }).then(function (got) {
         if (gen !== generation) { return; }
         hideLogin();
         var focused = document.activeElement && document.activeElement.id;
         drawRun(main, got[0], got[1].spans || [], got[2].classifications || [], got[3].decisions || [],
-          got[4].halts || []);
+          got[4].halts || [], got[5], got[6][got[0].agent_id]);
         if (focused && document.getElementById(focused)) { document.getElementById(focused).focus(); }
         document.body.setAttribute('data-state', 'ready');
         if (first) { showCulprit(main); }
@@ -453,7 +500,7 @@
     return dl;
   }
 
-  function drawRun(main, run, spans, classifications, decisions, halts) {
+  function drawRun(main, run, spans, classifications, decisions, halts, manifest, multiplier) {
     clear(main);
     var runId = run.run_id;
     var halt = halts.filter(function (h) {
@@ -483,6 +530,7 @@
       ['Duration', duration(run.start_ns, run.end_ns)],
       ['Spans', String(run.span_count)],
       ['Cost', usd(run.cost_usd)],
+      ['Spend cap', capText(run.cost_usd, manifest, multiplier), 'cap'],
       ['Outcome', run.status_code],
       ['Chain', chain.status + (chain.seal ? ', seal ' + chain.seal : '') +
         (chain.problem ? ', ' + chain.problem + (chain.seq !== null && chain.seq !== undefined ? ' at seq ' + chain.seq : '') : '') +
@@ -490,6 +538,12 @@
       ['Manifest', run.manifest_sha256 ? run.manifest_sha256.slice(0, 16) : ''],
       ['Halted', halt ? 'by ' + halt.actor + ': ' + halt.reason : (run.halted ? 'yes' : ''), 'halt']
     ]), controls(run, halt)]));
+    if (manifest) {
+      main.appendChild(section('Manifest', 'manifest', [el('details', {}, [
+        el('summary', {text: 'What the agent may do: its tools, arguments and limits (' +
+          run.manifest_sha256.slice(0, 12) + ')'}),
+        el('pre', {'class': 'manifest', text: JSON.stringify(manifest, null, 2)})])]));
+    }
 
     // the verdict
     main.appendChild(drawVerdict(classifications, verdictDoc, culpritStep));
@@ -502,6 +556,15 @@
     main.appendChild(drawWaterfall(run, ordered, culpritStep));
     main.appendChild(drawSteps(ordered, decisions, culpritStep));
     main.appendChild(drawDecisions(decisions, spans));
+  }
+
+  function capText(cost, manifest, multiplier) {
+    var cap = runCap(manifest, multiplier);
+    if (cap === null) { return manifest ? 'none per run' : ''; }
+    var base = Number(manifest.spend.per_run_usd);
+    var m = isFinite(multiplier) ? multiplier : 1;
+    return usd(cost) + ' of ' + usd(cap) + ' per run (' + (100 * Number(cost || 0) / cap).toFixed(0) + '%): ' +
+      'the manifest\'s ' + usd(base) + ' × trust multiplier ' + m.toFixed(2);
   }
 
   function controls(run, halt) {
