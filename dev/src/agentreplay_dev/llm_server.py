@@ -3,7 +3,11 @@
 Point the unmodified `openai` / `anthropic` clients at it (`base_url=server.base_url_openai` /
 `server.base_url_anthropic`) and they parse its answers, streamed or not, into their usual typed objects.
 Endpoints: OpenAI `/v1/chat/completions`, `/v1/responses`, `/v1/completions` (legacy) and `/v1/embeddings`;
-Anthropic `/v1/messages` and `/v1/messages/count_tokens`; each with the provider's response headers.
+Anthropic `/v1/messages` and `/v1/messages/count_tokens`; Gemini `/v1beta/models/{model}:generateContent` and
+`:streamGenerateContent?alt=sse` (`server.base_url_gemini`); Bedrock Runtime `/model/{modelId}/converse` and
+`/converse-stream`, its events in AWS's binary event-stream framing (`server.base_url_bedrock`, the client's
+`endpoint_url`); each with the provider's response headers. A Gemini or Bedrock request's `provider` is
+"gemini" or "bedrock", and its model is the one its path names.
 Tests, benchmarks and the demo use it instead of the network, so it is built to be fast and steady:
 a stdlib `ThreadingHTTPServer` with HTTP/1.1 keep-alive, TCP_NODELAY, and each answer sent in one write.
 
@@ -18,12 +22,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
+import re
 import signal
 import socket
+import struct
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.utils import formatdate
@@ -31,7 +39,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, cast
+from urllib.parse import unquote
 
 from . import _anthropic_api, _openai_api
 from ._script import (
@@ -43,7 +52,11 @@ from ._script import (
     Turn,
     dumps,
     echo_reply,
+    json_fragments,
+    new_id,
     resolve,
+    sse,
+    text_chunks,
     word_tokens,
 )
 
@@ -164,6 +177,16 @@ class LLMServer:
     def base_url_anthropic(self) -> str:
         return self.base_url
 
+    @property
+    def base_url_gemini(self) -> str:
+        """`genai.Client(http_options=HttpOptions(base_url=...))`: the client adds `/v1beta/models/...`."""
+        return self.base_url
+
+    @property
+    def base_url_bedrock(self) -> str:
+        """`boto3.client("bedrock-runtime", endpoint_url=...)`: the client adds `/model/{modelId}/converse`."""
+        return self.base_url
+
     # -- what was received --------------------------------------------------------------------------------
 
     @property
@@ -193,6 +216,9 @@ class LLMServer:
     def _handle(self, handler: _Handler) -> None:
         path = handler.path.split("?", 1)[0]
         raw = _read_body(handler)
+        native = _native_route(path) if handler.command == "POST" else None
+        if native is not None:
+            return self._handle_native(handler, native, raw)
         route = _ROUTES.get(path) if handler.command == "POST" else None
         provider = route.provider if route else _guess_provider(path, handler.headers)
         body = _parse_object(raw)
@@ -223,6 +249,35 @@ class LLMServer:
         if request.stream:
             return _send_events(handler, provider, route.events(turn, body), reply)
         _send(handler, 200, _HEADERS[provider](), "application/json", dumps(route.body(turn, body)))
+
+    def _handle_native(self, handler: _Handler, route: _NativeRoute, raw: bytes) -> None:
+        """A Gemini or Bedrock request: the model from the path, streamed when the path says so."""
+        body = _parse_object(raw)
+        request = RecordedRequest(
+            method=handler.command,
+            path=handler.path.split("?", 1)[0],
+            provider=cast(Provider, route.provider),  # the scripts' view: a provider name beside the two
+            body={**(body or {}), "model": route.model},
+            headers={k.lower(): v for k, v in handler.headers.items()},
+            raw_body=raw,
+        )
+        with self._lock:
+            self._requests.append(request)
+        api = _NATIVE[route.provider]
+        if body is None:
+            return api.error(handler, 400, _BAD_JSON)
+        try:
+            reply = self._next_reply(request)
+            turn = resolve(reply, request)
+        except Exception as exc:  # a broken script must fail the call visibly, not hang the client
+            return api.error(handler, 500, f"script failed: {exc!r}")
+        if reply.input_tokens is None:  # the words of the request's own shape (contents, messages, system)
+            turn = dataclasses.replace(turn, input_tokens=max(1, word_tokens(" ".join(_texts(body)))))
+        if reply.error_status is not None:
+            return api.error(handler, reply.error_status, reply.error_message or _phrase(reply.error_status))
+        if route.stream:
+            return api.stream(handler, turn, reply)
+        _send(handler, 200, api.headers(), "application/json", dumps(api.body(turn)))
 
     def _next_reply(self, request: Request) -> ScriptedReply:
         script = self._script
@@ -402,6 +457,182 @@ def _send_events(
     if cut is not None:
         handler.close_connection = True
         handler.connection.shutdown(socket.SHUT_RDWR)
+
+
+# -- Gemini and Bedrock ------------------------------------------------------------------------------
+
+_GEMINI_PATH = re.compile(r"^/v1(?:beta|alpha)?/models/([^/:]+):(generateContent|streamGenerateContent)$")
+_BEDROCK_PATH = re.compile(r"^/model/([^/]+)/(converse|converse-stream)$")
+
+
+@dataclass(frozen=True)
+class _NativeRoute:
+    provider: str  # "gemini" or "bedrock"
+    model: str
+    stream: bool
+
+
+def _native_route(path: str) -> _NativeRoute | None:
+    if found := _GEMINI_PATH.match(path):
+        return _NativeRoute("gemini", unquote(found.group(1)), found.group(2) == "streamGenerateContent")
+    if found := _BEDROCK_PATH.match(path):
+        return _NativeRoute("bedrock", unquote(found.group(1)), found.group(2) == "converse-stream")
+    return None
+
+
+def _texts(value: object) -> list[str]:
+    """Every `text` string of a Gemini or Bedrock request (contents, messages, system, tool results)."""
+    if isinstance(value, list):
+        return [t for item in value for t in _texts(item)]
+    if isinstance(value, dict):
+        return [t for key, item in value.items()
+                for t in ([item] if key == "text" and isinstance(item, str) else _texts(item))]
+    return []
+
+
+def _gemini_candidate(turn: Turn, parts: list[dict[str, Any]], finish: bool) -> dict[str, Any]:
+    candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
+    if finish:
+        candidate["finishReason"] = "MAX_TOKENS" if turn.truncated else "STOP"
+    return candidate
+
+
+def _gemini_usage(turn: Turn) -> dict[str, Any]:
+    return {"promptTokenCount": turn.input_tokens, "candidatesTokenCount": turn.output_tokens,
+            "totalTokenCount": turn.input_tokens + turn.output_tokens}
+
+
+def _gemini_calls(turn: Turn) -> list[dict[str, Any]]:
+    return [{"functionCall": {"name": call.name, "args": dict(call.arguments)}} for call in turn.tool_calls]
+
+
+def gemini_response(turn: Turn) -> dict[str, Any]:
+    """A `GenerateContentResponse` as generativelanguage.googleapis.com sends it."""
+    parts = ([{"text": turn.text}] if turn.text is not None else []) + _gemini_calls(turn)
+    return {"candidates": [_gemini_candidate(turn, parts, True)], "usageMetadata": _gemini_usage(turn),
+            "modelVersion": turn.model, "responseId": new_id("", 22)}
+
+
+def _gemini_stream(handler: BaseHTTPRequestHandler, turn: Turn, reply: ScriptedReply) -> None:
+    """`alt=sse`: the text in word chunks, function calls whole, the last chunk with the finish and usage."""
+    response_id = new_id("", 22)
+    pieces: list[list[dict[str, Any]]] = [[{"text": piece}] for piece in text_chunks(turn.text or "")]
+    if turn.tool_calls:
+        pieces.append(_gemini_calls(turn))
+    pieces = pieces or [[{"text": ""}]]
+    events = []
+    for index, parts in enumerate(pieces):
+        last = index == len(pieces) - 1
+        chunk: dict[str, Any] = {"candidates": [_gemini_candidate(turn, parts, last)],
+                                 "modelVersion": turn.model, "responseId": response_id}
+        if last:
+            chunk["usageMetadata"] = _gemini_usage(turn)
+        events.append(sse(chunk))
+    _stream_chunks(handler, _gemini_headers(), "text/event-stream", events, reply)
+
+
+def _gemini_headers() -> list[tuple[str, str]]:
+    return [("vary", "Origin, X-Origin, Referer"), ("server-timing", "gfet4t7; dur=120"),
+            ("x-content-type-options", "nosniff")]
+
+
+def _gemini_error(handler: BaseHTTPRequestHandler, status: int, message: str) -> None:
+    kinds = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 429: "RESOURCE_EXHAUSTED",
+             500: "INTERNAL", 503: "UNAVAILABLE"}
+    body = {"error": {"code": status, "message": message, "status": kinds.get(status, "UNKNOWN")}}
+    _send(handler, status, _gemini_headers(), "application/json", dumps(body))
+
+
+def _bedrock_content(turn: Turn) -> list[dict[str, Any]]:
+    content: list[dict[str, Any]] = [{"text": turn.text}] if turn.text is not None else []
+    content += [{"toolUse": {"toolUseId": call.id or new_id("tooluse_", 22), "name": call.name,
+                             "input": dict(call.arguments)}} for call in turn.tool_calls]
+    return content
+
+
+def _bedrock_stop(turn: Turn) -> str:
+    return "tool_use" if turn.tool_calls else "max_tokens" if turn.truncated else "end_turn"
+
+
+def _bedrock_usage(turn: Turn) -> dict[str, Any]:
+    return {"inputTokens": turn.input_tokens, "outputTokens": turn.output_tokens,
+            "totalTokens": turn.input_tokens + turn.output_tokens}
+
+
+def bedrock_response(turn: Turn) -> dict[str, Any]:
+    """A Converse response as bedrock-runtime sends it."""
+    return {"output": {"message": {"role": "assistant", "content": _bedrock_content(turn)}},
+            "stopReason": _bedrock_stop(turn), "usage": _bedrock_usage(turn), "metrics": {"latencyMs": 120}}
+
+
+def _bedrock_headers() -> list[tuple[str, str]]:
+    return [("x-amzn-requestid", new_id("", 8) + "-" + new_id("", 4) + "-" + new_id("", 12))]
+
+
+def event_stream_message(event_type: str, payload: dict[str, Any]) -> bytes:
+    """One message of AWS's event-stream framing: lengths, prelude CRC, string headers, payload, CRC."""
+    headers = b""
+    for name, value in ((":event-type", event_type), (":content-type", "application/json"),
+                        (":message-type", "event")):
+        raw = value.encode()
+        headers += bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(raw)) + raw
+    body = dumps(payload)
+    prelude = struct.pack(">II", 16 + len(headers) + len(body), len(headers))
+    message = prelude + struct.pack(">I", zlib.crc32(prelude)) + headers + body
+    return message + struct.pack(">I", zlib.crc32(message))
+
+
+def _bedrock_stream(handler: BaseHTTPRequestHandler, turn: Turn, reply: ScriptedReply) -> None:
+    """ConverseStream: messageStart, each block's start/deltas/stop, messageStop, metadata."""
+    events = [event_stream_message("messageStart", {"role": "assistant"})]
+    for index, block in enumerate(_bedrock_content(turn)):
+        if "text" in block:
+            deltas = [{"text": piece} for piece in text_chunks(block["text"])]
+        else:
+            use = block["toolUse"]
+            events.append(event_stream_message("contentBlockStart", {
+                "contentBlockIndex": index, "start": {"toolUse": {"toolUseId": use["toolUseId"], "name": use["name"]}}}))
+            deltas = [{"toolUse": {"input": part}} for part in json_fragments(json.dumps(use["input"]))]
+        events += [event_stream_message("contentBlockDelta", {"contentBlockIndex": index, "delta": delta})
+                   for delta in deltas]
+        events.append(event_stream_message("contentBlockStop", {"contentBlockIndex": index}))
+    events.append(event_stream_message("messageStop", {"stopReason": _bedrock_stop(turn)}))
+    events.append(event_stream_message("metadata", {"usage": _bedrock_usage(turn), "metrics": {"latencyMs": 120}}))
+    _stream_chunks(handler, _bedrock_headers(), "application/vnd.amazon.eventstream", events, reply)
+
+
+def _bedrock_error(handler: BaseHTTPRequestHandler, status: int, message: str) -> None:
+    kinds = {400: "ValidationException", 403: "AccessDeniedException", 404: "ResourceNotFoundException",
+             429: "ThrottlingException", 503: "ServiceUnavailableException"}
+    kind = kinds.get(status, "InternalServerException")
+    headers = [*_bedrock_headers(), ("x-amzn-errortype", f"{kind}:http://internal.amazon.com/coral/com.amazon.bedrock/")]
+    _send(handler, status, headers, "application/json", dumps({"message": message}))
+
+
+def _stream_chunks(handler: BaseHTTPRequestHandler, headers: list[tuple[str, str]], content_type: str,
+                   events: list[bytes], reply: ScriptedReply) -> None:
+    """The events as HTTP chunks in one write; `stream_error_after` stops early and drops the connection."""
+    head = _head(handler, 200, [*headers, ("transfer-encoding", "chunked")], content_type) + b"\r\n"
+    cut = reply.stream_error_after
+    chunks = [b"%x\r\n%s\r\n" % (len(event), event) for event in events[:cut]]
+    handler.wfile.write(head + b"".join(chunks) + (b"0\r\n\r\n" if cut is None else b""))
+    if cut is not None:
+        handler.close_connection = True
+        handler.connection.shutdown(socket.SHUT_RDWR)
+
+
+@dataclass(frozen=True)
+class _NativeAPI:
+    headers: Callable[[], list[tuple[str, str]]]
+    body: Callable[[Turn], dict[str, Any]]
+    stream: Callable[[BaseHTTPRequestHandler, Turn, ScriptedReply], None]
+    error: Callable[[BaseHTTPRequestHandler, int, str], None]
+
+
+_NATIVE = {
+    "gemini": _NativeAPI(_gemini_headers, gemini_response, _gemini_stream, _gemini_error),
+    "bedrock": _NativeAPI(_bedrock_headers, bedrock_response, _bedrock_stream, _bedrock_error),
+}
 
 
 # -- CLI -------------------------------------------------------------------------------------------
