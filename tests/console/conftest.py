@@ -158,7 +158,7 @@ class Page:
         os.close(from_browser)
         self._buffer = b""
         self._next = 0
-        self.dialogs: list[str] = []
+        self.exceptions: list[dict[str, Any]] = []
         target = self.call("Target.createTarget", url="about:blank")["targetId"]
         self._session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
         self.call("Page.enable", session=True)
@@ -185,8 +185,8 @@ class Page:
         os.write(self._out, json.dumps(message).encode() + b"\0")
         while True:
             answer = self._read(timeout_s)
-            if answer.get("method") == "Page.javascriptDialogOpening":
-                self.dialogs.append(answer["params"].get("message", ""))
+            if answer.get("method") == "Runtime.exceptionThrown":  # an uncaught error in the page's script
+                self.exceptions.append(answer["params"]["exceptionDetails"])
             if answer.get("id") == self._next:
                 assert "error" not in answer, answer["error"]
                 return answer.get("result", {})
@@ -235,3 +235,4 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
     browser = Page(tmp_path_factory.mktemp("chromium-profile"))
     yield browser
     browser.close()
+    assert browser.exceptions == [], "the console's script threw"  # seen while the tests drove it

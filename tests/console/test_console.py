@@ -37,10 +37,11 @@ def test_pages_are_served_with_a_strict_policy_and_no_inline_code(console):
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
         assert "set-cookie" not in {k.lower() for k in answer.headers}
     assert "script-src 'self'" in CSP and "unsafe" not in CSP and "default-src 'none'" in CSP
-    assert re.findall(r"<script[^>]*>", html) == ['<script src="/ui/static/console.js" defer>']
+    scripts = ("common.js", "runs.js", "run.js", "console.js")
+    assert re.findall(r"<script[^>]*>", html) == [f'<script src="/ui/static/{name}" defer>' for name in scripts]
     assert not re.search(r"\son\w+\s*=", html), "an inline event handler"
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "something from another origin"
-    script = _static("console.js")
+    script = "\n".join(_static(name) for name in scripts)
     assert not re.search(r"innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function", script)
     assert "localStorage" not in script and "document.cookie" not in script
     with urllib.request.urlopen(f"{console.control}/ui/static/console.js", timeout=10) as answer:

@@ -1,0 +1,248 @@
+/* AgentReplay console: the Runs page (with the newest alerts) and the Agents page. */
+(function () {
+  'use strict';
+  var C = window.AgentReplayConsole;
+  var el = C.el, clear = C.clear, tokenAgent = C.tokenAgent, api = C.api,
+      duration = C.duration, when = C.when, usd = C.usd, manifestOf = C.manifestOf,
+      multipliers = C.multipliers, runCap = C.runCap, isLive = C.isLive, schedule = C.schedule,
+      fail = C.fail, hideLogin = C.hideLogin, ask = C.ask, current = C.current,
+      PAGE_SIZE = C.PAGE_SIZE, ALERTS = C.ALERTS;
+
+  // --- Runs ------------------------------------------------------------------------------------
+  function runsQuery(params) {
+    var q = new URLSearchParams();
+    q.set('limit', String(PAGE_SIZE));
+    ['agent', 'status', 'after'].forEach(function (name) {
+      if (params.get(name)) { q.set(name, params.get(name)); }
+    });
+    return q;
+  }
+
+  function runsHash(params) {
+    var q = new URLSearchParams();
+    ['agent', 'status', 'after', 'back'].forEach(function (name) {
+      if (params[name]) { q.set(name, params[name]); }
+    });
+    var text = q.toString();
+    return '#/runs' + (text ? '?' + text : '');
+  }
+
+  function filters(params) {
+    var agent = el('input', {id: 'filter-agent', type: 'text', value: params.get('agent') || '',
+      placeholder: 'any agent', spellcheck: 'false'});
+    var status = el('select', {id: 'filter-status'});
+    [['', 'any state'], ['pending', 'live (pending)'], ['intact', 'chain intact'], ['unsealed', 'unsealed'],
+      ['broken', 'chain broken'], ['incomplete', 'incomplete'], ['Ok', 'outcome Ok'], ['Error', 'outcome Error']]
+      .forEach(function (pair) {
+        status.appendChild(el('option', {value: pair[0], selected: (params.get('status') || '') === pair[0],
+          text: pair[1]}));
+      });
+    var form = el('form', {id: 'filters', 'class': 'filters'}, [
+      el('label', {'for': 'filter-agent', text: 'Agent'}), agent,
+      el('label', {'for': 'filter-status', text: 'State'}), status,
+      el('button', {type: 'submit', text: 'Filter'})
+    ]);
+    form.addEventListener('submit', function (e) {
+      e.preventDefault();
+      window.location.hash = runsHash({agent: agent.value.trim(), status: status.value});
+    });
+    return form;
+  }
+
+  function runsPage(main, params, gen) {
+    clear(main);
+    main.appendChild(el('h1', {text: 'Runs'}));
+    main.appendChild(filters(params));
+    var alerts = el('section', {id: 'alerts', 'class': 'panel alerts', 'aria-live': 'polite'});
+    main.appendChild(alerts);
+    var table = el('table', {id: 'runs', 'class': 'runs'});
+    var pager = el('nav', {'class': 'pager', id: 'pager'});
+    main.appendChild(table);
+    main.appendChild(pager);
+    var head = el('thead', {}, [el('tr', {}, ['Started', 'Run', 'Agent', 'Outcome', 'Chain', 'Verdict', 'Cost',
+      'Duration', 'Spans'].map(function (h) { return el('th', {scope: 'col', text: h}); }))]);
+    var body = el('tbody');
+    table.appendChild(head);
+    table.appendChild(body);
+
+    var spendMultipliers = null;
+    function load() {
+      api('/v1/runs?' + runsQuery(params).toString()).then(function (page) {
+        if (!current(gen)) { return null; }
+        if (spendMultipliers === null) { spendMultipliers = multipliers(); }
+        var ids = page.runs.map(function (r) { return r.run_id; });
+        var verdicts = ids.length ? api('/v1/classifications?' + ids.map(function (i) {
+          return 'run=' + encodeURIComponent(i);
+        }).join('&')).catch(function () { return {classifications: []}; }) : Promise.resolve({classifications: []});
+        var fired = api('/v1/alerts?limit=' + ALERTS).catch(function () { return {alerts: []}; });
+        var shas = page.runs.map(function (r) { return r.manifest_sha256; });
+        var caps = Promise.all([spendMultipliers, Promise.all(shas.map(manifestOf))]).then(function (both) {
+          return page.runs.map(function (r, n) { return runCap(both[1][n], both[0][r.agent_id]); });
+        });
+        return Promise.all([verdicts, fired, caps]).then(function (got) {
+          var found = got[0];
+          if (!current(gen)) { return; }
+          hideLogin();
+          drawAlerts(alerts, got[1].alerts || []);
+          drawRuns(body, page.runs, found.classifications || [], got[2]);
+          drawPager(pager, params, page.next);
+          var live = page.runs.filter(isLive).length;
+          document.getElementById('live-note').textContent = live ? live + ' live' : '';
+          document.body.setAttribute('data-state', 'ready');
+          if (!params.get('after')) { schedule(load); }  // the newest page follows what arrives
+        });
+      }).catch(function (err) { if (current(gen)) { fail(main, err); } });
+    }
+    load();
+  }
+
+  function drawAlerts(box, alerts) {
+    clear(box);
+    box.appendChild(el('h2', {text: 'Alerts'}));
+    if (!alerts.length) {
+      box.appendChild(el('p', {'class': 'muted', text: 'No alerts.'}));
+      return;
+    }
+    var list = el('ul', {'class': 'alert-list'});
+    alerts.forEach(function (a) {
+      list.appendChild(el('li', {'class': 'alert ' + (a.severity || ''), 'data-alert': a.alert_id,
+        'data-kind': a.kind}, [
+        el('span', {'class': 'muted', text: (a.time || '') + ' '}),
+        el('strong', {text: (a.severity || '') + ' ' + (a.kind || '')}), ' ',
+        a.run_id ? el('a', {href: '#/run/' + encodeURIComponent(a.run_id), text: a.run_id.slice(0, 12)}) : null,
+        ' ' + (a.agent_id || '') + ': ' + (a.message || '')
+      ]));
+    });
+    box.appendChild(list);
+  }
+
+  function verdictOf(classifications, runId) {
+    var mine = classifications.filter(function (c) { return c.run_id === runId; });
+    var failed = mine.filter(function (c) { return c.verdict === 'failed'; });
+    var pick = failed.length ? failed : mine;
+    if (!pick.length) { return null; }
+    var modes = [];
+    pick.forEach(function (c) { (c.failure_modes || []).forEach(function (m) { if (modes.indexOf(m) < 0) { modes.push(m); } }); });
+    return {verdict: pick[0].verdict, modes: modes};
+  }
+
+  function spend(cost, cap) {
+    var cell = el('td', {'class': 'num spend'}, [usd(cost)]);
+    if (cap !== null && cap !== undefined) {
+      var share = Number(cost || 0) / cap;
+      cell.appendChild(el('span', {'class': 'cap' + (share >= 0.8 ? ' near' : ''), 'data-cap': String(cap),
+        title: 'the per-run cap: the manifest\'s, times the agent\'s trust multiplier', text: ' of ' + usd(cap)}));
+    }
+    return cell;
+  }
+
+  function drawRuns(body, runs, classifications, caps) {
+    clear(body);
+    if (!runs.length) {
+      body.appendChild(el('tr', {}, [el('td', {colspan: '9', 'class': 'muted', text: 'No runs.'})]));
+      return;
+    }
+    runs.forEach(function (run, n) {
+      var verdict = verdictOf(classifications, run.run_id);
+      var link = el('a', {href: '#/run/' + encodeURIComponent(run.run_id), 'class': 'run-link',
+        text: run.run_id.slice(0, 12)});
+      var marks = el('span', {'class': 'marks'});
+      if (isLive(run)) { marks.appendChild(el('span', {'class': 'badge live', text: 'live'})); }
+      if (run.halted) { marks.appendChild(el('span', {'class': 'badge halted', text: 'halted'})); }
+      if (run.run_kind && run.run_kind !== 'record') { marks.appendChild(el('span', {'class': 'badge', text: run.run_kind})); }
+      var row = el('tr', {'data-run': run.run_id, 'class': isLive(run) ? 'live' : null}, [
+        el('td', {text: when(run.start_ns)}),
+        el('td', {}, [link, marks]),
+        el('td', {text: run.agent_id || run.service_name || ''}),
+        el('td', {'class': 'outcome ' + (run.status_code === 'Error' ? 'bad' : ''), text: run.status_code || ''}),
+        el('td', {'class': 'chain ' + (run.chain ? run.chain.status : ''), text: run.chain ? run.chain.status : ''}),
+        el('td', {'class': 'verdict' + (verdict && verdict.verdict === 'failed' ? ' bad' : ''),
+          text: verdict ? verdict.verdict + (verdict.modes.length ? ' ' + verdict.modes.join(', ') : '') : ''}),
+        spend(run.cost_usd, caps[n]),
+        el('td', {'class': 'num', text: duration(run.start_ns, run.end_ns)}),
+        el('td', {'class': 'num', text: String(run.span_count)})
+      ]);
+      body.appendChild(row);
+    });
+  }
+
+  function drawPager(pager, params, next) {
+    clear(pager);
+    var back = params.get('back') ? params.get('back').split(',') : [];
+    if (params.get('after')) {
+      var previous = back.slice(0, -1);
+      pager.appendChild(el('a', {id: 'newer', href: runsHash({agent: params.get('agent'), status: params.get('status'),
+        after: back.length ? back[back.length - 1] : '', back: previous.join(',')}), text: '← Newer'}));
+    }
+    if (next) {
+      var trail = back.concat([params.get('after') || '']);
+      pager.appendChild(el('a', {id: 'older', href: runsHash({agent: params.get('agent'), status: params.get('status'),
+        after: next, back: trail.join(',')}), text: 'Older →'}));
+    }
+  }
+
+  // --- Agents ----------------------------------------------------------------------------------
+  function agentsPage(main, gen) {
+    clear(main);
+    main.appendChild(el('h1', {text: 'Agents'}));
+    var table = el('table', {id: 'agents', 'class': 'agents'});
+    main.appendChild(table);
+    function load() {
+      Promise.all([api('/v1/trust'), api('/v1/halts').catch(function () { return {halts: []}; })]).then(function (got) {
+        if (!current(gen)) { return; }
+        hideLogin();
+        drawAgents(table, got[0].agents || [], got[1].halts || []);
+        document.body.setAttribute('data-state', 'ready');
+      }).catch(function (err) { if (current(gen)) { fail(main, err); } });
+    }
+    load();
+  }
+
+  function drawAgents(table, agents, halts) {
+    clear(table);
+    table.appendChild(el('thead', {}, [el('tr', {}, ['Agent', 'Trust', 'Tier', 'Spend ×', 'Runs', 'Failure rate',
+      'Regressions passed', 'Scope violations', 'Halted', ''].map(function (h) { return el('th', {scope: 'col', text: h}); }))]));
+    var body = el('tbody');
+    if (!agents.length) {
+      body.appendChild(el('tr', {}, [el('td', {colspan: '10', 'class': 'muted', text: 'No agents.'})]));
+    }
+    agents.forEach(function (a) {
+      var halt = halts.filter(function (h) { return h.scope === 'agent' && h.target === a.agent_id; })[0];
+      var action = el('td');
+      if (tokenAgent() === null) {
+        var button = el('button', {type: 'button', 'class': halt ? 'resume-agent' : 'kill-agent danger',
+          text: halt ? 'Resume agent' : 'Kill agent'});
+        button.addEventListener('click', function () {
+          if (halt) {
+            ask('Resume agent ' + a.agent_id + '?', 'Its runs may continue. Needs the admin token.', 'Resume', false,
+              function () { return api('/v1/resume', {method: 'POST', body: {scope: 'agent', target: a.agent_id}}); });
+          } else {
+            ask('Kill agent ' + a.agent_id + '?', 'Every run of the agent is halted, and new ones refused, until it is ' +
+              'resumed. Needs the admin token.', 'Kill', true, function (reason) {
+              return api('/v1/halts', {method: 'POST', body: {scope: 'agent', target: a.agent_id, reason: reason}});
+            });
+          }
+        });
+        action.appendChild(button);
+      }
+      body.appendChild(el('tr', {'data-agent': a.agent_id}, [
+        el('td', {}, [el('a', {href: runsHash({agent: a.agent_id}), text: a.agent_id})]),
+        el('td', {'class': 'num', text: Number(a.score).toFixed(2)}),
+        el('td', {text: a.tier}),
+        el('td', {'class': 'num', text: Number(a.spend_multiplier).toFixed(2)}),
+        el('td', {'class': 'num', text: String(a.runs)}),
+        el('td', {'class': 'num', text: (100 * Number(a.failure_rate)).toFixed(0) + '%'}),
+        el('td', {'class': 'num', text: a.regressions ? (100 * Number(a.regression_pass_rate)).toFixed(0) + '% of ' +
+          a.regressions : ''}),
+        el('td', {'class': 'num', text: String(a.scope_violations)}),
+        el('td', {'class': 'halt', text: halt ? halt.actor + ': ' + halt.reason : ''}),
+        action
+      ]));
+    });
+    table.appendChild(body);
+  }
+
+  C.runsPage = runsPage;
+  C.runsHash = runsHash;
+  C.agentsPage = agentsPage;
+}());
