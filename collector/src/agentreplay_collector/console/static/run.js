@@ -60,8 +60,6 @@
     if (culprit) { culprit.scrollIntoView({block: 'center'}); }
   }
 
-
-
   function drawRun(main, run, spans, classifications, decisions, halts, manifest, multiplier) {
     clear(main);
     var runId = run.run_id;
@@ -160,7 +158,6 @@
     box.appendChild(el('span', {id: 'control-result', 'class': 'muted', role: 'status'}));
     return box;
   }
-
 
   function drawVerdict(classifications, verdictDoc, culpritStep) {
     var children = [];
