@@ -82,7 +82,11 @@ def outside_travel(recorded: list) -> dict:
     """The detectors on runs of six agents outside travel (``tests/analysis/domainkit.py``): the share of
     failing runs given an accepted mode and the right culprit, and the healthy runs flagged."""
     figures = domainkit.figures([(case, detect(spans)) for case, spans in recorded]).as_json()
+    held_out = {c.name for c in domainkit.HELD_OUT}
+    later = domainkit.figures([(c, detect(s)) for c, s in recorded if c.name in held_out]).as_json()
     return {**figures, "domains": sorted({case.domain for case, _ in recorded}),
+            "held_out": {k: later[k] for k in ("runs", "failing", "healthy", "found", "found_rate",
+                                               "false_positive_rate", "flagged_healthy", "missed")},
             "target_found_rate": TARGET_FOUND, "target_false_positive_rate": 0.0,
             "meets_targets": figures["found_rate"] >= TARGET_FOUND and not figures["flagged_healthy"]}
 
@@ -99,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
         recorded = {case.name: (case, rec.record(case)) for case in kit.CASES}
         record_s = time.perf_counter() - started
         long_spans = rec.record(long_case)
-        outside = [(case, domainkit.record(rec, case)) for case in domainkit.CASES]
+        outside = [(case, domainkit.record(rec, case)) for case in domainkit.ALL_CASES]
 
     result: dict = {"labelled_set": labelled(recorded), "record_labelled_s": round(record_s, 2),
                     "outside_travel": outside_travel(outside)}

@@ -51,7 +51,7 @@ def labelled_runs(which: str, names: Sequence[str] = ()) -> list[tuple[Any, list
     out: list[tuple[Any, list]] = []
     with analysiskit.recorder() as rec:
         if which in ("outside", "all"):
-            out += [(c, domainkit.record(rec, c)) for c in domainkit.CASES if not wanted or c.name in wanted]
+            out += [(c, domainkit.record(rec, c)) for c in domainkit.ALL_CASES if not wanted or c.name in wanted]
         if which in ("travel", "all"):
             out += [(c, rec.record(c)) for c in analysiskit.CASES if not wanted or c.name in wanted]
     return out

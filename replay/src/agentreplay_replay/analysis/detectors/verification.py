@@ -29,9 +29,10 @@ _SUCCESS = re.compile(r"\b(success(?:fully)?|succeeded|confirmed|booked|done|com
                       r"has been (?:booked|placed|sent|paid|made|processed|scheduled|reserved|refunded|moved|"
                       r"transferred|created|fixed|deployed)|is booked|placed|processed|reserved|paid|refunded|"
                       r"transferred|all (?:\d+ )?(?:\w+ )?tests? pass(?:ed|es)?|tests? pass(?:ed|es)?|passing|"
-                      r"works|working|all good|fixed|deployed|(?:i(?:'ve| have)? )?(?:moved|sent|created|saved))\b",
+                      r"works|working|all good|fixed|deployed|(?:i(?:'ve| have)? )?(?:moved|sent|created|saved)|"
+                      r"builds? (?:fine|cleanly|successfully)|compiles|is green|no errors|without errors)\b",
                       re.IGNORECASE)
-_ADMITS_FAILURE = re.compile(r"\b(fail\w*|error|unable|couldn't|could not|can't|cannot|unfortunately|sorry|"
+_ADMITS_FAILURE = re.compile(r"\b(fail(?:ed|s|ing)?|failure(?!\s+(?:modes?|rates?|cases?|taxonomy|analysis))|error|unable|couldn't|could not|can't|cannot|unfortunately|sorry|"
                              r"problem|issue|not been|wasn't|was not|declined|rejected|unavailable|denied|"
                              r"timed out|did not|didn't|not found|404)\b", re.IGNORECASE)
 _FIGURE = re.compile(r"(?<![\w.])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s?(%|k\b|m\b|bn\b|million|billion)?",
