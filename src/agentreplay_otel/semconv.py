@@ -71,6 +71,9 @@ OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
 # gen_ai.provider.name values
 PROVIDER_OPENAI: Final = "openai"
 PROVIDER_ANTHROPIC: Final = "anthropic"
+PROVIDER_GCP_GEMINI: Final = "gcp.gemini"  # the Gemini Developer API (google-genai)
+PROVIDER_GCP_VERTEX_AI: Final = "gcp.vertex_ai"  # google-genai's client with vertexai=True
+PROVIDER_AWS_BEDROCK: Final = "aws.bedrock"
 
 # gen_ai.token.type values
 TOKEN_TYPE_INPUT: Final = "input"

@@ -586,6 +586,7 @@ def _bedrock_stream(handler: BaseHTTPRequestHandler, turn: Turn, reply: Scripted
     """ConverseStream: messageStart, each block's start/deltas/stop, messageStop, metadata."""
     events = [event_stream_message("messageStart", {"role": "assistant"})]
     for index, block in enumerate(_bedrock_content(turn)):
+        deltas: list[dict[str, Any]]
         if "text" in block:
             deltas = [{"text": piece} for piece in text_chunks(block["text"])]
         else:

@@ -29,7 +29,7 @@ _log = logging.getLogger(__name__)
 
 OURS_PREFIX = "agentreplay_otel."
 # The distributions our instrumentors record (as instrumentation_dependencies() names them).
-RECORDED = frozenset({"openai", "anthropic", "langchain-core", "langgraph", "litellm"})
+RECORDED = frozenset({"openai", "anthropic", "langchain-core", "langgraph", "litellm", "google-genai"})
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
