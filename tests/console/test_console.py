@@ -5,6 +5,7 @@ and never run, and Kill and Resume pressed on a run's page (the collector's /v1/
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 import shlex
@@ -83,6 +84,27 @@ def test_the_failed_run_is_listed_in_runs(console, page):
     page.wait(f"{READY} && location.hash.includes('agent=page-reader') && "
               f"document.querySelectorAll('tr[data-run]').length === 1")
     assert page.js("document.querySelector('tr[data-run]').dataset.run") == console.hostile
+
+
+def test_runs_are_paged_by_the_cursor_and_filtered_by_time(console, page):
+    newest = [r["run_id"] for r in console.get("/v1/runs?limit=2")["runs"]]
+    page.fresh(f"{console.control}/ui/#/runs?limit=1")
+    shown = f"{READY} && (r => r && r.dataset.run)(document.querySelector('tr[data-run]'))"
+    assert page.wait(shown) == newest[0] and page.js("document.getElementById('newer')") is None
+    page.js("document.getElementById('older').click(); true")
+    assert page.wait(f"location.hash.includes('after=') && {shown} !== {json.dumps(newest[0])} && {shown}") \
+        == newest[1]
+    page.js("document.getElementById('newer').click(); true")
+    assert page.wait(f"!location.hash.includes('after=') && {shown}") == newest[0]
+    # from the hostile run's start on: the story (recorded before it) is not listed
+    hostile = console.get(f"/v1/runs/{console.hostile}")
+    seconds, nanos = divmod(int(hostile["start_ns"]), 1_000_000_000)
+    since = datetime.datetime.fromtimestamp(seconds, datetime.UTC).replace(microsecond=nanos // 1000).isoformat()
+    page.js(f"document.getElementById('filter-since').value = {json.dumps(since)};"
+            "document.getElementById('filters').requestSubmit(); true")
+    page.wait(f"{READY} && location.hash.includes('since=')")
+    listed = page.wait(f"{READY} && Array.from(document.querySelectorAll('tr[data-run]')).map(r => r.dataset.run)")
+    assert console.hostile in listed and console.story not in listed
 
 
 def test_the_run_page_highlights_the_culprit_and_shows_the_saturday_booking(console, page):

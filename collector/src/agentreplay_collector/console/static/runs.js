@@ -11,8 +11,9 @@
   // --- Runs ------------------------------------------------------------------------------------
   function runsQuery(params) {
     var q = new URLSearchParams();
-    q.set('limit', String(PAGE_SIZE));
-    ['agent', 'status', 'after'].forEach(function (name) {
+    var size = Number(params.get('limit'));
+    q.set('limit', String(size > 0 && size <= 1000 ? Math.floor(size) : PAGE_SIZE));
+    ['agent', 'status', 'since', 'until', 'after'].forEach(function (name) {
       if (params.get(name)) { q.set(name, params.get(name)); }
     });
     return q;
@@ -20,7 +21,7 @@
 
   function runsHash(params) {
     var q = new URLSearchParams();
-    ['agent', 'status', 'after', 'back'].forEach(function (name) {
+    ['agent', 'status', 'since', 'until', 'limit', 'after', 'back'].forEach(function (name) {
       if (params[name]) { q.set(name, params[name]); }
     });
     var text = q.toString();
@@ -37,14 +38,21 @@
         status.appendChild(el('option', {value: pair[0], selected: (params.get('status') || '') === pair[0],
           text: pair[1]}));
       });
+    var times = ['since', 'until'].map(function (name) {
+      return el('input', {id: 'filter-' + name, type: 'text', value: params.get(name) || '', size: '20',
+        placeholder: 'ISO time, e.g. 2026-12-04T10:00Z', spellcheck: 'false'});
+    });
     var form = el('form', {id: 'filters', 'class': 'filters'}, [
       el('label', {'for': 'filter-agent', text: 'Agent'}), agent,
       el('label', {'for': 'filter-status', text: 'State'}), status,
+      el('label', {'for': 'filter-since', text: 'Started from'}), times[0],
+      el('label', {'for': 'filter-until', text: 'before'}), times[1],
       el('button', {type: 'submit', text: 'Filter'})
     ]);
     form.addEventListener('submit', function (e) {
       e.preventDefault();
-      window.location.hash = runsHash({agent: agent.value.trim(), status: status.value});
+      window.location.hash = runsHash({agent: agent.value.trim(), status: status.value,
+        since: times[0].value.trim(), until: times[1].value.trim()});
     });
     return form;
   }
@@ -172,11 +180,13 @@
     if (params.get('after')) {
       var previous = back.slice(0, -1);
       pager.appendChild(el('a', {id: 'newer', href: runsHash({agent: params.get('agent'), status: params.get('status'),
+        since: params.get('since'), until: params.get('until'), limit: params.get('limit'),
         after: back.length ? back[back.length - 1] : '', back: previous.join(',')}), text: '← Newer'}));
     }
     if (next) {
       var trail = back.concat([params.get('after') || '']);
       pager.appendChild(el('a', {id: 'older', href: runsHash({agent: params.get('agent'), status: params.get('status'),
+        since: params.get('since'), until: params.get('until'), limit: params.get('limit'),
         after: next, back: trail.join(',')}), text: 'Older →'}));
     }
   }
