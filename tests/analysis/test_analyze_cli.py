@@ -142,7 +142,7 @@ def test_a_judge_that_is_down_leaves_the_detectors_verdict_printed_and_stored(wo
     sock.close()
     done = cli(world, "analyze", world.run_id, "--judge", "llm", "--base-url", dead, "--model", "judge-a",
                "--timeout", "3", "--json")
-    assert done.returncode == 1  # the detectors' verdict: failed
+    assert done.returncode == 2  # a requested judge gave no verdict (the detectors' failed verdict is printed)
     assert "error: the judge at" in done.stderr and "gave no answer" in done.stderr
     verdicts = json.loads(done.stdout)["verdicts"]
     assert [v["verdict"] for v in verdicts] == ["judge_error", "failed"]

@@ -22,7 +22,7 @@ from agentreplay_collector.reader import RunReader, is_store
 from agentreplay_otel.core import ChainProblem, ChainReport, semconv
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.analysis.verdict import DETECTORS, Outcome, Verdict
-from agentreplay_replay.cli._case import RunOrCaseArg
+from agentreplay_replay.cli._case import CaseOrgKeyOpt, RunOrCaseArg, case_org_key
 from agentreplay_replay.cli._client import Collector, open_run
 from agentreplay_replay.cli._common import (
     CLIError,
@@ -78,6 +78,7 @@ def analyze(
                                                    help="Analyse a run whose chain does not verify (the stored "
                                                         "verdict says so), or a case file not checked against an "
                                                         "org key (said UNVERIFIED).")] = False,
+    org_key: CaseOrgKeyOpt = None,
     json_: JsonOpt = False,
     admin_token: AdminOpt = None,
     store: StoreOpt = None,
@@ -97,7 +98,7 @@ def analyze(
     Examples:
       agentreplay analyze 3f2a9c
       agentreplay analyze 3f2a9c --json
-      agentreplay analyze incident.case.json
+      agentreplay analyze incident.case.json --org-key org.pub
       agentreplay analyze 3f2a9c --judge llm --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
       agentreplay analyze 3f2a9c --judge all --model qwen2.5-7b --model llama-3.1-8b
     """
@@ -107,7 +108,8 @@ def analyze(
     from agentreplay_replay.analysis.transcript import run_view
 
     configs = _judge_configs(judges, models or [], base_url, api_key, context_tokens, timeout_s)
-    with open_run(run_id, store, collector, allow_unverified=allow_unverified) as (source, full):
+    with open_run(run_id, store, collector, allow_unverified=allow_unverified,
+                  org_key=case_org_key(org_key)) as (source, full):
         spans = source.get_run_spans(full)
         if not spans:
             raise CLIError(f"run {full} has no stored spans")
