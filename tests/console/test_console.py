@@ -19,7 +19,7 @@ from importlib import resources
 import pytest
 
 from agentreplay_collector.console import CSP
-from agentreplay_dev.scenario import BIN
+from agentreplay_dev.scenario import BIN, FIX, STORY_REQUEST, fixed_agent
 from agentreplay_otel import semconv
 
 pytestmark = pytest.mark.e2e
@@ -38,7 +38,7 @@ def test_pages_are_served_with_a_strict_policy_and_no_inline_code(console):
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
         assert "set-cookie" not in {k.lower() for k in answer.headers}
     assert "script-src 'self'" in CSP and "unsafe" not in CSP and "default-src 'none'" in CSP
-    scripts = ("common.js", "runs.js", "run.js", "console.js")
+    scripts = ("common.js", "runs.js", "run.js", "diff.js", "console.js")
     assert re.findall(r"<script[^>]*>", html) == [f'<script src="/ui/static/{name}" defer>' for name in scripts]
     assert not re.search(r"\son\w+\s*=", html), "an inline event handler"
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "something from another origin"
@@ -342,3 +342,45 @@ def test_agents_show_their_trust_and_an_agent_can_be_killed_and_resumed(console,
             "document.getElementById('confirm-ok').click(); true")
     page.wait(f"{READY} && {reader}.querySelector('button.kill-agent') !== null")
     assert [h for h in console.get("/v1/halts")["halts"] if h["scope"] == "agent"] == []
+
+
+def _decision(span: dict) -> object:
+    """What a step did, as the diff compares it: a tool's name and arguments, an LLM call's answer (ids aside)."""
+    attrs = span["attributes"]
+    if "gen_ai.tool.name" in attrs:
+        return span["name"], json.loads(attrs.get("gen_ai.tool.call.arguments") or "null")
+    answer = [[(p.get("type"), p.get("name"), json.loads(p["arguments"]) if isinstance(p.get("arguments"), str)
+                else p.get("arguments"), p.get("content")) for p in m.get("parts", [])]
+              for m in json.loads(attrs.get("gen_ai.output.messages") or "[]")]
+    return span["name"], answer
+
+
+def test_two_runs_side_by_side_part_where_the_fix_changes_a_decision(console, page, tmp_path):
+    """The story beside the same request run by the fixed agent: the first step whose decision differs is
+    marked as where they part, and the fixed system prompt shows as the request's change."""
+    for _ in range(3):  # a first Authorize past its deadline on a loaded machine ends the run early
+        console.world.record(STORY_REQUEST, agent=fixed_agent(tmp_path), check=False)
+        fixed = console.world.newest_verified_run()
+        spans = console.get(f"/v1/runs/{fixed}/spans")["spans"]
+        if any(s["name"] == "execute_tool book_flight" for s in spans):
+            break
+    steps = [{int(s["attributes"]["agentreplay.step"]): s for s in console.get(f"/v1/runs/{r}/spans")["spans"]
+              if "agentreplay.step" in s["attributes"]} for r in (console.story, fixed)]
+    numbers = sorted(set(steps[0]) | set(steps[1]))
+    parting = next(n for n in numbers if n not in steps[0] or n not in steps[1]
+                   or _decision(steps[0][n]) != _decision(steps[1][n]))
+    assert parting > 0  # the fix changes the prompt from step 0 on, and a decision only later
+
+    page.open(f"{console.control}/ui/#/run/{fixed}")
+    page.wait(f"{READY} && document.body.dataset.run === '{fixed}'")
+    page.js(f"document.getElementById('compare-with').value = {json.dumps(console.story)};"
+            "document.getElementById('compare').requestSubmit(); true")
+    page.wait(f"{READY} && document.body.dataset.view === 'diff' && document.body.dataset.parting !== undefined")
+    assert page.js("location.hash") == f"#/diff/{fixed}/{console.story}"
+    assert page.js("document.body.dataset.parting") == str(parting)
+    assert page.js("Array.from(document.querySelectorAll('tr.parting')).map(r => r.dataset.step)") == [str(parting)]
+    assert page.js("Array.from(document.querySelectorAll('tr.differs')).map(r => Number(r.dataset.step))")[0] == parting
+    change = "document.querySelector('tr[data-request-step=\"0\"] .request-change')"
+    assert page.js(f"{change}.dataset.message") == "0"  # the system prompt
+    assert FIX in page.js(f"{change}.querySelector('pre.left').textContent")
+    assert FIX not in page.js(f"{change}.querySelector('pre.right').textContent")

@@ -21,7 +21,10 @@
     var where = parseHash();
     var main = document.getElementById('main');
     document.body.setAttribute('data-state', 'loading');
-    if (where.parts[0] === 'agents') {
+    if (where.parts[0] === 'diff' && where.parts[1] && where.parts[2]) {
+      document.body.setAttribute('data-view', 'diff');
+      C.diffPage(main, where.parts[1], where.parts[2], gen);
+    } else if (where.parts[0] === 'agents') {
       document.body.setAttribute('data-view', 'agents');
       C.agentsPage(main, gen);
     } else if (where.parts[0] === 'run' && where.parts[1]) {

@@ -110,6 +110,7 @@
 
     // commands to copy
     main.appendChild(drawCommands(runId, spans, verdictDoc, culpritStep));
+    main.appendChild(compareForm(run));
 
     // the timeline, then each step
     var ordered = spans.slice().sort(function (a, b) { return ns(a.start_ns) - ns(b.start_ns); });
@@ -192,6 +193,21 @@
       });
     });
     return box;
+  }
+
+  function compareForm(run) {
+    var other = el('input', {id: 'compare-with', type: 'text', size: '34', spellcheck: 'false',
+      placeholder: 'another run id', value: run.replay_of || ''});
+    var form = el('form', {id: 'compare', 'class': 'filters'}, [
+      el('label', {'for': 'compare-with', text: 'Compare with'}), other,
+      el('button', {type: 'submit', text: 'Side by side'})]);
+    form.addEventListener('submit', function (e) {
+      e.preventDefault();
+      var id = other.value.trim().toLowerCase();
+      if (id) { window.location.hash = '#/diff/' + encodeURIComponent(run.replay_of === id ? id : run.run_id) + '/' +
+        encodeURIComponent(run.replay_of === id ? run.run_id : id); }
+    });
+    return section('Compare', 'compare-section', [form]);
   }
 
   function drawCommands(runId, spans, verdictDoc, culpritStep) {
