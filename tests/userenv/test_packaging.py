@@ -36,6 +36,7 @@ SDK_ENTRY_POINTS = {
         "agentreplay_langchain": "agentreplay_otel.instrumentation.langchain:LangChainInstrumentor",
         "agentreplay_litellm": "agentreplay_otel.instrumentation.litellm:LiteLLMInstrumentor",
         "agentreplay_gemini": "agentreplay_otel.instrumentation.gemini:GeminiInstrumentor",
+        "agentreplay_bedrock": "agentreplay_otel.instrumentation.bedrock:BedrockInstrumentor",
     },
     "agentreplay_redactor": {"pii": "agentreplay_otel.redaction:redact_pii"},
 }
