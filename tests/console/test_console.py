@@ -384,3 +384,32 @@ def test_two_runs_side_by_side_part_where_the_fix_changes_a_decision(console, pa
     assert page.js(f"{change}.dataset.message") == "0"  # the system prompt
     assert FIX in page.js(f"{change}.querySelector('pre.left').textContent")
     assert FIX not in page.js(f"{change}.querySelector('pre.right').textContent")
+
+
+def test_model_trials_show_per_task_and_on_the_run(console, page):
+    """`agentreplay models` tries two models at the story's culprit step: the Models page gives each one's
+    accuracy as the read API does, and the run's page lists both trials with their forks side by side."""
+    done = subprocess.run(console.world.cli_args("models", console.story, "--model", "gpt-4o-mini",
+                                                 "--model", "gpt-4o-careful", "--json"),
+                          env=console.world.env, capture_output=True, text=True, timeout=300, cwd=console.world.root)
+    assert done.returncode == 0, done.stdout + done.stderr
+    accuracy = {a["model"]: a for a in console.get("/v1/model-accuracy")["accuracy"]}
+    assert accuracy["gpt-4o-careful"]["fixed"] >= 1 and accuracy["gpt-4o-mini"]["fixed"] == 0
+    page.open(f"{console.control}/ui/#/models")
+    page.wait(f"{READY} && document.body.dataset.view === 'models' && "
+              f"document.querySelectorAll('#models tbody tr[data-model]').length === {len(accuracy)}")
+    shown = dict(page.js("Array.from(document.querySelectorAll('#models tr[data-model]'))"
+                         ".map(r => [r.dataset.model, r.querySelector('td.accuracy').textContent])"))
+    assert shown == {m: f"{100 * a['accuracy']:.0f}%" for m, a in accuracy.items()}
+
+    page.open(f"{console.control}/ui/#/run/{console.story}")
+    page.wait(f"{READY} && document.body.dataset.run === '{console.story}' && "
+              "document.getElementById('trials') !== null")
+    trials = page.js("Array.from(document.querySelectorAll('#trials tr[data-model]')).map(r => [r.dataset.model,"
+                     " r.dataset.outcome])")
+    stored = console.get(f"/v1/runs/{console.story}/model-trials")["trials"]
+    assert sorted(map(tuple, trials)) == sorted((t["model"], t["outcome"]) for t in stored)
+    page.js("document.querySelector('#trials tr[data-model=\"gpt-4o-careful\"] a.trial-diff').click(); true")
+    page.wait(f"{READY} && document.body.dataset.view === 'diff' && document.body.dataset.parting !== undefined")
+    assert page.js("location.hash").startswith(f"#/diff/{console.story}/")
+    assert page.js("document.querySelectorAll('tr.parting').length") == 1  # the fork chose otherwise

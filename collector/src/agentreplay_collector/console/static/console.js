@@ -24,6 +24,9 @@
     if (where.parts[0] === 'diff' && where.parts[1] && where.parts[2]) {
       document.body.setAttribute('data-view', 'diff');
       C.diffPage(main, where.parts[1], where.parts[2], gen);
+    } else if (where.parts[0] === 'models') {
+      document.body.setAttribute('data-view', 'models');
+      C.modelsPage(main, gen);
     } else if (where.parts[0] === 'agents') {
       document.body.setAttribute('data-view', 'agents');
       C.agentsPage(main, gen);

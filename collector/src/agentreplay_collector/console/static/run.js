@@ -33,7 +33,8 @@
         api('/v1/runs/' + id + '/spans'),
         api('/v1/runs/' + id + '/classifications').catch(function () { return {classifications: []}; }),
         api('/v1/decisions?run=' + id).catch(function () { return {decisions: []}; }),
-        api('/v1/halts').catch(function () { return {halts: []}; })
+        api('/v1/halts').catch(function () { return {halts: []}; }),
+        api('/v1/runs/' + id + '/model-trials').catch(function () { return {trials: []}; })
       ]).then(function (got) {
         return Promise.all([manifestOf(got[0].manifest_sha256), multipliers()]).then(function (more) {
           return got.concat(more);
@@ -43,7 +44,7 @@
         hideLogin();
         var focused = document.activeElement && document.activeElement.id;
         drawRun(main, got[0], got[1].spans || [], got[2].classifications || [], got[3].decisions || [],
-          got[4].halts || [], got[5], got[6][got[0].agent_id]);
+          got[4].halts || [], got[6], got[7][got[0].agent_id], got[5].trials || []);
         if (focused && document.getElementById(focused)) { document.getElementById(focused).focus(); }
         document.body.setAttribute('data-state', 'ready');
         if (first) { showCulprit(main); }
@@ -60,7 +61,7 @@
     if (culprit) { culprit.scrollIntoView({block: 'center'}); }
   }
 
-  function drawRun(main, run, spans, classifications, decisions, halts, manifest, multiplier) {
+  function drawRun(main, run, spans, classifications, decisions, halts, manifest, multiplier, trials) {
     clear(main);
     var runId = run.run_id;
     var halt = halts.filter(function (h) {
@@ -110,6 +111,7 @@
 
     // commands to copy
     main.appendChild(drawCommands(runId, spans, verdictDoc, culpritStep));
+    if (trials.length) { main.appendChild(drawTrials(run, trials)); }
     main.appendChild(compareForm(run));
 
     // the timeline, then each step
@@ -193,6 +195,25 @@
       });
     });
     return box;
+  }
+
+  function drawTrials(run, trials) {
+    var body = el('tbody');
+    trials.forEach(function (t) {
+      body.appendChild(el('tr', {'data-model': t.model, 'data-outcome': t.outcome}, [
+        el('td', {text: (t.provider ? t.provider + ':' : '') + t.model}),
+        el('td', {text: String(t.step)}),
+        el('td', {'class': 'trial ' + t.outcome, text: t.outcome}),
+        el('td', {text: (t.failure_modes || []).join(', ')}),
+        el('td', {text: t.detail}),
+        el('td', {}, [t.fork_run_id ? el('a', {href: '#/diff/' + encodeURIComponent(run.run_id) + '/' +
+          encodeURIComponent(t.fork_run_id), 'class': 'trial-diff', text: 'side by side'}) : null])
+      ]));
+    });
+    return section('Model trials', 'trials', [el('table', {'class': 'trials'}, [el('thead', {}, [el('tr', {},
+      ['Model', 'Forked at', 'Outcome', 'Modes', 'Why', 'Fork'].map(function (h) {
+        return el('th', {scope: 'col', text: h});
+      }))]), body])]);
   }
 
   function compareForm(run) {

@@ -252,6 +252,42 @@
     table.appendChild(body);
   }
 
+  // --- Models: how often each model fixed each task's failure (agentreplay models) ---------------
+  function modelsPage(main, gen) {
+    clear(main);
+    main.appendChild(el('h1', {text: 'Models'}));
+    main.appendChild(el('p', {'class': 'muted', text: 'Each model tried at a failed run\'s culprit step ' +
+      '(agentreplay models RUN --model ...): the run forked there onto it, tools sandboxed, and judged again.'}));
+    var table = el('table', {id: 'models', 'class': 'models'});
+    main.appendChild(table);
+    api('/v1/model-accuracy').then(function (doc) {
+      if (!current(gen)) { return; }
+      hideLogin();
+      table.appendChild(el('thead', {}, [el('tr', {}, ['Task', 'Agent', 'Model', 'Trials', 'Fixed', 'Repeated',
+        'Failed otherwise', 'Errored', 'Accuracy'].map(function (h) { return el('th', {scope: 'col', text: h}); }))]));
+      var body = el('tbody');
+      var rows = doc.accuracy || [];
+      if (!rows.length) {
+        body.appendChild(el('tr', {}, [el('td', {colspan: '9', 'class': 'muted', text: 'No trials stored.'})]));
+      }
+      rows.forEach(function (a) {
+        body.appendChild(el('tr', {'data-task': a.task, 'data-model': a.model}, [
+          el('td', {text: a.task_text || a.task}), el('td', {text: a.agent_id}),
+          el('td', {text: (a.provider ? a.provider + ':' : '') + a.model}),
+          el('td', {'class': 'num', text: String(a.trials)}), el('td', {'class': 'num', text: String(a.fixed)}),
+          el('td', {'class': 'num', text: String(a.repeated)}),
+          el('td', {'class': 'num', text: String(a.failed_otherwise)}),
+          el('td', {'class': 'num', text: String(a.errored)}),
+          el('td', {'class': 'num accuracy', text: a.accuracy === null || a.accuracy === undefined ? '' :
+            (100 * Number(a.accuracy)).toFixed(0) + '%'})
+        ]));
+      });
+      table.appendChild(body);
+      document.body.setAttribute('data-state', 'ready');
+    }).catch(function (err) { if (current(gen)) { fail(main, err); } });
+  }
+
+  C.modelsPage = modelsPage;
   C.runsPage = runsPage;
   C.runsHash = runsHash;
   C.agentsPage = agentsPage;
