@@ -165,7 +165,8 @@ class RecordedEventStream:
 
 def converse_body(body: Mapping[str, Any]) -> dict[str, Any]:
     """A fork's fixed parameters where Converse keeps them: a system message in ``system``,
-    ``temperature`` in ``inferenceConfig``, ``model`` as ``modelId``."""
+    ``temperature`` in ``inferenceConfig``, ``model`` as ``modelId``, an added message's text
+    as a content block."""
     out = dict(body)
     model = out.pop("model", None)
     if model:
@@ -174,10 +175,18 @@ def converse_body(body: Mapping[str, Any]) -> dict[str, Any]:
     if temperature is not None:
         out["inferenceConfig"] = {**(out.get("inferenceConfig") or {}), "temperature": temperature}
     messages = out.get("messages")
-    if isinstance(messages, list):
-        system = [m for m in messages if isinstance(m, Mapping) and m.get("role") in ("system", "developer")]
-        if system:
-            out["messages"] = [m for m in messages if m not in system]
-            out["system"] = [{"text": m["content"]} if isinstance(m.get("content"), str) else m.get("content")
-                             for m in system]
+    if not isinstance(messages, list):
+        return out
+    system, kept = [], []
+    for message in messages:
+        text = message.get("content") if isinstance(message, Mapping) else None
+        if isinstance(message, Mapping) and message.get("role") in ("system", "developer"):
+            system.append({"text": text} if isinstance(text, str) else text)
+        elif isinstance(text, str):
+            kept.append({**message, "content": [{"text": text}]})
+        else:
+            kept.append(message)
+    out["messages"] = kept
+    if system:
+        out["system"] = system
     return out
