@@ -6,7 +6,11 @@ changed prompt, forked with ``--system`` reaching the live server and the tool s
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -248,3 +252,27 @@ def test_a_fork_with_a_system_prompt_reaches_the_live_call_and_keeps_the_tool_sa
     report = session.finish()
     assert report.outcome == "forked" and report.steps_matched == 2 and report.live_calls == 2
     assert next(s for s in spans if s.is_root).attributes[semconv.RUN_KIND] == "fork"
+
+
+# --- under the launcher ------------------------------------------------------------------------------
+LAUNCHED_AGENT = """
+import os
+import boto3
+bedrock = boto3.client("bedrock-runtime", endpoint_url=os.environ["BEDROCK_ENDPOINT_URL"])
+reply = bedrock.converse(modelId="amazon.nova-lite-v1:0", messages=[{"role": "user", "content": [{"text": "Tariff?"}]}])
+print("answer:", reply["output"]["message"]["content"][0]["text"])
+"""
+
+
+def test_opentelemetry_instrument_loads_the_bedrock_instrumentor(tmp_path, aws):
+    (tmp_path / "agent.py").write_text(LAUNCHED_AGENT)
+    with LLMServer([ScriptedReply(text="The night tariff applies.")]) as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))} | {
+            "BEDROCK_ENDPOINT_URL": server.base_url_bedrock, "OTEL_TRACES_EXPORTER": "console",
+            "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
+        proc = subprocess.run([str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable,
+                               str(tmp_path / "agent.py")], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "answer: The night tariff applies." in proc.stdout
+    assert '"name": "chat amazon.nova-lite-v1:0"' in proc.stdout
+    assert '"gen_ai.provider.name": "aws.bedrock"' in proc.stdout and '"agentreplay.cost.usd"' in proc.stdout

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -268,3 +272,26 @@ def test_a_fork_goes_live_with_the_fix_and_keeps_the_tool_sandboxed(recorded):
     report = session.finish()
     assert report.outcome == "forked" and report.steps_matched == 2 and report.live_calls == 2
     assert next(s for s in spans if s.is_root).attributes[semconv.RUN_KIND] == "fork"
+
+
+# --- under the launcher ------------------------------------------------------------------------------
+LAUNCHED_AGENT = """
+import os
+from google import genai
+from google.genai import types
+gemini = genai.Client(api_key="k", http_options=types.HttpOptions(base_url=os.environ["GEMINI_BASE_URL"]))
+print("answer:", gemini.models.generate_content(model="gemini-2.5-flash", contents="Is the library open?").text)
+"""
+
+
+def test_opentelemetry_instrument_loads_the_gemini_instrumentor(tmp_path):
+    (tmp_path / "agent.py").write_text(LAUNCHED_AGENT)
+    with LLMServer([ScriptedReply(text="Open until six.")]) as server:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))} | {
+            "GEMINI_BASE_URL": server.base_url_gemini, "OTEL_TRACES_EXPORTER": "console",
+            "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
+        proc = subprocess.run([str(Path(sys.executable).parent / "opentelemetry-instrument"), sys.executable,
+                               str(tmp_path / "agent.py")], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "answer: Open until six." in proc.stdout
+    assert '"name": "chat gemini-2.5-flash"' in proc.stdout and '"gen_ai.provider.name": "gcp.gemini"' in proc.stdout
