@@ -7,6 +7,7 @@
       multipliers = C.multipliers, runCap = C.runCap, isLive = C.isLive, schedule = C.schedule,
       fail = C.fail, hideLogin = C.hideLogin, ask = C.ask, current = C.current,
       PAGE_SIZE = C.PAGE_SIZE, ALERTS = C.ALERTS;
+  var VIOLATIONS = 500;  // the newest alerts the Agents page looks through for each agent's latest violation
 
   // --- Runs ------------------------------------------------------------------------------------
   function runsQuery(params) {
@@ -198,23 +199,28 @@
     var table = el('table', {id: 'agents', 'class': 'agents'});
     main.appendChild(table);
     function load() {
-      Promise.all([api('/v1/trust'), api('/v1/halts').catch(function () { return {halts: []}; })]).then(function (got) {
+      Promise.all([api('/v1/trust'), api('/v1/halts').catch(function () { return {halts: []}; }),
+        api('/v1/alerts?limit=' + VIOLATIONS).catch(function () { return {alerts: []}; })]).then(function (got) {
         if (!current(gen)) { return; }
         hideLogin();
-        drawAgents(table, got[0].agents || [], got[1].halts || []);
+        drawAgents(table, got[0].agents || [], got[1].halts || [], (got[2].alerts || []).filter(function (a) {
+          return a.kind === 'scope_violation';
+        }));
         document.body.setAttribute('data-state', 'ready');
       }).catch(function (err) { if (current(gen)) { fail(main, err); } });
     }
     load();
   }
 
-  function drawAgents(table, agents, halts) {
+  function drawAgents(table, agents, halts, violations) {
     clear(table);
     table.appendChild(el('thead', {}, [el('tr', {}, ['Agent', 'Trust', 'Tier', 'Spend ×', 'Runs', 'Failure rate',
-      'Regressions passed', 'Scope violations', 'Halted', ''].map(function (h) { return el('th', {scope: 'col', text: h}); }))]));
+      'Regressions passed', 'Scope violations', 'Latest violation', 'Halted', ''].map(function (h) {
+      return el('th', {scope: 'col', text: h});
+    }))]));
     var body = el('tbody');
     if (!agents.length) {
-      body.appendChild(el('tr', {}, [el('td', {colspan: '10', 'class': 'muted', text: 'No agents.'})]));
+      body.appendChild(el('tr', {}, [el('td', {colspan: '11', 'class': 'muted', text: 'No agents.'})]));
     }
     agents.forEach(function (a) {
       var halt = halts.filter(function (h) { return h.scope === 'agent' && h.target === a.agent_id; })[0];
@@ -245,11 +251,20 @@
         el('td', {'class': 'num', text: a.regressions ? (100 * Number(a.regression_pass_rate)).toFixed(0) + '% of ' +
           a.regressions : ''}),
         el('td', {'class': 'num', text: String(a.scope_violations)}),
+        latestViolation(violations, a.agent_id),
         el('td', {'class': 'halt', text: halt ? halt.actor + ': ' + halt.reason : ''}),
         action
       ]));
     });
     table.appendChild(body);
+  }
+
+  function latestViolation(violations, agentId) {  // the alerts are newest first
+    var found = violations.filter(function (v) { return v.agent_id === agentId; })[0];
+    if (!found) { return el('td', {'class': 'violation'}); }
+    return el('td', {'class': 'violation'}, [
+      found.run_id ? el('a', {href: '#/run/' + encodeURIComponent(found.run_id), text: found.run_id.slice(0, 12)}) : null,
+      ' ' + (found.time || '') + ': ' + (found.message || '')]);
   }
 
   // --- Models: how often each model fixed each task's failure (agentreplay models) ---------------
