@@ -274,6 +274,24 @@ def test_a_fork_goes_live_with_the_fix_and_keeps_the_tool_sandboxed(recorded):
     assert next(s for s in spans if s.is_root).attributes[semconv.RUN_KIND] == "fork"
 
 
+def test_a_forks_system_prompt_message_and_temperature_go_where_gemini_keeps_them(recorded):
+    """--system, --message and --temperature on a Gemini call: systemInstruction, a user content with parts,
+    generationConfig.temperature (a top-level temperature the API refuses), on the forked call and later ones."""
+    fixed = [ScriptedReply(text="B-12, ask at the desk."), ScriptedReply(text="B-12.")]
+    fix = {"system": "Always send readers to the desk.", "message": "Mention the desk.", "temperature": 0.2}
+    with LLMServer(DESK) as server, LLMServer(fixed) as live:
+        _, recording, _ = recorded.record_run(lambda: librarian(client(server)), "librarian")
+        session = ReplaySession(recording, Plan(mode=Mode.FORK, fork_at=2, fix=fix))
+        install(session)
+        recorded.record_run(lambda: librarian(client(live)), "librarian")
+        sent = [r.body for r in live.requests]
+    assert session.finish().outcome == "forked" and len(sent) == 2
+    for body in sent:
+        assert body["systemInstruction"] == {"parts": [{"text": "Always send readers to the desk."}]}
+        assert body["generationConfig"]["temperature"] == 0.2 and "temperature" not in body
+    assert sent[0]["contents"][-1] == {"role": "user", "parts": [{"text": "Mention the desk."}]}
+
+
 # --- under the launcher ------------------------------------------------------------------------------
 LAUNCHED_AGENT = """
 import os

@@ -57,13 +57,15 @@ def apply_fix(body: Mapping[str, Any], fix: Mapping[str, Any], provider: str | N
     if fix.get("message") is not None:
         if isinstance(out.get("messages"), list):
             out["messages"] = [*out["messages"], _user(fix)]
+        elif isinstance(out.get("contents"), list):
+            out["contents"] = [*out["contents"], _user(fix, "contents")]
         elif "input" in out:
             prior = out["input"] if isinstance(out["input"], list) else [{"role": "user", "content": out["input"]}]
             out["input"] = [*prior, _user(fix)]
     if fix.get("model"):
         out["model"] = fix["model"]
     if fix.get("temperature") is not None:
-        out["temperature"] = float(fix["temperature"])
+        _set_temperature(out, float(fix["temperature"]))
     if fix.get("patch"):
         out = merge_patch(out, fix["patch"])
     return out
@@ -80,10 +82,10 @@ def carry_fix(body: dict[str, Any], fix: Mapping[str, Any], provider: str, forke
         key, before = forked.conversation
         items = out.get(key)
         if isinstance(items, list) and items[:len(before)] == before and items[len(before):len(before) + 1] \
-                != [_user(fix)]:
-            out[key] = [*before, _user(fix), *items[len(before):]]
+                != [_user(fix, key)]:
+            out[key] = [*before, _user(fix, key), *items[len(before):]]
     if fix.get("temperature") is not None:
-        out["temperature"] = float(fix["temperature"])
+        _set_temperature(out, float(fix["temperature"]))
     return out  # the model: fork_route, which also routes it
 
 
@@ -109,12 +111,15 @@ def fork_route(recording: Recording, fix: Mapping[str, Any], fork_at: int | None
     return body, Route(source=provider, target=target, model=str(model), base_url=fix.get("base_url"))
 
 
-def _user(fix: Mapping[str, Any]) -> dict[str, Any]:
+def _user(fix: Mapping[str, Any], key: str = "messages") -> dict[str, Any]:
+    """The added user message, in the shape of the conversation it joins (Gemini's ``contents`` has parts)."""
+    if key == "contents":
+        return {"role": "user", "parts": [{"text": str(fix["message"])}]}
     return {"role": "user", "content": str(fix["message"])}
 
 
 def _conversation(body: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
-    for key in ("messages", "input"):
+    for key in ("messages", "contents", "input"):
         items = body.get(key)
         if isinstance(items, list):
             return key, copy.deepcopy(items)
@@ -123,7 +128,11 @@ def _conversation(body: Mapping[str, Any]) -> tuple[str, list[Any]] | None:
 
 def _set_system(body: dict[str, Any], text: str, provider: str | None) -> None:
     """The system prompt where the request's API keeps it: Anthropic's ``system``, Responses'
-    ``instructions``, else one system message first in chat completions' ``messages``."""
+    ``instructions``, Gemini's ``systemInstruction``, else one system message first in chat
+    completions' ``messages``."""
+    if "contents" in body and "messages" not in body:  # Gemini (generateContent), whatever the provider's name
+        body["systemInstruction"] = {"parts": [{"text": text}]}
+        return
     if provider is None:  # not told: guessed from the body's shape
         anthropic = "system" in body or ("messages" in body and "max_tokens" in body and "input" not in body
                                          and not any(m.get("role") == "system" for m in body["messages"]))
@@ -135,6 +144,15 @@ def _set_system(body: dict[str, Any], text: str, provider: str | None) -> None:
     elif isinstance(body.get("messages"), list):
         rest = [m for m in body["messages"] if m.get("role") not in ("system", "developer")]
         body["messages"] = [{"role": "system", "content": text}, *rest]
+
+
+def _set_temperature(body: dict[str, Any], value: float) -> None:
+    """The temperature where the request's API keeps it: Gemini's ``generationConfig``, else the top level."""
+    if "contents" in body and "messages" not in body:
+        config = body.get("generationConfig")
+        body["generationConfig"] = {**(config if isinstance(config, dict) else {}), "temperature": value}
+    else:
+        body["temperature"] = value
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
