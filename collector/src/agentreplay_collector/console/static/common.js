@@ -127,8 +127,8 @@
     return manifests[sha];
   }
 
-  function multipliers() {  // agent id -> its trust's spend multiplier (the caps are the manifest's times it)
-    return api('/v1/trust').then(function (doc) {
+  function multipliers(agent) {  // agent id -> its trust's spend multiplier (the caps are the manifest's times it)
+    return api('/v1/trust' + (agent ? '?agent=' + encodeURIComponent(agent) : '')).then(function (doc) {
       var found = {};
       (doc.agents || []).forEach(function (a) { found[a.agent_id] = Number(a.spend_multiplier); });
       return found;

@@ -36,7 +36,8 @@
         api('/v1/halts').catch(function () { return {halts: []}; }),
         api('/v1/runs/' + id + '/model-trials').catch(function () { return {trials: []}; })
       ]).then(function (got) {
-        return Promise.all([manifestOf(got[0].manifest_sha256), multipliers()]).then(function (more) {
+        var agent = got[0].agent_id;  // one agent's score, not every agent's, each time a live run is read
+        return Promise.all([manifestOf(got[0].manifest_sha256), agent ? multipliers(agent) : {}]).then(function (more) {
           return got.concat(more);
         });
       }).then(function (got) {
