@@ -37,6 +37,7 @@ from agentreplay_dev.scenario import AGENT, BIN, STORY_REQUEST, FlightWorld, fix
 console = Console(width=None if sys.stdout.isatty() else 120)
 WORK = Path(".agentreplay") / "demo"
 STORE = Path(".agentreplay") / "store"
+CONSOLE_URL = "http://127.0.0.1:4320/ui/"  # the control endpoint of otel-collector.yaml, the console's path
 MODELS = ("gpt-4o-mini", "gpt-4o-careful", "anthropic:claude-careful-4")
 """The models the demo forks the failure onto (the scripted model keeps the day for a "careful" one)."""
 
@@ -122,6 +123,8 @@ def main() -> int:
         console.print(f"[bold red]{', '.join(failed)}: did not go as it should; see above")
     console.print(
         "Look next:\n"
+        "  .venv/bin/agentreplay-collector --config otel-collector.yaml   # then the console, reading this store:\n"
+        f"  {CONSOLE_URL}    # runs, this run's timeline and culprit, the kill switch\n"
         f"  {_shown((folder / 'walkthrough.html').resolve())}   # the narrated walkthrough (a browser; arrow keys)\n"
         f"  {_shown(folder.resolve())}/claim.html, dispute.html   # the packets (and their .json)\n"
         f"  .venv/bin/agentreplay runs                  # every recorded run (reads {STORE})\n"
