@@ -68,6 +68,7 @@ def runs_page(base: str) -> float:
     for path in STATIC:
         get(base, path)
     runs = get(base, "/v1/runs?limit=50")["runs"]
+    assert len(runs) == 50, "the store holds fewer runs than a page"
     get(base, "/v1/classifications?" + "&".join(f"run={r['run_id']}" for r in runs))
     get(base, "/v1/alerts?limit=10")
     return time.perf_counter() - started
