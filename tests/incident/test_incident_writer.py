@@ -241,6 +241,7 @@ def test_a_folder_that_refuses_writes_gets_every_incident_once_it_takes_them(tmp
                  "the refused incidents are not waiting", world)
         world.incidents.unlink()  # the folder takes writes again: no restart
         wait_for(lambda: folders(world) == halted, "the waiting incidents were not written", world)
+        wait_for(lambda: stats(collector)["incidents_kept"] == 4, "the kept incidents were not counted", world)
         counted = stats(collector)
     assert counted["incidents_written"] == 4 and counted["incidents_waiting"] == 0 and counted["incidents_kept"] == 4
     for run_id in halted:
@@ -256,6 +257,7 @@ def test_a_large_tool_result_is_written_once_whole_and_clipped_elsewhere(tmp_pat
         world.agent(collector, 1, big)
         [run_id] = halted_runs(collector, 1)
         wait_for(lambda: (world.incidents / run_id / "walkthrough.html").exists(), "no incident", world)
+        wait_for(lambda: stats(collector)["incidents_kept"] == 1, "the incident was not counted", world)
         counted = stats(collector)
     folder = world.incidents / run_id
     [case_file] = (folder / "tests").glob("*.case.json")
@@ -279,11 +281,14 @@ def test_the_caps_remove_the_oldest_first_per_agent_and_in_all(tmp_path):
         halted_runs(collector, 5)
         wait_for(lambda: stats(collector)["incidents_written"] == 5 and stats(collector)["incidents_waiting"] == 0,
                  "the first agent's incidents were not written", world)
-        assert len(folders(world)) == 3 and stats(collector)["incidents_removed"] == 2
+        # retention follows the round's writes: its removals, then the folders, settle after them
+        wait_for(lambda: stats(collector)["incidents_removed"] == 2, "the per-agent cap removed nothing", world)
+        assert len(folders(world)) == 3
         world.agent(collector, 3, '{"flight": "TP123"}', agent_id="other-agent")  # 3 more: past the total cap (5)
         everything = halted_runs(collector, 8)
         wait_for(lambda: stats(collector)["incidents_written"] == 8 and stats(collector)["incidents_waiting"] == 0,
                  "the second agent's incidents were not written", world)
+        wait_for(lambda: stats(collector)["incidents_removed"] == 3, "the total cap removed nothing", world)
         counted = stats(collector)
         with collector.client() as client:
             started = {r.run_id: r.start_ns for r in client.list_runs(limit=1000)}
