@@ -13,7 +13,12 @@ it on loopback. Each round loads a page the way the console's scripts do, one re
 * Run (``/ui/#/run/RUN``): the run, its spans, its chain, its decisions and verdicts, the halts.
 
 Per page: the median and 95th percentile of the round's server time (wall, loopback), against the
-goal (the Runs page under 200 ms on 100,000 runs / 1,000,000 spans). Writes bench/results/console.json.
+goal (the Runs page under 200 ms on 100,000 runs / 1,000,000 spans).
+
+Live views: ``--views`` open Runs pages (threads each re-reading the page's three API requests once a
+second, as the page does) for ``--live-s`` seconds; what they cost is the collector process's CPU
+time over that interval (user + system, all threads, from /proc) as a share of one core, against
+the same interval with no view open. Writes bench/results/console.json.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -82,6 +88,44 @@ def run_page(base: str, run_id: str) -> float:
     return time.perf_counter() - started
 
 
+def cpu_s(pid: int) -> float:
+    """A process's CPU time so far (user + system, every thread), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def live_views(base: str, pid: int, views: int, seconds: float) -> dict[str, float]:
+    """The collector's CPU share of one core while ``views`` Runs pages refresh once a second."""
+    stop = threading.Event()
+    served = [0]
+
+    def view() -> None:
+        while not stop.is_set():
+            started = time.monotonic()
+            runs = get(base, "/v1/runs?limit=50")["runs"]
+            get(base, "/v1/classifications?" + "&".join(f"run={r['run_id']}" for r in runs))
+            get(base, "/v1/alerts?limit=10")
+            served[0] += 1
+            stop.wait(max(0.0, 1.0 - (time.monotonic() - started)))
+
+    before, t0 = cpu_s(pid), time.monotonic()
+    time.sleep(seconds)
+    idle = (cpu_s(pid) - before) / (time.monotonic() - t0)
+    threads = [threading.Thread(target=view, daemon=True) for _ in range(views)]
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # every view open
+    before, t0, served[0] = cpu_s(pid), time.monotonic(), 0
+    time.sleep(seconds)
+    busy, elapsed, refreshes = cpu_s(pid) - before, time.monotonic() - t0, served[0]
+    stop.set()
+    for t in threads:
+        t.join(60)
+    return {"views": views, "seconds": round(elapsed, 1), "refreshes_per_s": round(refreshes / elapsed, 1),
+            "collector_core_share_idle": round(idle, 3), "collector_core_share": round(busy / elapsed, 3),
+            "cpu_ms_per_refresh": round((busy / elapsed - idle) * 1000 / max(refreshes / elapsed, 1e-9), 2)}
+
+
 def summary(seconds: list[float]) -> dict[str, float]:
     ordered = sorted(seconds)
     return {"p50_ms": round(statistics.median(ordered) * 1000, 1),
@@ -94,6 +138,8 @@ def main() -> int:
     parser.add_argument("--spans", type=int, default=1_000_000)
     parser.add_argument("--spans-per-run", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--views", type=int, default=100)
+    parser.add_argument("--live-s", type=float, default=10.0)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="console-bench-") as tmp:
         work = Path(tmp)
@@ -111,12 +157,15 @@ def main() -> int:
             run_page(base, run_ids[0])
             runs_rounds = [runs_page(base) for _ in range(args.rounds)]
             run_rounds = [run_page(base, run_ids[i % (len(run_ids) - 1)]) for i in range(args.rounds)]
+            assert collector.proc is not None
+            live = live_views(base, collector.proc.pid, args.views, args.live_s)
     result = {
         "bench": "console", "runs": runs, "spans": spans, "spans_per_run": args.spans_per_run,
         "rounds": args.rounds, "fill_s": round(filled_s, 1), "load_average": list(os.getloadavg()),
         "pages": {"runs": {**summary(runs_rounds), "goal_ms": GOAL_RUNS_PAGE_MS,
                            "meets_goal": statistics.median(runs_rounds) * 1000 < GOAL_RUNS_PAGE_MS},
                   "run": summary(run_rounds)},
+        "live_views": live,
     }
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
