@@ -34,6 +34,7 @@ from agentreplay_otel.instrumentation._stream import (
 )
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.runs import _run_for_call
+from agentreplay_otel.version import __version__
 
 _log = logging.getLogger(__name__)
 
@@ -69,6 +70,13 @@ class Recorder:
 
     tracer: trace.Tracer
     metrics: GenAIMetrics | None
+
+    @classmethod
+    def for_instrumentor(cls, name: str, kwargs: Mapping[str, Any]) -> Recorder:
+        """The recorder of instrumentor module ``name``, on the providers ``instrument(**kwargs)`` was given
+        (``tracer_provider``, ``meter_provider``; the global ones when absent), as contrib's instrumentors take them."""
+        return cls(tracer=trace.get_tracer(name, __version__, tracer_provider=kwargs.get("tracer_provider")),
+                   metrics=GenAIMetrics(kwargs.get("meter_provider")))
 
 
 _PLAIN_TYPES = frozenset({str, list, dict, tuple, int, float, bool, type(None)})

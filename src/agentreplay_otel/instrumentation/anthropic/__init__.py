@@ -21,7 +21,6 @@ import os
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
@@ -29,8 +28,6 @@ from wrapt import wrap_function_wrapper
 from agentreplay_otel.instrumentation import _precedence, _transport
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
-from agentreplay_otel.metrics import GenAIMetrics
-from agentreplay_otel.version import __version__
 
 __all__ = ["AnthropicInstrumentor"]
 
@@ -57,10 +54,7 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
         from agentreplay_otel.instrumentation.anthropic import _wrappers
 
-        recorder = Recorder(
-            tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
-            metrics=GenAIMetrics(kwargs.get("meter_provider")),
-        )
+        recorder = Recorder.for_instrumentor(__name__, kwargs)
         _transport.install()  # every exchange of the client, whichever method made it
         streams = (anthropic.Stream, anthropic.AsyncStream)
         wrap_function_wrapper(_MESSAGES, "Messages.create", _wrappers.messages_create(recorder, streams))

@@ -17,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
@@ -25,8 +24,6 @@ from wrapt import wrap_function_wrapper
 from agentreplay_otel.instrumentation import _precedence
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
-from agentreplay_otel.metrics import GenAIMetrics
-from agentreplay_otel.version import __version__
 
 __all__ = ["BedrockInstrumentor"]
 
@@ -48,10 +45,7 @@ class BedrockInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _wrap(self, **kwargs: Any) -> None:
         from agentreplay_otel.instrumentation.bedrock import _wrappers
 
-        recorder = Recorder(
-            tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
-            metrics=GenAIMetrics(kwargs.get("meter_provider")),
-        )
+        recorder = Recorder.for_instrumentor(__name__, kwargs)
         wrap_function_wrapper(_CLIENT, "BaseClient._make_api_call", _wrappers.make_api_call(recorder))
 
     def _uninstrument(self, **kwargs: Any) -> None:

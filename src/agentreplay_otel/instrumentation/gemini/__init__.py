@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
@@ -28,8 +27,6 @@ from wrapt import wrap_function_wrapper
 from agentreplay_otel.instrumentation import _precedence, _transport
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
-from agentreplay_otel.metrics import GenAIMetrics
-from agentreplay_otel.version import __version__
 
 __all__ = ["GeminiInstrumentor"]
 
@@ -52,10 +49,7 @@ class GeminiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _wrap(self, **kwargs: Any) -> None:
         from agentreplay_otel.instrumentation.gemini import _wrappers
 
-        recorder = Recorder(
-            tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
-            metrics=GenAIMetrics(kwargs.get("meter_provider")),
-        )
+        recorder = Recorder.for_instrumentor(__name__, kwargs)
         _transport.install()  # the client's exchanges, sent through httpx or httpx2
         wrap_function_wrapper(_API_CLIENT, "BaseApiClient._use_aiohttp", _wrappers.httpx_over_aiohttp)
         wrap_function_wrapper(_MODELS, "Models._generate_content", _wrappers.generate_content(recorder))

@@ -18,7 +18,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
@@ -26,8 +25,6 @@ from wrapt import wrap_function_wrapper
 from agentreplay_otel.instrumentation import _precedence, _transport
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
-from agentreplay_otel.metrics import GenAIMetrics
-from agentreplay_otel.version import __version__
 
 __all__ = ["LiteLLMInstrumentor"]
 
@@ -49,10 +46,7 @@ class LiteLLMInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
         from agentreplay_otel.instrumentation.litellm import _wrappers
 
-        recorder = Recorder(
-            tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
-            metrics=GenAIMetrics(kwargs.get("meter_provider")),
-        )
+        recorder = Recorder.for_instrumentor(__name__, kwargs)
         _transport.install()  # the exchanges of every client LiteLLM sends through
         wrap_function_wrapper("litellm", "completion", _wrappers.completion(recorder, CustomStreamWrapper))
         wrap_function_wrapper("litellm", "acompletion", _wrappers.acompletion(recorder, CustomStreamWrapper))

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 from opentelemetry.instrumentation.utils import unwrap
 from wrapt import wrap_function_wrapper
@@ -22,8 +21,6 @@ from wrapt import wrap_function_wrapper
 from agentreplay_otel.instrumentation import _precedence, _transport
 from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._wrap import Recorder
-from agentreplay_otel.metrics import GenAIMetrics
-from agentreplay_otel.version import __version__
 
 __all__ = ["OpenAIInstrumentor"]
 
@@ -48,10 +45,7 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
 
         from agentreplay_otel.instrumentation.openai import _wrappers
 
-        recorder = Recorder(
-            tracer=trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider")),
-            metrics=GenAIMetrics(kwargs.get("meter_provider")),
-        )
+        recorder = Recorder.for_instrumentor(__name__, kwargs)
         _transport.install()  # every exchange of the client, whichever method made it
         streams = (openai.Stream, openai.AsyncStream)
         wrap_function_wrapper(_CHAT, "Completions.create", _wrappers.chat_create(recorder, streams))
