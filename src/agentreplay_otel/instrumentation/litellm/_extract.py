@@ -16,7 +16,7 @@ from typing import Any
 from agentreplay_otel import semconv
 from agentreplay_otel.instrumentation._llm import LLMResult
 from agentreplay_otel.instrumentation._wrap import CallRequest, server_attributes
-from agentreplay_otel.instrumentation.openai._extract import chat_input_messages
+from agentreplay_otel.instrumentation.openai._extract import chat_input_messages, chat_options
 
 # LiteLLM's provider names that the GenAI conventions name otherwise (their well-known values).
 _PROVIDERS = {
@@ -82,15 +82,7 @@ def completion_request(_instance: Any, kwargs: Mapping[str, Any]) -> CallRequest
         value = kwargs.get(key)
         if value is not None:
             attrs[name] = value
-    max_tokens = kwargs.get("max_completion_tokens", kwargs.get("max_tokens"))
-    if max_tokens is not None:
-        attrs[semconv.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
-    stop = kwargs.get("stop")
-    if stop is not None:
-        attrs[semconv.GEN_AI_REQUEST_STOP_SEQUENCES] = [stop] if isinstance(stop, str) else list(stop)
-    n = kwargs.get("n")
-    if n is not None and n != 1:
-        attrs[semconv.GEN_AI_REQUEST_CHOICE_COUNT] = n
+    attrs.update(chat_options(kwargs))
     if kwargs.get("stream"):
         attrs[semconv.GEN_AI_REQUEST_STREAM] = True
     messages = kwargs.get("messages")

@@ -87,8 +87,10 @@ def _without_parsed(value: Any) -> Any:
 
 
 # --- chat.completions ------------------------------------------------------------------
-def chat_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
-    attrs = base_attributes(resource, kwargs, _CHAT_REQUEST, semconv.OPENAI_API_CHAT_COMPLETIONS)
+def chat_options(kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The chat completion options whose request attributes take a conversion: the token cap (either
+    name), stop sequences as a list, the choice count when not 1. LiteLLM takes the same arguments."""
+    attrs: dict[str, Any] = {}
     max_tokens = kwargs.get("max_completion_tokens", kwargs.get("max_tokens"))
     if max_tokens is not None:
         attrs[semconv.GEN_AI_REQUEST_MAX_TOKENS] = max_tokens
@@ -98,6 +100,12 @@ def chat_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
     n = kwargs.get("n")
     if n is not None and n != 1:
         attrs[semconv.GEN_AI_REQUEST_CHOICE_COUNT] = n
+    return attrs
+
+
+def chat_request(resource: Any, kwargs: Mapping[str, Any]) -> CallRequest:
+    attrs = base_attributes(resource, kwargs, _CHAT_REQUEST, semconv.OPENAI_API_CHAT_COMPLETIONS)
+    attrs.update(chat_options(kwargs))
     messages = kwargs.get("messages")
     return CallRequest(
         model=model_of(kwargs),
