@@ -130,7 +130,7 @@ def _set_system(body: dict[str, Any], text: str, provider: str | None) -> None:
     """The system prompt where the request's API keeps it: Anthropic's ``system``, Responses'
     ``instructions``, Gemini's ``systemInstruction``, else one system message first in chat
     completions' ``messages``."""
-    if "contents" in body and "messages" not in body:  # Gemini (generateContent), whatever the provider's name
+    if _gemini(body):
         body["systemInstruction"] = {"parts": [{"text": text}]}
         return
     if provider is None:  # not told: guessed from the body's shape
@@ -146,9 +146,14 @@ def _set_system(body: dict[str, Any], text: str, provider: str | None) -> None:
         body["messages"] = [{"role": "system", "content": text}, *rest]
 
 
+def _gemini(body: Mapping[str, Any]) -> bool:
+    """A Gemini request (generateContent), whatever its provider's name: ``contents``, no ``messages``."""
+    return "contents" in body and "messages" not in body
+
+
 def _set_temperature(body: dict[str, Any], value: float) -> None:
     """The temperature where the request's API keeps it: Gemini's ``generationConfig``, else the top level."""
-    if "contents" in body and "messages" not in body:
+    if _gemini(body):
         config = body.get("generationConfig")
         body["generationConfig"] = {**(config if isinstance(config, dict) else {}), "temperature": value}
     else:
