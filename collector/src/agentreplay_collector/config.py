@@ -1,7 +1,8 @@
 """The collector's config: the OpenTelemetry Collector grammar, validated into frozen dataclasses.
 
 The file has the shape an ``otelcol`` user already knows (``receivers``, ``processors``,
-``exporters``, ``extensions``, ``service.pipelines.traces``), ``${env:VAR}`` and
+``exporters``, ``extensions``, ``service.pipelines`` for ``traces``, ``metrics`` and ``logs``,
+named ones like ``traces/forward`` too), ``${env:VAR}`` and
 ``${env:VAR:-default}`` are substituted in values, and every key is checked on start:
 an unknown key or a bad value raises :class:`ConfigError` naming the key's dotted path
 and what was expected, so a typo never silently becomes a default.
@@ -35,11 +36,20 @@ from agentreplay_otel.core import (
 )
 
 PIPELINE_ORDER = ("agentreplay_auth", "agentreplay_chain", "agentreplay_scope", "batch")
-"""Where each processor may stand in ``service.pipelines.traces.processors``.
+"""Where each processor may stand in a traces pipeline's ``processors``.
 
 ``agentreplay_scope`` (signed manifests, spend, kill switch) stands between the chain
 check and the batch: it sees every span before it is written.
 """
+SIGNALS = ("traces", "metrics", "logs")
+SIGNAL_PROCESSORS = {
+    "traces": PIPELINE_ORDER,
+    "metrics": ("agentreplay_auth", "batch"),
+    "logs": ("agentreplay_auth", "batch"),
+}
+"""The processors a pipeline of each signal runs (chain and scope judge spans: traces only)."""
+LOCAL_EXPORTERS = ("clickhouse", "nop")
+FORWARD_EXPORTERS = ("otlp", "otlphttp")
 MIB = 1024 * 1024
 
 
@@ -149,10 +159,70 @@ class TransparencyConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TracesPipeline:
+class PipelineConfig:
+    """One of ``service.pipelines``: ``name`` as written (``traces``, ``traces/forward``)."""
+
     receivers: tuple[str, ...]
     processors: tuple[str, ...]
     exporters: tuple[str, ...]
+    name: str = "traces"
+    signal: str = "traces"  # traces | metrics | logs
+
+
+TracesPipeline = PipelineConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class TlsSettings:
+    """An exporter's ``tls``: ``insecure`` is plaintext; otherwise TLS, checked against ``ca_file``
+    (the system's roots without it); ``cert_file`` and ``key_file`` for mutual TLS."""
+
+    insecure: bool = False
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    insecure_skip_verify: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class QueueSettings:
+    """``sending_queue``: ``queue_size`` exports wait at most (past that one is dropped, counted);
+    ``num_consumers`` are sent at once."""
+
+    num_consumers: int = 10
+    queue_size: int = 1000
+
+
+@dataclass(frozen=True, kw_only=True)
+class RetrySettings:
+    """``retry_on_failure``: exponential backoff with jitter, as otelcol's exporters retry."""
+
+    enabled: bool = True
+    initial_interval_s: float = 5.0
+    randomization_factor: float = 0.5
+    multiplier: float = 1.5
+    max_interval_s: float = 30.0
+    max_elapsed_time_s: float = 300.0  # 0: retry until the queue is shut down
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardConfig:
+    """An ``otlp`` (gRPC) or ``otlphttp`` (protobuf over HTTP) exporter: forwards what its pipelines
+    receive, as received, to another OTLP backend.
+
+    ``endpoint``: ``host:port`` for ``otlp``; the base URL for ``otlphttp``, to which ``/v1/traces``,
+    ``/v1/metrics``, ``/v1/logs`` are appended unless ``urls`` names a signal's own."""
+
+    name: str  # the component id, ``otlp/jaeger``
+    kind: str  # otlp | otlphttp
+    endpoint: str
+    urls: Mapping[str, str] = field(default_factory=dict)  # otlphttp: signal -> URL
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    tls: TlsSettings = TlsSettings()
+    timeout_s: float = 5.0
+    compression: str = "gzip"  # gzip | none
+    queue: QueueSettings = QueueSettings()
+    retry: RetrySettings = RetrySettings()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,7 +271,11 @@ class AnalysisConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class CollectorConfig:
-    """The validated config. Only the components the traces pipeline uses are kept."""
+    """The validated config. Only the components the pipelines use are kept.
+
+    ``pipeline`` is the traces pipeline that stores (or the first traces pipeline when none
+    does); ``stored_signals`` the signals written to the store; ``forwards`` each signal's
+    forwarding exporters (ids in ``forwarders``)."""
 
     otlp: OtlpReceiverConfig
     auth: AuthConfig | None
@@ -215,6 +289,10 @@ class CollectorConfig:
     analysis: AnalysisConfig | None = None  # agentreplay_analysis, an extension
     transparency: TransparencyConfig | None = None
     secret_files: tuple[SecretFile, ...] = ()  # key and token files the config names: owner-only
+    pipelines: tuple[PipelineConfig, ...] = ()
+    stored_signals: frozenset[str] = frozenset(SIGNALS)
+    forwarders: Mapping[str, ForwardConfig] = field(default_factory=dict)
+    forwards: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 # --- substitution ------------------------------------------------------------------
@@ -572,17 +650,145 @@ def _parse_nop(sec: _Section) -> str:
     return "nop"
 
 
-_EXPORTERS = {"clickhouse": _parse_clickhouse, "nop": _parse_nop}
+def _parse_forward_otlp(sec: _Section) -> ForwardConfig:
+    return _parse_forward(sec, "otlp")
+
+
+def _parse_forward_otlphttp(sec: _Section) -> ForwardConfig:
+    return _parse_forward(sec, "otlphttp")
+
+
+_URL = re.compile(r"https?://[^/\s:]+(:\d{1,5})?(/\S*)?")
+
+
+def _parse_forward(sec: _Section, kind: str) -> ForwardConfig:
+    """``otlp`` / ``otlphttp``: otelcol's settings where they apply (endpoint, headers, tls, timeout,
+    compression, sending_queue, retry_on_failure); any other key is refused, named."""
+    endpoint = sec.string("endpoint")
+    urls: dict[str, str] = {}
+    tls_sec = sec.section("tls")
+    tls = TlsSettings(
+        insecure=tls_sec.boolean("insecure", False),
+        ca_file=_file(tls_sec, "ca_file"),
+        cert_file=_file(tls_sec, "cert_file"),
+        key_file=_file(tls_sec, "key_file"),
+        insecure_skip_verify=tls_sec.boolean("insecure_skip_verify", False) if kind == "otlphttp" else False,
+    )
+    tls_sec.done()
+    if (tls.cert_file is None) != (tls.key_file is None):
+        raise ConfigError(tls_sec.at("cert_file" if tls.cert_file is None else "key_file"),
+                          "cert_file and key_file together (mutual TLS), or neither")
+    if kind == "otlp":
+        if endpoint is None:
+            raise ConfigError(sec.at("endpoint"), "host:port of an OTLP/gRPC receiver (e.g. jaeger:4317)")
+        scheme, _, rest = endpoint.rpartition("://")
+        if scheme not in ("", "http", "https") or parse_endpoint(rest) is None:
+            raise ConfigError(sec.at("endpoint"), "host:port of an OTLP/gRPC receiver (e.g. jaeger:4317)", endpoint)
+        if scheme == "http":  # otelcol: an http:// endpoint is plaintext, https:// is TLS
+            tls = replace(tls, insecure=True)
+        elif scheme == "https":
+            tls = replace(tls, insecure=False)
+        endpoint = rest
+    else:
+        for signal in SIGNALS:
+            url = sec.string(f"{signal}_endpoint")
+            if url is not None and not _URL.fullmatch(url):
+                raise ConfigError(sec.at(f"{signal}_endpoint"), "an http(s):// URL", url)
+            if url is None and endpoint is not None:
+                url = endpoint.rstrip("/") + f"/v1/{signal}"
+            if url is not None:
+                urls[signal] = url
+        if endpoint is not None and not _URL.fullmatch(endpoint):
+            raise ConfigError(sec.at("endpoint"), "the http(s):// URL of an OTLP/HTTP receiver", endpoint)
+        if endpoint is None and not urls:
+            raise ConfigError(sec.at("endpoint"), "the http(s):// URL of an OTLP/HTTP receiver (e.g. http://tempo:4318)")
+        endpoint = endpoint or next(iter(urls.values()))
+    headers = sec.get("headers") or {}
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and k and isinstance(v, str | int | float) and not isinstance(v, bool)
+        for k, v in headers.items()
+    ):
+        raise ConfigError(sec.at("headers"), "a mapping of header names to values", "<headers>")
+    compression = sec.get("compression")
+    compression = "gzip" if compression is None else compression
+    if compression not in ("gzip", "none", ""):
+        raise ConfigError(sec.at("compression"), "gzip or none", compression)
+    q = sec.section("sending_queue")
+    if not q.boolean("enabled", True):
+        raise ConfigError(q.at("enabled"), "true: forwarding always goes through the queue, never holding up a receiver", False)
+    queue = QueueSettings(
+        num_consumers=q.integer("num_consumers", 10, minimum=1, maximum=128),
+        queue_size=q.integer("queue_size", 1000, minimum=1, maximum=1_000_000),
+    )
+    q.done()
+    r = sec.section("retry_on_failure")
+    retry = RetrySettings(
+        enabled=r.boolean("enabled", True),
+        initial_interval_s=r.duration("initial_interval", 5.0),
+        randomization_factor=_number(r, "randomization_factor", 0.5, maximum=1.0),
+        multiplier=_number(r, "multiplier", 1.5, minimum=1.0, maximum=100.0),
+        max_interval_s=r.duration("max_interval", 30.0),
+        max_elapsed_time_s=r.duration("max_elapsed_time", 300.0),
+    )
+    r.done()
+    if retry.enabled and retry.initial_interval_s <= 0:
+        raise ConfigError(r.at("initial_interval"), "a duration above 0", retry.initial_interval_s)
+    cfg = ForwardConfig(
+        name=kind,
+        kind=kind,
+        endpoint=endpoint,
+        urls=urls,
+        headers={str(k).lower(): str(v) for k, v in headers.items()},
+        tls=tls,
+        timeout_s=sec.duration("timeout", 5.0 if kind == "otlp" else 30.0),
+        compression=compression or "none",
+        queue=queue,
+        retry=retry,
+    )
+    sec.done()
+    if cfg.timeout_s <= 0:
+        raise ConfigError(sec.at("timeout"), "a duration above 0", cfg.timeout_s)
+    return cfg
+
+
+def _file(sec: _Section, key: str) -> Path | None:
+    value = sec.string(key)
+    if value is not None and not Path(value).is_file():
+        raise ConfigError(sec.at(key), "an existing PEM file", value)
+    return Path(value) if value else None
+
+
+def _number(sec: _Section, key: str, default: float, *, minimum: float = 0.0, maximum: float) -> float:
+    value = sec.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or not minimum <= value <= maximum:
+        raise ConfigError(sec.at(key), f"a number between {minimum:g} and {maximum:g}", value)
+    return float(value)
+
+
+_EXPORTERS = {
+    "clickhouse": _parse_clickhouse,
+    "nop": _parse_nop,
+    "otlp": _parse_forward_otlp,
+    "otlphttp": _parse_forward_otlphttp,
+}
 _EXTENSIONS = {"agentreplay_control": _parse_control, "agentreplay_transparency": _parse_transparency}
 
 
 def _components(root: _Section, kind: str, parsers: Mapping[str, Any]) -> dict[str, Any]:
+    """Each component of one section, parsed; a type this collector does not have (a config
+    written for otelcol-contrib: ``jaeger``, ``kafka``, ``health_check``) is refused, named."""
     sec = root.section(kind)
     out: dict[str, Any] = {}
     for component_id in list(sec.raw):
         ctype = _component_type(str(component_id))
         if ctype not in parsers:
-            raise ConfigError(sec.at(str(component_id)), f"a {kind[:-1]} type among {sorted(parsers)}")
+            raise ConfigError(
+                sec.at(str(component_id)),
+                f"a {kind[:-1]} type this collector has, one of {sorted(parsers)}; {ctype!r} is not one"
+                " (an otelcol-contrib component: run it in an otelcol in front of this collector)",
+            )
         out[str(component_id)] = parsers[ctype](sec.section(str(component_id)))
     return out
 
@@ -617,28 +823,29 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None, *, strict: 
         raise ConfigError(logs.at("level"), "one of debug, info, warn, error", level)
     logs.done()
     telemetry.done()
-    pipelines = service.section("pipelines")
-    if not pipelines.has("traces"):
-        raise ConfigError(pipelines.at("traces"), "a traces pipeline")
-    traces = pipelines.section("traces")
-    pipeline = TracesPipeline(
-        receivers=traces.string_list("receivers"),
-        processors=traces.string_list("processors"),
-        exporters=traces.string_list("exporters"),
-    )
-    traces.done()
-    pipelines.done()
+    declared = _parse_pipelines(service.section("pipelines"))
     service.done()
     root.done()
-    _check_pipeline(traces, pipeline, receivers, processors, exporters)
+    for sec, p in declared:
+        _check_pipeline(sec, p, receivers, processors, exporters)
+    _check_pipelines(declared)
+    pipeline = _local_pipeline([p for _, p in declared], "traces") or declared[0][1]
 
     def used(table: dict[str, Any], ids: tuple[str, ...], ctype: str) -> Any:
         return next((table[i] for i in ids if _component_type(i) == ctype), None)
 
+    pipelines = tuple(p for _, p in declared)
+    auth_id = next((c for p in pipelines for c in p.processors if _component_type(c) == "agentreplay_auth"), None)
+    forwards = {
+        signal: tuple(e for p in pipelines if p.signal == signal for e in p.exporters
+                      if _component_type(e) in FORWARD_EXPORTERS)
+        for signal in SIGNALS
+    }
+
     control = next((extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_control"), None)
     config = CollectorConfig(
         otlp=used(receivers, pipeline.receivers, "otlp"),
-        auth=used(processors, pipeline.processors, "agentreplay_auth"),
+        auth=processors[auth_id] if auth_id else None,
         chain=used(processors, pipeline.processors, "agentreplay_chain"),
         batch=used(processors, pipeline.processors, "batch") or BatchConfig(),
         clickhouse=used(exporters, pipeline.exporters, "clickhouse"),
@@ -647,6 +854,10 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None, *, strict: 
         log_level="warning" if level.lower() == "warn" else level.lower(),
         scope=used(processors, pipeline.processors, "agentreplay_scope"),
         transparency=next((extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_transparency"), None),
+        pipelines=pipelines,
+        stored_signals=_stored_signals(pipelines),
+        forwarders={e: replace(exporters[e], name=e) for ids in forwards.values() for e in ids},
+        forwards={signal: ids for signal, ids in forwards.items() if ids},
     )
     config = replace(config, secret_files=_secret_files(config, pipeline, ext_ids))
     if strict:
@@ -744,9 +955,36 @@ def _check_exposure(config: CollectorConfig, p: TracesPipeline, ext_ids: tuple[s
         raise ConfigError(f"{path}.endpoint", f"a loopback address, or {why}", str(control.endpoint))
 
 
+def _parse_pipelines(sec: _Section) -> list[tuple[_Section, PipelineConfig]]:
+    """``service.pipelines``: ``traces``, ``metrics``, ``logs``, and named ones (``traces/forward``)."""
+    out: list[tuple[_Section, PipelineConfig]] = []
+    for key in list(sec.raw):
+        name = str(key)
+        signal, slash, suffix = name.partition("/")
+        if signal not in SIGNALS or (slash and not suffix):
+            raise ConfigError(
+                sec.at(name), "a pipeline named traces, metrics or logs, or one of them /NAME (traces/forward)"
+            )
+        p = sec.section(name)
+        out.append((p, PipelineConfig(
+            name=name,
+            signal=signal,
+            receivers=p.string_list("receivers"),
+            processors=p.string_list("processors"),
+            exporters=p.string_list("exporters"),
+        )))
+        p.done()
+    sec.done()
+    if not any(p.signal == "traces" for _, p in out):
+        raise ConfigError(sec.at("traces"), "a traces pipeline")
+    return out
+
+
 def _check_pipeline(
-    sec: _Section, p: TracesPipeline, receivers: dict, processors: dict, exporters: dict
+    sec: _Section, p: PipelineConfig, receivers: dict, processors: dict, exporters: dict
 ) -> None:
+    """One pipeline alone: its components defined, its processors its signal's, in order; at most
+    one local exporter (clickhouse or nop) beside any number of forwarding ones."""
     for key, ids, defined in (
         ("receivers", p.receivers, receivers),
         ("processors", p.processors, processors),
@@ -757,24 +995,120 @@ def _check_pipeline(
                 raise ConfigError(
                     f"{sec.at(key)}[{i}]", f"a component defined under {key} {sorted(defined)}", cid
                 )
-        types = [_component_type(c) for c in ids]
+        if len(set(ids)) != len(ids):
+            raise ConfigError(sec.at(key), f"each {key[:-1]} at most once", list(ids))
+        types = [_component_type(c) for c in ids if key != "exporters"]
         if len(set(types)) != len(types):
             raise ConfigError(sec.at(key), f"each {key[:-1]} type at most once", list(ids))
     if not p.receivers:
         raise ConfigError(sec.at("receivers"), "at least one receiver (otlp)")
-    if len(p.exporters) != 1:
-        raise ConfigError(sec.at("exporters"), "exactly one exporter (clickhouse, or nop)", list(p.exporters))
-    if _component_type(p.exporters[0]) == "nop" and p.processors:
+    local = [e for e in p.exporters if _component_type(e) in LOCAL_EXPORTERS]
+    if not p.exporters or len(local) > 1:
+        raise ConfigError(
+            sec.at("exporters"),
+            "one exporter or more: at most one of clickhouse, nop (the local store, or none), and any"
+            " number of otlp, otlphttp (forwarding)",
+            list(p.exporters),
+        )
+    allowed = SIGNAL_PROCESSORS[p.signal]
+    for i, cid in enumerate(p.processors):
+        if _component_type(cid) not in allowed:
+            raise ConfigError(
+                f"{sec.at('processors')}[{i}]", f"a processor a {p.signal} pipeline runs, one of {list(allowed)}", cid
+            )
+        if _component_type(cid) in ("agentreplay_chain", "agentreplay_scope") and (
+            not local or _component_type(local[0]) != "clickhouse"
+        ):
+            raise ConfigError(
+                f"{sec.at('processors')}[{i}]",
+                "the clickhouse exporter in the same pipeline (it judges the spans the store keeps)",
+                cid,
+            )
+    if local and _component_type(local[0]) == "nop" and p.processors:
         raise ConfigError(
             sec.at("processors"),
             "no processors with the nop exporter (it measures receiving only)",
             list(p.processors),
         )
-    ranks = [PIPELINE_ORDER.index(_component_type(c)) for c in p.processors]
+    ranks = [allowed.index(_component_type(c)) for c in p.processors]
     if ranks != sorted(ranks):
         raise ConfigError(
-            sec.at("processors"), f"processors in the order {list(PIPELINE_ORDER)}", list(p.processors)
+            sec.at("processors"), f"processors in the order {list(allowed)}", list(p.processors)
         )
+
+
+def _check_pipelines(declared: list[tuple[_Section, PipelineConfig]]) -> None:
+    """The pipelines together. The collector runs one otlp receiver, checks one token per export
+    for every pipeline it feeds, and keeps one store; a forwarding exporter gets each export once."""
+    first_sec, first = declared[0]
+    def auth(p: PipelineConfig) -> str | None:
+        return next((c for c in p.processors if _component_type(c) == "agentreplay_auth"), None)
+
+    local_by_signal: dict[str, str] = {}
+    forwarded: dict[tuple[str, str], str] = {}
+    stores = {e for _, p in declared for e in p.exporters if _component_type(e) == "clickhouse"}
+    for sec, p in declared:
+        if p.receivers != first.receivers:
+            raise ConfigError(
+                sec.at("receivers"),
+                f"the receivers of every pipeline alike, {list(first.receivers)} (one otlp receiver feeds them all)",
+                list(p.receivers),
+            )
+        if auth(p) != auth(first):
+            raise ConfigError(
+                sec.at("processors"),
+                "the same agentreplay_auth in every pipeline or in none (the receiver checks one token"
+                " for every pipeline an export feeds)",
+                list(p.processors),
+            )
+        if len(stores) > 1:
+            raise ConfigError(sec.at("exporters"), f"one clickhouse exporter for all pipelines, not {sorted(stores)}")
+        local = [e for e in p.exporters if _component_type(e) in LOCAL_EXPORTERS]
+        if local and p.signal in local_by_signal:
+            raise ConfigError(
+                sec.at("exporters"),
+                f"clickhouse or nop in one {p.signal} pipeline only ({local_by_signal[p.signal]} has it already)",
+                list(p.exporters),
+            )
+        if local:
+            local_by_signal[p.signal] = p.name
+        for e in p.exporters:
+            if _component_type(e) in FORWARD_EXPORTERS:
+                if (p.signal, e) in forwarded:
+                    raise ConfigError(
+                        sec.at("exporters"),
+                        f"{e} in one {p.signal} pipeline only ({forwarded[(p.signal, e)]} has it: it would"
+                        " send each export twice)",
+                        list(p.exporters),
+                    )
+                forwarded[(p.signal, e)] = p.name
+    if stores and not any(
+        p.signal == "traces" and any(_component_type(e) == "clickhouse" for e in p.exporters) for _, p in declared
+    ):
+        raise ConfigError(
+            "service.pipelines.traces.exporters",
+            "clickhouse in a traces pipeline too, when a metrics or logs pipeline stores (one store, opened with"
+            " the traces)",
+        )
+
+
+def _local_pipeline(pipelines: list[PipelineConfig], signal: str) -> PipelineConfig | None:
+    return next(
+        (p for p in pipelines if p.signal == signal and any(_component_type(e) in LOCAL_EXPORTERS for e in p.exporters)),
+        None,
+    )
+
+
+def _stored_signals(pipelines: tuple[PipelineConfig, ...]) -> frozenset[str]:
+    """The signals the store keeps: those whose pipelines hold clickhouse. A signal with no pipeline
+    at all (metrics or logs in a config that declares traces only) is kept as the traces are."""
+    stored = set()
+    for signal in SIGNALS:
+        mine = [p for p in pipelines if p.signal == signal]
+        source = mine or [p for p in pipelines if p.signal == "traces"]
+        if any(_component_type(e) == "clickhouse" for p in source for e in p.exporters):
+            stored.add(signal)
+    return frozenset(stored)
 
 
 def load_config(path: str | Path, environ: Mapping[str, str] | None = None, *, strict: bool = True) -> CollectorConfig:
