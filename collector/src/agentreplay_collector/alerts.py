@@ -74,6 +74,9 @@ class ControlWriter:
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         self._sender = threading.Thread(target=self._send_loop, name="agentreplay-webhooks", daemon=True)
         self._stopping = threading.Event()
+        self.listeners: list[Callable[[ControlRecord], None]] = []
+        """Called with each record handed over (the live feed's halts, resumes and alerts), on the
+        caller's thread; a listener must be quick and must not raise."""
 
     # --- lifecycle (a Stage) ---------------------------------------------------------------
     def start(self) -> None:
@@ -95,6 +98,11 @@ class ControlWriter:
     # --- rows ----------------------------------------------------------------------------
     def put(self, record: ControlRecord) -> None:
         self._rows.put(record)
+        for listener in self.listeners:
+            try:
+                listener(record)
+            except Exception:  # a listener's bug never loses a row nor reaches the caller
+                _log.exception("control writer: a listener failed")
 
     def alert(self, alert: Alert) -> None:
         self.put(AlertState(alert=alert, delivered=False))

@@ -24,6 +24,8 @@
     GET /v1/log/tree?range=S-E&range=.. {"hashes": [hex]}  the hashes of subtrees of the log (up to 4096)
     GET /v1/log/leaves?start=&end=      {"entries": [...]}  at most 10,000; admin token only
     (log answers 409 when the store lacks the tree hashes a proof needs: the log was damaged)
+    GET /v1/runs/{run_id}/incident      {"run_id", "files": [{"name", "bytes", "content_type"}]}  404 if none
+    GET /v1/runs/{run_id}/incident/NAME one file of the run's incident (walkthrough.html, claim.json, tests/...)
 
 ``since``/``until`` take nanoseconds since the epoch or an ISO 8601 time. chDB lets one
 process open a store, so while the collector runs this is how every other reader (the
@@ -40,16 +42,19 @@ import base64
 import concurrent.futures
 import datetime as dt
 import json
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.errors import RequestError, StoreUnavailable
+from agentreplay_collector.incidents import IncidentState
 from agentreplay_collector.models import ModelTrial, RunSummary, StoredClassification, span_to_json
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
@@ -410,3 +415,106 @@ def _count(request: Request, name: str, *, required: bool = True) -> Any:
     if not value.isdigit():
         raise BadQuery(f"{name} must be a non-negative integer")
     return int(value)
+
+
+# --- incidents: the files the incident writer left for a halted run ---------------------------------------
+INCIDENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".json": "application/json",
+    ".py": "text/plain; charset=utf-8",
+}
+INCIDENT_CSP = (
+    "sandbox; default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
+"""An incident's page opened straight from the collector: its styles show, no script of it runs (the
+walkthrough's arrow keys work in a downloaded copy, under the page's own policy), and it is sandboxed
+into an origin of its own, away from the console's token."""
+_INCIDENT_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,200}$")
+
+
+def incident_file(name: str) -> tuple[str, ...] | None:
+    """A file name of an incident folder as a request gives it (``walkthrough.html``, ``tests/x.py``),
+    split into its parts; None for anything else (another folder, a dot-file, ``..``, a type not served)."""
+    parts = tuple(name.split("/"))
+    if not 1 <= len(parts) <= 2 or (len(parts) == 2 and parts[0] != "tests"):
+        return None
+    if not all(_INCIDENT_PART.match(p) and ".." not in p for p in parts):
+        return None
+    return parts if any(parts[-1].endswith(s) for s in INCIDENT_TYPES) else None
+
+
+def incident_routes(
+    store: Store | None,
+    incidents_dir: Path | None,
+    *,
+    access: ReadAccess | None = None,
+    owners: RunOwners | None = None,
+) -> list[Route]:
+    """``GET /v1/runs/{run_id}/incident`` (what the incident holds) and ``.../incident/{name}`` (a file of
+    it), read as the run is: the admin token, or the token of the agent that opened the run."""
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentreplay-incidents")
+    run_owners = owners if owners is not None else RunOwners(store)
+    headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+
+    def error(text: str, status: int) -> JSONResponse:
+        return JSONResponse({"error": text}, status_code=status, headers=headers)
+
+    async def folder(request: Request) -> Path | JSONResponse:
+        """The run's incident folder, if the caller may read the run and its incident is written."""
+        rid = normal_trace_id(request.path_params["run_id"])
+        if rid is None:
+            return error(f"a run id is a trace id: {TRACE_ID_FORM}", 400)
+        loop = asyncio.get_running_loop()
+        try:
+            who = OPERATOR if access is None else access.caller(request.headers.get("authorization"))
+            if not who.operator:
+                owner = await loop.run_in_executor(pool, run_owners.lookup, rid)
+                if owner is None:
+                    return error("no such run", 404)
+                who.check_agent(owner)
+        except RequestError as exc:
+            return error(str(exc), exc.http_status)
+        if store is None or incidents_dir is None:
+            return error("this collector writes no incidents (agentreplay_analysis.incidents)", 404)
+        try:
+            written = await loop.run_in_executor(pool, store.incidents, IncidentState.WRITTEN)
+        except StoreUnavailable as exc:
+            return error(str(exc), 503)
+        path = incidents_dir / rid
+        if not any(i.run_id == rid for i in written) or not path.is_dir():
+            return error(f"run {rid} has no incident", 404)
+        return path
+
+    async def listing(request: Request) -> JSONResponse:
+        found = await folder(request)
+        if isinstance(found, JSONResponse):
+            return found
+        files = []
+        for path in sorted([*found.glob("*"), *found.glob("tests/*")]):
+            name = path.relative_to(found).as_posix()
+            if path.is_file() and not path.is_symlink() and incident_file(name) is not None:
+                files.append({"name": name, "bytes": path.stat().st_size,
+                              "content_type": INCIDENT_TYPES[path.suffix]})
+        return JSONResponse({"run_id": found.name, "files": files}, headers=headers)
+
+    async def file(request: Request) -> Response:
+        parts = incident_file(request.path_params["name"])
+        if parts is None:
+            return error("not a file of an incident (walkthrough.html, root-cause.json, dispute.json, "
+                         "claim.html, tests/NAME.py, ...)", 404)
+        found = await folder(request)
+        if isinstance(found, JSONResponse):
+            return found
+        path = found.joinpath(*parts)
+        if not path.is_file() or path.is_symlink() or not path.resolve().is_relative_to(found.resolve()):
+            return error("no such file in the incident", 404)
+        body = await asyncio.get_running_loop().run_in_executor(pool, path.read_bytes)
+        return Response(body, media_type=INCIDENT_TYPES[path.suffix], headers={
+            **headers, "Content-Security-Policy": INCIDENT_CSP,
+            "Content-Disposition": f'inline; filename="{found.name[:12]}-{parts[-1]}"'})
+
+    return [
+        Route("/v1/runs/{run_id}/incident", listing, methods=["GET"]),
+        Route("/v1/runs/{run_id}/incident/{name:path}", file, methods=["GET"]),
+    ]

@@ -3,6 +3,10 @@
     GET /ui, /ui/              the page (one HTML file; its script draws the runs list and each run)
     GET /ui/static/{name}      its script and style sheet, from this package's data
 
+With the collector given, what its pages read beyond the read and control APIs comes along:
+the live feed (``/v1/live``, :mod:`agentreplay_collector.live`: runs, halts and alerts pushed as
+they happen) and a run's incident files (``/v1/runs/{id}/incident``, :mod:`.readapi`).
+
 The pages hold nothing of a run: their script reads everything through the read and control
 APIs beside them (``/v1/...``), with the same tokens (a token the user pastes is kept in the
 tab's sessionStorage and sent as ``Authorization``, never as a cookie, so a page of another
@@ -14,10 +18,17 @@ no inline script or handler and nothing fetched from another origin.
 from __future__ import annotations
 
 from importlib import resources
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+
+from agentreplay_collector import live, readapi
+from agentreplay_collector.access import ReadAccess
+
+if TYPE_CHECKING:
+    from agentreplay_collector.service import Collector
 
 __all__ = ["CSP", "routes"]
 
@@ -54,8 +65,9 @@ def _serve(name: str) -> Response:
     return Response(body, media_type=_TYPES[suffix], headers=_HEADERS)
 
 
-def routes() -> list[Route]:
-    """The console's routes, for the control endpoint's app."""
+def routes(collector: Collector | None = None, access: ReadAccess | None = None) -> list[Route]:
+    """The console's routes, for the control endpoint's app (with ``collector``: its live feed, a stage
+    of the collector's traces pipeline, and its incident files too)."""
 
     async def index(request: Request) -> Response:
         return _serve("index.html")
@@ -63,7 +75,14 @@ def routes() -> list[Route]:
     async def static(request: Request) -> Response:
         return _serve(request.path_params["name"])
 
+    extra: list[Route] = []
+    if collector is not None:
+        extra += live.attach(collector.pipeline, collector.scope, collector.owners, collector.store, access)
+        analysis = collector.config.analysis
+        incidents = analysis.incidents.dir if analysis is not None and analysis.incidents is not None else None
+        extra += readapi.incident_routes(collector.store, incidents, access=access, owners=collector.owners)
     return [
+        *extra,
         Route("/ui", index, methods=["GET", "HEAD"]),
         Route("/ui/", index, methods=["GET", "HEAD"]),
         Route("/ui/static/{name}", static, methods=["GET", "HEAD"]),

@@ -1,0 +1,394 @@
+"""The live feed: what happens to runs, pushed to the console as Server-Sent Events.
+
+    GET /v1/live    read token   text/event-stream: a ``snapshot`` (the runs in flight and the
+                                 active halts), then ``run``, ``halt``, ``resume`` and ``alert``
+                                 events as they happen; a comment line every ``PING_S``
+
+One producer, any number of viewers. The feed is a stage of the traces pipeline (it sees each
+accepted export on the event loop, after ``agentreplay_scope`` has counted its spend) and a listener
+of the control writer (every halt, resume and alert passes there). It keeps the runs in flight in
+memory and, every ``TICK_S``, turns what changed since the last tick into events, encoded once and
+handed to each viewer's bounded queue: the collector's cost is one encoding per tick plus one
+queue put and one write per viewer, whatever the number of spans. Nothing is read from the store
+per viewer; the producer alone asks the store, once a second while runs await one, for the verdicts
+of the runs that ended (the chain's, then the analysis's).
+
+A viewer that does not keep up (its queue full: a stalled connection) is dropped, never waited
+for; it reconnects and starts again from a snapshot. A viewer sees what its token may read
+(:mod:`.access`): the admin token everything, an agent's token its own runs, their halts and
+alerts only.
+
+Event fields (``data:`` is one JSON object):
+
+    run     {run_id, agent_id, state: started|progress|ended|judged, received_ns, start_ns, end_ns,
+             spans, cost_usd, cap_usd, name, status_code, halted, chain?, classification?}
+    halt    {scope, target, reason, actor, time_ns, agent_id}
+    resume  {scope, target, agent_id}
+    alert   {alert_id, kind, severity, agent_id, run_id, message, time_ns}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import json
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from agentreplay_collector import otlp
+from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
+from agentreplay_collector.errors import RequestError, StoreError
+from agentreplay_collector.models import SCOPE_AGENT, AlertState, Halt, RunSummary
+from agentreplay_collector.ownership import RunOwners
+from agentreplay_collector.scope import ScopeProcessor
+from agentreplay_collector.store import Store
+from agentreplay_otel.core import AgentIdentity, semconv
+
+__all__ = ["LiveFeed", "routes"]
+
+_log = logging.getLogger(__name__)
+
+TICK_S = 0.25
+"""How often what changed is pushed: a run's first span reaches the page within a tick."""
+PING_S = 15.0
+QUEUE_CHUNKS = 64
+"""Ticks a viewer may fall behind before it is dropped (16 s at one chunk a tick)."""
+MAX_RUNS = 10_000
+"""Runs in flight kept in memory (oldest forgotten first)."""
+IDLE_S = 600.0
+"""A run with no span for this long is no longer in flight (it leaves the snapshot)."""
+VERDICT_WAIT_S = 120.0
+"""How long an ended run's verdict is looked for."""
+VERDICT_EVERY_S = 1.0
+MAX_VIEWERS = 1000
+
+
+@dataclass(slots=True)
+class _Run:
+    run_id: str
+    agent_id: str
+    received_ns: int
+    start_ns: int = 0
+    end_ns: int = 0
+    spans: int = 0
+    cost_usd: float = 0.0
+    cap_usd: float | None = None
+    name: str = ""
+    status_code: str = ""
+    state: str = "started"
+    halted: bool = False
+    ended_at: float = 0.0  # monotonic: when its run span arrived
+    seen_at: float = 0.0  # monotonic: its latest span
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "agent_id": self.agent_id,
+            "state": self.state,
+            "received_ns": str(self.received_ns),
+            "start_ns": str(self.start_ns),
+            "end_ns": str(self.end_ns),
+            "spans": self.spans,
+            "cost_usd": self.cost_usd,
+            "cap_usd": self.cap_usd,
+            "name": self.name,
+            "status_code": self.status_code,
+            "halted": self.halted,
+        }
+
+
+@dataclass(eq=False)
+class _Viewer:
+    caller: Caller
+    queue: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(QUEUE_CHUNKS))
+    dropped: bool = False
+
+
+def _message(kind: str, doc: dict[str, Any]) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps(doc, separators=(',', ':'))}\n\n".encode()
+
+
+class LiveFeed:
+    """The producer: a pipeline stage (``prepare``/``process``) and a control-writer listener."""
+
+    def __init__(
+        self,
+        *,
+        scope: ScopeProcessor | None,
+        owners: RunOwners | None,
+        store: Store | None,
+        tick_s: float = TICK_S,
+    ) -> None:
+        self.scope = scope
+        self.owners = owners
+        self.store = store
+        self.tick_s = tick_s
+        self._runs: collections.OrderedDict[str, _Run] = collections.OrderedDict()
+        self._changed: dict[str, None] = {}  # run ids, in the order they changed
+        self._awaiting: dict[str, None] = {}  # ended runs whose verdict is not known yet
+        self._control: collections.deque[tuple[str, str, dict[str, Any]]] = collections.deque(maxlen=10_000)
+        self._viewers: set[_Viewer] = set()
+        self._lock = threading.Lock()  # the control writer's listener may call from another thread
+        self._task: asyncio.Task[None] | None = None
+        self._verdicts: concurrent.futures.Future[list[RunSummary]] | None = None
+        self._verdicts_at = 0.0
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentreplay-live")
+        self.events = 0
+        self.dropped_viewers = 0
+        if scope is not None:
+            scope.writer.listeners.append(self.on_control)
+
+    # --- the pipeline stage (RequestProcessor) ------------------------------------------------------
+    def prepare(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None:
+        """Nothing to read ahead."""
+
+    def process(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None:
+        """An accepted export's spans (on the event loop, after the scope has counted them)."""
+        now_ns = time.time_ns()
+        now = time.monotonic()
+        runs = self._runs
+        for record in request.records:
+            run_id = record.trace_id
+            run = runs.get(run_id)
+            if run is None:
+                agent = identity.agent_id if identity is not None else record.resource.get(semconv.AGENT_ID, "")
+                run = runs[run_id] = _Run(run_id=run_id, agent_id=agent, received_ns=now_ns,
+                                          start_ns=record.start_ns, halted=self._halted(run_id, agent))
+                while len(runs) > MAX_RUNS:
+                    forgotten, _ = runs.popitem(last=False)
+                    self._changed.pop(forgotten, None)
+                    self._awaiting.pop(forgotten, None)
+            run.spans += 1
+            run.seen_at = now
+            run.start_ns = min(run.start_ns, record.start_ns) if run.start_ns else record.start_ns
+            run.end_ns = max(run.end_ns, record.end_ns)
+            if record.is_root:
+                run.name = record.name
+                run.status_code = record.status_code
+                run.state = "ended"
+                run.ended_at = now
+                self._awaiting[run_id] = None
+            self._changed[run_id] = None
+        if self.scope is not None:
+            for run_id in request.run_ids:
+                run = runs.get(run_id)
+                if run is not None:
+                    self._spend(run, identity)
+
+    def _spend(self, run: _Run, identity: AgentIdentity | None) -> None:
+        """The run's spend as the scope counts it, and its cap: the manifest's, times the agent's trust."""
+        assert self.scope is not None
+        run.cost_usd = self.scope.usage(run.run_id, run.agent_id).run_spend_usd
+        manifest = self.scope.manifest_for(identity)
+        if manifest is not None and manifest.per_run_usd is not None:
+            multiplier = self.scope.trust.multiplier(run.agent_id) if self.scope.trust.known(run.agent_id) else 1.0
+            run.cap_usd = manifest.per_run_usd * multiplier
+
+    def _halted(self, run_id: str, agent_id: str) -> bool:
+        return self.scope is not None and self.scope.halted(run_id, agent_id) is not None
+
+    # --- the control writer's listener ---------------------------------------------------------------
+    def on_control(self, record: object) -> None:
+        """A halt, a resume or an alert the control writer was handed (any thread)."""
+        if isinstance(record, Halt):
+            owner = self._owner(record.scope, record.target)
+            if record.active:
+                self._control.append(("halt", owner, {**record.to_json(), "agent_id": owner}))
+            else:
+                self._control.append(("resume", owner, {"scope": record.scope, "target": record.target,
+                                                        "agent_id": owner}))
+        elif isinstance(record, AlertState) and not record.delivered:
+            a = record.alert
+            self._control.append(("alert", a.agent_id, {
+                "alert_id": a.alert_id, "kind": a.kind, "severity": a.severity, "agent_id": a.agent_id,
+                "run_id": a.run_id, "message": a.message, "time_ns": str(a.time_ns)}))
+
+    def _owner(self, scope: str, target: str) -> str:
+        if scope == SCOPE_AGENT:
+            return target
+        known = self._runs.get(target)
+        if known is not None:
+            return known.agent_id
+        return (self.owners.owner(target) if self.owners is not None else None) or ""
+
+    # --- viewers ---------------------------------------------------------------------------------------
+    @property
+    def viewers(self) -> int:
+        return len(self._viewers)
+
+    def subscribe(self, caller: Caller) -> _Viewer:
+        if len(self._viewers) >= MAX_VIEWERS:
+            raise _TooMany(f"{MAX_VIEWERS} live views are open already")
+        viewer = _Viewer(caller=caller)
+        viewer.queue.put_nowait(self._snapshot(caller))
+        self._viewers.add(viewer)
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._produce(), name="agentreplay-live")
+        return viewer
+
+    def unsubscribe(self, viewer: _Viewer) -> None:
+        self._viewers.discard(viewer)
+
+    def _snapshot(self, caller: Caller) -> bytes:
+        now = time.monotonic()
+        runs = [r.to_json() for r in reversed(self._runs.values())
+                if now - r.seen_at < IDLE_S and r.state in ("started", "progress") and caller.may_read(r.agent_id)]
+        halts: list[dict[str, Any]] = []
+        if self.scope is not None:
+            for h in self.scope.halts.values():
+                owner = self._owner(h.scope, h.target)
+                if caller.may_read(owner):
+                    halts.append({**h.to_json(), "agent_id": owner})
+        return _message("snapshot", {"runs": runs, "halts": halts})
+
+    # --- the producer ------------------------------------------------------------------------------------
+    async def _produce(self) -> None:
+        while self._viewers:
+            await asyncio.sleep(self.tick_s)
+            try:
+                self.tick()
+            except Exception:  # the feed must never take the collector down
+                _log.exception("live feed: a tick failed")
+
+    def tick(self) -> int:
+        """Push what changed since the last tick; the events pushed."""
+        events: list[tuple[str, str, dict[str, Any]]] = []
+        for run_id in self._changed:
+            run = self._runs.get(run_id)
+            if run is not None:
+                run.halted = run.halted or self._halted(run_id, run.agent_id)
+                events.append(("run", run.agent_id, run.to_json()))
+                if run.state == "started":
+                    run.state = "progress"
+        self._changed.clear()
+        while self._control:
+            events.append(self._control.popleft())
+        events.extend(self._judged())
+        self._expire()
+        if events:
+            self._fan_out(events)
+        self.events += len(events)
+        return len(events)
+
+    def _fan_out(self, events: list[tuple[str, str, dict[str, Any]]]) -> None:
+        encoded = [(agent, _message(kind, doc)) for kind, agent, doc in events]
+        everything: bytes | None = None
+        per_agent: dict[str, bytes] = {}
+        for viewer in list(self._viewers):
+            agent = viewer.caller.agent_id
+            if agent is None:
+                if everything is None:
+                    everything = b"".join(m for _, m in encoded)
+                chunk = everything
+            else:
+                if agent not in per_agent:
+                    per_agent[agent] = b"".join(m for owner, m in encoded if owner == agent)
+                chunk = per_agent[agent]
+            if not chunk:
+                continue
+            try:
+                viewer.queue.put_nowait(chunk)
+            except asyncio.QueueFull:  # a viewer that does not keep up: dropped, never waited for
+                viewer.dropped = True
+                self._viewers.discard(viewer)
+                self.dropped_viewers += 1
+
+    def _judged(self) -> list[tuple[str, str, dict[str, Any]]]:
+        """Verdicts of ended runs: the producer asks the store (one query a second while any awaits)."""
+        out: list[tuple[str, str, dict[str, Any]]] = []
+        if self._verdicts is not None and self._verdicts.done():
+            try:
+                found = {r.run_id: r for r in self._verdicts.result()}
+            except StoreError as exc:
+                _log.debug("live feed: verdicts not read: %s", exc)
+                found = {}
+            self._verdicts = None
+            for run_id in list(self._awaiting):
+                summary = found.get(run_id)
+                run = self._runs.get(run_id)
+                if run is None:
+                    self._awaiting.pop(run_id, None)
+                    continue
+                if summary is None or summary.chain.status == "pending":
+                    continue
+                self._awaiting.pop(run_id, None)
+                run.state = "judged"
+                run.halted = run.halted or summary.halted
+                doc = {**run.to_json(), "chain": summary.chain.to_json(), "classification": summary.classification,
+                       "spans": summary.span_count, "cost_usd": summary.cost_usd}
+                out.append(("run", run.agent_id, doc))
+        now = time.monotonic()
+        if (self._awaiting and self.store is not None and self._verdicts is None
+                and now - self._verdicts_at >= VERDICT_EVERY_S):
+            self._verdicts_at = now
+            oldest = min(self._runs[r].start_ns for r in self._awaiting if r in self._runs)
+            self._verdicts = self._pool.submit(self.store.list_runs, since_ns=oldest, limit=2000)
+        return out
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        for run_id in [r for r in self._awaiting if now - self._runs[r].ended_at > VERDICT_WAIT_S]:
+            self._awaiting.pop(run_id, None)
+        while self._runs:
+            oldest = next(iter(self._runs.values()))
+            if now - oldest.seen_at < IDLE_S or oldest.run_id in self._awaiting:
+                break
+            self._runs.popitem(last=False)
+
+    def stats(self) -> dict[str, Any]:
+        return {"viewers": len(self._viewers), "runs": len(self._runs), "events": self.events,
+                "dropped_viewers": self.dropped_viewers}
+
+    def shutdown(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+class _TooMany(RequestError):
+    http_status = 503
+
+
+def routes(feed: LiveFeed, access: ReadAccess | None, *, ping_s: float = PING_S) -> list[Route]:
+    """``/v1/live``, for the control endpoint's app."""
+
+    async def live(request: Request) -> Response:
+        try:
+            caller = OPERATOR if access is None else access.caller(request.headers.get("authorization"))
+            viewer = feed.subscribe(caller)
+        except RequestError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
+
+        async def stream() -> AsyncIterator[bytes]:
+            try:
+                yield b"retry: 1000\n\n"
+                while not viewer.dropped:
+                    try:
+                        yield await asyncio.wait_for(viewer.queue.get(), ping_s)
+                    except TimeoutError:
+                        yield b": ping\n\n"
+            finally:
+                feed.unsubscribe(viewer)
+
+        return StreamingResponse(stream(), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    return [Route("/v1/live", live, methods=["GET"])]
+
+
+def attach(pipeline: Any, scope: ScopeProcessor | None, owners: RunOwners | None, store: Store | None,
+           access: ReadAccess | None) -> list[Route]:
+    """Build the feed, add it to the traces pipeline's stages, and return its routes."""
+    feed = LiveFeed(scope=scope, owners=owners, store=store)
+    pipeline.processors = (*pipeline.processors, feed)
+    return routes(feed, access)
+
