@@ -105,7 +105,7 @@ class Collector:
                 app.router.routes.extend(controlapi.routes(self.scope, self.auth, admin_token, access))
             from agentreplay_collector import console
 
-            app.router.routes.extend(console.routes())  # /ui: pages that read through the routes above
+            app.router.routes.extend(console.routes(self, access))  # /ui, its live feed and incident files
             self._control = AsgiServer(app, config.control.endpoint, "control")
         self._schema_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
