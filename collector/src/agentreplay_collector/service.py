@@ -24,6 +24,7 @@ from agentreplay_collector.batch import Batcher, Stage
 from agentreplay_collector.chainproc import ChainProcessor
 from agentreplay_collector.config import CollectorConfig
 from agentreplay_collector.errors import StoreUnavailable
+from agentreplay_collector.forward import Fanout
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.readapi import build_app as build_read_app
@@ -84,12 +85,16 @@ class Collector:
             owners=self.owners,
         )
         # OTLP metrics and logs: the same receivers and auth, into the contrib exporter's tables
+        # (or checked and dropped, as the nop exporter, when no pipeline of theirs stores)
         self.signals = [
-            SignalPipeline(kind, auth=self.auth, store=store)
+            SignalPipeline(kind, auth=self.auth, store=store if kind.name in config.stored_signals else None)
             for kind in (otlp_metrics.SIGNAL, otlp_logs.SIGNAL)
         ]
-        self.grpc = GrpcReceiver(config.otlp.grpc, self.pipeline, self.signals) if config.otlp.grpc else None
-        self.http = HttpReceiver(config.otlp.http, self.pipeline, self.signals) if config.otlp.http else None
+        # the otlp / otlphttp exporters: every export a pipeline accepted, forwarded from a queue
+        self.fanout = Fanout.from_config(config.forwarders, config.forwards) if config.forwarders else None
+        otlp = config.otlp
+        self.grpc = GrpcReceiver(otlp.grpc, self.pipeline, self.signals, self.fanout) if otlp.grpc else None
+        self.http = HttpReceiver(otlp.http, self.pipeline, self.signals, self.fanout) if otlp.http else None
         self._control = None
         if config.control is not None:
             from agentreplay_collector.asgi import AsgiServer
@@ -134,6 +139,8 @@ class Collector:
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> Endpoints:
+        if self.fanout is not None:
+            self.fanout.start()
         if self.scope is not None:
             self.scope.start()
         if self.batcher is not None:
@@ -217,6 +224,8 @@ class Collector:
         loop = asyncio.get_running_loop()
         for signal_pipeline in self.signals:  # the metrics and logs being written
             await loop.run_in_executor(None, signal_pipeline.shutdown)
+        if self.fanout is not None:  # what the forwarders hold: sent for a few seconds, then dropped, counted
+            await loop.run_in_executor(None, self.fanout.shutdown)
         for stage in self._stages():  # in pipeline order: each finishes what the one before handed on
             await loop.run_in_executor(None, stage.shutdown)
         if self._control:
@@ -266,6 +275,7 @@ class Collector:
             **{s.signal.name: s.stats() for s in self.signals},  # exports and rows written
             **({"scope": self.scope.stats()} if self.scope else {}),
             **({"analysis": self.analysis.stats()} if self.analysis else {}),
+            **({"exporters": self.fanout.stats()} if self.fanout else {}),  # forwarding: sent, queued, dropped
             # OS thread ids, for per-thread CPU accounting (/proc/PID/task/TID/stat)
             "threads": {
                 "writer": self.batcher.native_thread_id if self.batcher else 0,

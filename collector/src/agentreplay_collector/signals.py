@@ -123,7 +123,7 @@ class SignalPipeline:
         return self.auth.check(authorization, ()) if self.auth is not None else None
 
     async def export_protobuf(self, body: bytes, authorization: str | None) -> int:
-        """Store one OTLP/protobuf export; returns the rows written."""
+        """Store one OTLP/protobuf export; returns its rows (written, unless the exporter is nop)."""
         return await self._export(parse_protobuf, body, authorization)
 
     async def export_json(self, body: bytes, authorization: str | None) -> int:
@@ -133,10 +133,11 @@ class SignalPipeline:
         self, parse: Callable[[type[Message], bytes], Message], body: bytes, authorization: str | None
     ) -> int:
         self.authenticate(authorization)
-        written = await self._off_loop(self._store, parse, body, authorization)
+        rows = await self._off_loop(self._store, parse, body, authorization)
         self.exports += 1
-        self.written_rows += written
-        return written
+        if self.store is not None:  # the nop exporter checks and counts, writes nothing
+            self.written_rows += rows
+        return rows
 
     async def _off_loop(self, fn: Callable[..., T], *args: Any) -> T:
         if self._waiting >= MAX_WAITING:

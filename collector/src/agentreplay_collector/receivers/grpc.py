@@ -17,6 +17,7 @@ from grpc import aio
 
 from agentreplay_collector.config import GrpcReceiverConfig
 from agentreplay_collector.errors import CollectorError, RequestError, StoreUnavailable
+from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.signals import SignalPipeline
 
@@ -28,11 +29,16 @@ _EMPTY_RESPONSE = b""  # ExportTraceServiceResponse with no partial_success: zer
 
 class GrpcReceiver:
     def __init__(
-        self, config: GrpcReceiverConfig, pipeline: Pipeline, signals: Sequence[SignalPipeline] = ()
+        self,
+        config: GrpcReceiverConfig,
+        pipeline: Pipeline,
+        signals: Sequence[SignalPipeline] = (),
+        fanout: Fanout | None = None,
     ) -> None:
         self.config = config
         self.pipeline = pipeline
         self.signals = tuple(signals)
+        self.fanout = fanout  # the forwarding exporters: each accepted export is handed on
         self.server: aio.Server | None = None
         self.port = 0
 
@@ -74,14 +80,17 @@ class GrpcReceiver:
     async def _export(
         self, body: bytes, context: aio.ServicerContext, target: Pipeline | SignalPipeline | None = None
     ) -> bytes:
-        """Store one export (traces unless ``target`` is a signal's pipeline) and answer it."""
+        """Store one export (traces unless ``target`` is a signal's pipeline), answer it, forward it."""
         target = self.pipeline if target is None else target
+        signal = target.signal.name if isinstance(target, SignalPipeline) else "traces"
         authorization = None
         for key, value in context.invocation_metadata() or ():
             if key == "authorization":
                 authorization = value if isinstance(value, str) else value.decode("latin-1")
         try:
-            await target.export_protobuf(body, authorization)
+            items = await target.export_protobuf(body, authorization)
+            if self.fanout is not None:
+                self.fanout.handoff(signal, body, json=False, items=items)
             return _EMPTY_RESPONSE
         except RequestError as exc:
             code, message = getattr(grpc.StatusCode, exc.grpc_code), str(exc)

@@ -34,6 +34,7 @@ from agentreplay_collector.errors import (
     StoreUnavailable,
     UnsupportedMediaType,
 )
+from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.signals import SignalPipeline
 
@@ -56,8 +57,12 @@ _GRPC_CODES = {
 
 
 def build_app(
-    pipeline: Pipeline, config: HttpReceiverConfig, signals: Sequence[SignalPipeline] = ()
+    pipeline: Pipeline,
+    config: HttpReceiverConfig,
+    signals: Sequence[SignalPipeline] = (),
+    fanout: Fanout | None = None,
 ) -> Starlette:
+    """The OTLP/HTTP routes; each export accepted is handed to ``fanout`` (the forwarding exporters)."""
     limit = config.max_request_body_size
     by_path = {s.signal.http_path: s for s in signals}
 
@@ -76,10 +81,15 @@ def build_app(
                 await _discard_body(request, min(limit, _DISCARD_LIMIT))  # the sender reads the 401
                 raise
             body = await _read_body(request, limit)
+            signal = target.signal.name if isinstance(target, SignalPipeline) else "traces"
             if media == PROTOBUF:
-                await target.export_protobuf(body, authorization)
+                items = await target.export_protobuf(body, authorization)
+            else:
+                items = await target.export_json(body, authorization)
+            if fanout is not None:
+                fanout.handoff(signal, body, json=media == JSON, items=items)
+            if media == PROTOBUF:
                 return Response(b"", media_type=PROTOBUF)
-            await target.export_json(body, authorization)
             return Response(b"{}", media_type=JSON)
         except StoreUnavailable as exc:
             retry = str(max(1, math.ceil(exc.retry_after_s)))
@@ -186,10 +196,14 @@ def _error(
 
 class HttpReceiver:
     def __init__(
-        self, config: HttpReceiverConfig, pipeline: Pipeline, signals: Sequence[SignalPipeline] = ()
+        self,
+        config: HttpReceiverConfig,
+        pipeline: Pipeline,
+        signals: Sequence[SignalPipeline] = (),
+        fanout: Fanout | None = None,
     ) -> None:
         self.config = config
-        self._server = AsgiServer(build_app(pipeline, config, signals), config.endpoint, "otlp-http")
+        self._server = AsgiServer(build_app(pipeline, config, signals, fanout), config.endpoint, "otlp-http")
 
     @property
     def port(self) -> int:
