@@ -252,3 +252,20 @@ def test_a_bad_pipeline_or_exporter_names_its_key(fanout: dict[str, Any], edit: 
 def test_headers_stay_out_of_the_config_repr(fanout: dict[str, Any]) -> None:
     fanout["exporters"]["otlp/jaeger"]["headers"] = {"authorization": "Bearer s3cret"}
     assert "s3cret" not in repr(parse_config(fanout, {}))
+
+
+def test_the_forwarding_example_in_the_docs_is_accepted() -> None:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "collector.md").read_text()
+    example = text.split("while the collector stores and verifies everything it takes:")[1]
+    doc = yaml.safe_load(example.split("```yaml", 1)[1].split("```", 1)[0])
+    doc["receivers"] = {"otlp": {"protocols": {"grpc": {"endpoint": "127.0.0.1:4317"}}}}
+    doc["processors"] = {name: {} for name in ("agentreplay_chain", "agentreplay_scope", "batch")}
+    doc["processors"]["agentreplay_auth"] = {"insecure": True}
+    cfg = parse_config(doc, {"GRAFANA_OTLP_TOKEN": "t0ken"})
+    assert cfg.forwards == {
+        "traces": ("otlp/jaeger", "otlphttp/grafana"),
+        "metrics": ("otlphttp/grafana",),
+        "logs": ("otlphttp/grafana",),
+    }
+    assert cfg.stored_signals == frozenset({"traces", "metrics"})
+    assert cfg.forwarders["otlphttp/grafana"].headers == {"authorization": "Basic t0ken"}
