@@ -31,7 +31,7 @@ FAST_RETRY = {"initial_interval": "20ms", "max_interval": "100ms", "max_elapsed_
 class PlainGrpcReceiver:
     """A plain OTLP/gRPC receiver (grpcio's own server, nothing of the collector's), keeping what it is sent.
 
-    ``mode``: ``ok``; ``unavailable`` (UNAVAILABLE); ``garbage`` (answers bytes that are no OTLP
+    ``mode``: ``ok``; ``unavailable`` (UNAVAILABLE); ``invalid`` (INVALID_ARGUMENT); ``garbage`` (answers bytes that are no OTLP
     response); ``slow`` (holds every call until :meth:`release`)."""
 
     def __init__(self, mode: str = "ok") -> None:
@@ -60,6 +60,8 @@ class PlainGrpcReceiver:
                 self.calls += 1
             if self.mode == "unavailable":
                 context.abort(grpc.StatusCode.UNAVAILABLE, "backend down for maintenance")
+            if self.mode == "invalid":
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "not for this backend")
             if self.mode == "garbage":
                 return b"<html><body>502 Bad Gateway</body></html>"
             if self.mode == "slow":
@@ -255,6 +257,7 @@ def test_a_backend_down_slow_refusing_or_garbled_never_blocks_nor_loses_the_loca
     slow = receivers(PlainGrpcReceiver, "slow")
     refusing = receivers(PlainGrpcReceiver, "unavailable")
     garbled = receivers(PlainGrpcReceiver, "garbage")
+    invalid = receivers(PlainGrpcReceiver, "invalid")
     busy, html = receivers(PlainHttpReceiver, "503"), receivers(PlainHttpReceiver, "garbage")
     insecure = {"insecure": True}
     first = start_collector(
@@ -265,10 +268,12 @@ def test_a_backend_down_slow_refusing_or_garbled_never_blocks_nor_loses_the_loca
                           "sending_queue": {"num_consumers": 1, "queue_size": 2}},
             "otlp/refusing": {"endpoint": refusing.endpoint, "tls": insecure, "retry_on_failure": FAST_RETRY},
             "otlp/garbled": {"endpoint": garbled.endpoint, "tls": insecure, "retry_on_failure": FAST_RETRY},
+            "otlp/invalid": {"endpoint": invalid.endpoint, "tls": insecure, "retry_on_failure": FAST_RETRY},
             "otlphttp/busy": {"endpoint": busy.url, "retry_on_failure": FAST_RETRY},
             "otlphttp/html": {"endpoint": html.url, "retry_on_failure": FAST_RETRY},
         },
-        traces=["otlp/down", "otlp/slow", "otlp/refusing", "otlp/garbled", "otlphttp/busy", "otlphttp/html"],
+        traces=["otlp/down", "otlp/slow", "otlp/refusing", "otlp/garbled", "otlp/invalid", "otlphttp/busy",
+                "otlphttp/html"],
     )
     requests = [record_request(runs=1, children=3, agent_id=f"agent-{i}") for i in range(10)]
     for request in requests:  # each is stored and acknowledged while every backend fails
@@ -278,12 +283,15 @@ def test_a_backend_down_slow_refusing_or_garbled_never_blocks_nor_loses_the_loca
 
     fails = {"otlp/down": "retries_exhausted", "otlp/refusing": "retries_exhausted", "otlp/garbled": "garbage",
              "otlphttp/busy": "retries_exhausted", "otlphttp/html": "garbage"}
-    stats = wait_for(lambda: (s := exporter_stats(first)) and all(settled(s[n], total) for n in fails) and s)
+    stats = wait_for(lambda: (s := exporter_stats(first)) and all(settled(s[n], total) for n in [*fails, "otlp/invalid"])
+                     and s)
     for name, reason in fails.items():
         assert stats[name]["dropped_items"][reason] == total, (name, stats[name])
         assert stats[name]["sent_items"]["traces"] == 0 and stats[name]["dropped_requests"] == 10
         assert stats[name]["failed_attempts"] > 10, name  # retried with backoff before dropping
     assert refusing.calls > 10 and garbled.calls > 10
+    refused = stats["otlp/invalid"]  # not retryable: dropped at the first answer
+    assert refused["dropped_items"]["refused"] == total and refused["failed_attempts"] == 10 == invalid.calls
     # the slow backend holds one export, its queue two more: the rest were dropped at once, counted
     held = stats["otlp/slow"]
     assert held["dropped_items"]["queue_full"] == 7 * 4 and held["queue_size"] == 2, held
@@ -331,3 +339,29 @@ def test_metrics_and_logs_pipelines_forward_too(
     assert stats["exporters"]["otlp/plain"]["sent_items"] == {"traces": 0, "metrics": 1, "logs": 1}
     assert stats["metrics"]["written"] == 1 and stats["logs"]["written"] == 0  # logs forwarded, not stored
     assert not plain.bodies["traces"]  # the traces pipeline does not forward
+
+
+def test_otlp_json_is_forwarded_as_the_same_spans_in_protobuf(
+    start_collector: Callable[..., CollectorProcess], receivers: Callable[..., Any]
+) -> None:
+    import base64
+    import json
+
+    from google.protobuf import json_format
+
+    plain = receivers(PlainGrpcReceiver)
+    first = start_collector("first", exporters={"otlp/plain": {"endpoint": plain.endpoint, "tls": {"insecure": True}}},
+                            traces=["otlp/plain"])
+    request = record_request(runs=1, children=2)
+    doc = json_format.MessageToDict(request)
+    for rs in doc["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:  # OTLP/JSON ids are hex, not protobuf JSON's base64
+                        span[key] = base64.b64decode(span[key]).hex()
+    status, _ = export_http(first.http, json.dumps(doc).encode(), content_type="application/json")
+    assert status == 200
+    wait_for(lambda: plain.bodies["traces"])
+    forwarded = ExportTraceServiceRequest.FromString(plain.bodies["traces"][0])
+    assert forwarded == request  # every span and attribute, chain ones included
