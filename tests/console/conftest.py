@@ -1,6 +1,6 @@
 """The console's world: a collector (auth on, the control plane with an admin token, the failure analysis,
-reads open on loopback as in local development) with the flight story recorded and judged, and a run whose
-tool answered hostile markup; and a headless Chromium driven over its DevTools pipe.
+reads open on loopback as in local development, halted runs' incidents written) with the flight story recorded
+and judged, and a run whose tool answered hostile markup; and a headless Chromium driven over its DevTools pipe.
 
 The browser is driven through ``--remote-debugging-pipe`` (the DevTools protocol as NUL-separated JSON on
 file descriptors 3 and 4), which needs no package: the tests click the page's own buttons and read its DOM.
@@ -120,7 +120,7 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleWorld]:
     config = write_config(root / "collector.yaml", store=f"chdb://{root / 'store'}",
                           org_public_key=creds[semconv.ENV_ORG_PUBLIC_KEY], scope={"admin_token": ADMIN})
     doc = yaml.safe_load(config.read_text())
-    doc["extensions"]["agentreplay_analysis"] = {"poll_interval": "300ms"}
+    doc["extensions"]["agentreplay_analysis"] = {"poll_interval": "300ms", "incidents": {"dir": str(root / "incidents")}}
     doc["service"]["extensions"].append("agentreplay_analysis")
     config.write_text(yaml.safe_dump(doc))
     with airline_server() as model, CollectorProcess(config, log=root / "collector.log") as collector:

@@ -19,6 +19,7 @@ from importlib import resources
 import pytest
 
 from agentreplay_collector.console import CSP
+from agentreplay_collector.readapi import INCIDENT_CSP
 from agentreplay_dev.scenario import BIN, FIX, STORY_REQUEST, fixed_agent
 from agentreplay_otel import semconv
 
@@ -201,25 +202,32 @@ def test_kill_and_resume_from_the_run_page(console, page):
 
 
 def test_a_run_in_flight_appears_live_and_is_updated(console, page):
-    """The newest page of Runs is read again every second: a run whose first spans have arrived shows,
-    marked live, and turns judged once its run span ends, without a reload."""
+    """The collector pushes what happens to runs (/v1/live): a run whose first span has arrived shows in Runs
+    within a second, marked live; its spans are counted as they come, and it turns judged once its run span
+    ends, without a reload."""
     agent = console.issue("live-reader")
     forge = agent.forge()
     page.open(f"{console.control}/ui/#/runs")
-    page.wait(READY)
+    page.wait(f"{READY} && document.body.dataset.live === 'open'")
     with forge.tracer.start_as_current_span("invoke_agent live-reader", attributes={
             semconv.GEN_AI_OPERATION_NAME: "invoke_agent", semconv.GEN_AI_AGENT_NAME: "live-reader"}) as run:
         run_id = format(run.get_span_context().trace_id, "032x")
         with forge.tracer.start_as_current_span("execute_tool lookup", attributes={
                 semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "lookup", semconv.STEP: 0}):
             pass
-        console.send(agent, forge)  # the tool's span; the run span is still open
+        console.send(agent, forge)  # the tool's span, the run's first; the run span is still open
         row = f"document.querySelector('tr[data-run=\"{run_id}\"]')"
-        page.wait(f"{row} !== null && {row}.classList.contains('live')")
+        page.wait(f"{row} !== null && {row}.classList.contains('live')", timeout_s=1.0)
         assert "live" in page.js(f"{row}.cells[1].textContent")
         assert page.js("document.getElementById('live-note').textContent") != ""
+        with forge.tracer.start_as_current_span("execute_tool lookup", attributes={
+                semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "lookup", semconv.STEP: 1}):
+            pass
+        console.send(agent, forge)
+        page.wait(f"{row}.cells[8].textContent === '2'")
     console.send(agent, forge)  # the run span: the collector judges the run
     page.wait(f"{row} !== null && !{row}.classList.contains('live') && {row}.cells[4].textContent === 'intact'")
+    assert page.js(f"{row}.cells[8].textContent") == "3"
 
 
 def test_the_timeline_is_navigable_from_the_keyboard(console, page):
@@ -316,6 +324,12 @@ def test_kill_from_the_page_halts_a_live_agent(console, page, tmp_path):
     [halt] = [h for h in console.get("/v1/halts")["halts"] if h["target"] == live]
     assert halt["reason"] == "searching in circles" and halt["actor"] == "operator"
     page.wait(f"{READY} && document.getElementById('halted-badge') !== null")
+    # the halt's alert, pushed: on the run's page, and on Runs with the run marked halted
+    page.wait("document.querySelector('#run-alerts li[data-kind=\"halt\"]') !== null")
+    assert "searching in circles" in page.js("document.querySelector('#run-alerts li[data-kind=\"halt\"]').textContent")
+    page.open(f"{console.control}/ui/#/runs")
+    page.wait(f"{READY} && document.querySelector('#alerts a[href=\"#/run/{live}\"]') !== null")
+    assert "halted" in page.js(f"document.querySelector('tr[data-run=\"{live}\"]').cells[1].textContent")
 
 
 def test_agents_show_their_trust_and_an_agent_can_be_killed_and_resumed(console, page):
@@ -416,3 +430,47 @@ def test_model_trials_show_per_task_and_on_the_run(console, page):
     page.wait(f"{READY} && document.body.dataset.view === 'diff' && document.body.dataset.parting !== undefined")
     assert page.js("location.hash").startswith(f"#/diff/{console.story}/")
     assert page.js("document.querySelectorAll('tr.parting').length") == 1  # the fork chose otherwise
+
+
+def test_the_halted_runs_incident_is_linked_from_its_page(console, page):
+    """The collector wrote the halted story's incident: its page lists the walkthrough, the packets and the
+    test, each served by run id with its type and a sandboxing policy, and saved when clicked."""
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            files = {f["name"]: f for f in console.get(f"/v1/runs/{console.story}/incident")["files"]}
+            break
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 404 and time.monotonic() < deadline, "the story's incident was not written"
+            time.sleep(0.5)
+    assert {"walkthrough.html", "root-cause.json", "dispute.json", "dispute.html", "claim.json", "claim.html"} <= set(files)
+    assert any(re.fullmatch(r"tests/test_\w+\.py", name) for name in files)
+    folder = console.world.root / "incidents" / console.story
+    with urllib.request.urlopen(f"{console.control}/v1/runs/{console.story}/incident/walkthrough.html",
+                                timeout=10) as answer:
+        assert answer.headers["Content-Type"] == "text/html; charset=utf-8"
+        assert answer.headers["Content-Security-Policy"] == INCIDENT_CSP
+        assert answer.headers["X-Content-Type-Options"] == "nosniff"
+        assert answer.read() == (folder / "walkthrough.html").read_bytes()
+    with urllib.request.urlopen(f"{console.control}/v1/runs/{console.story}/incident/claim.json", timeout=10) as answer:
+        assert answer.headers["Content-Type"] == "application/json" and "claim" in json.loads(answer.read())
+    for name in ("..%2F..%2Fcollector.yaml", "../collector.yaml", "tests/..%2F..%2Fcollector.yaml", ".hidden.json",
+                 "walkthrough.sh", "other/walkthrough.html", "tests/a/b.py"):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"{console.control}/v1/runs/{console.story}/incident/{name}", timeout=10)
+        assert refused.value.code == 404, name
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{console.control}/v1/runs/not-a-run/incident", timeout=10)
+    assert refused.value.code == 400
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{console.control}/v1/runs/{'0' * 31}1/incident", timeout=10)
+    assert refused.value.code == 404
+
+    page.open(f"{console.control}/ui/#/run/{console.story}")
+    link = "document.querySelector('#incident a[data-file=\"walkthrough.html\"]')"
+    page.wait(f"{READY} && document.body.dataset.run === '{console.story}' && {link} !== null")
+    shown = page.js("Array.from(document.querySelectorAll('#incident a[data-file]')).map(a => a.dataset.file)")
+    assert sorted(shown) == sorted(files)
+    page.js(f"{link}.click(); true")
+    assert page.wait(f"{link}.dataset.fetched !== 'loading' && {link}.dataset.fetched") == \
+        str(files["walkthrough.html"]["bytes"])

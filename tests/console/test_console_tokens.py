@@ -4,7 +4,12 @@ identity token sees that agent's runs only and gets no Kill button; the admin to
 
 from __future__ import annotations
 
+import http.client
 import json
+import threading
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +28,7 @@ READY = "document.body.dataset.state === 'ready'"
 @dataclass
 class TokenWorld:
     control: str
+    grpc: str
     agents: dict[str, IssuedAgent]
     runs: dict[str, str]  # agent id -> its run
 
@@ -48,7 +54,7 @@ def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenWorld]:
                 runs[name] = format(run.get_span_context().trace_id, "032x")
             status = export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token)
             assert status.name == "OK", status
-        yield TokenWorld(control=collector.control, agents=agents, runs=runs)
+        yield TokenWorld(control=collector.control, grpc=collector.grpc, agents=agents, runs=runs)
 
 
 def _use(page: Any, token: str) -> None:
@@ -92,3 +98,86 @@ def test_an_agent_token_sees_its_own_runs_and_no_kill_button(private, page):
     page.open(f"{private.control}/ui/#/run/{private.runs['agent-b']}")
     page.wait("document.body.dataset.state === 'error'")
     assert "another agent" in page.js("document.getElementById('load-error').textContent")
+
+
+class _Feed:
+    """``/v1/live`` read on a thread of its own: the events as they come."""
+
+    def __init__(self, control: str, token: str | None) -> None:
+        host, _, port = control.removeprefix("http://").partition(":")
+        self._connection = http.client.HTTPConnection(host, int(port), timeout=30)
+        self._connection.request("GET", "/v1/live", headers={"Authorization": f"Bearer {token}"} if token else {})
+        self.answer = self._connection.getresponse()
+        self.events: list[tuple[str, dict]] = []
+        if self.answer.status == 200:
+            threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        kind, data = "message", []
+        try:
+            for raw in self.answer:
+                line = raw.decode().rstrip("\n")
+                if line.startswith("event:"):
+                    kind = line[6:].strip()
+                elif line.startswith("data:"):
+                    data.append(line[5:].strip())
+                elif not line and data:
+                    self.events.append((kind, json.loads("\n".join(data))))
+                    kind, data = "message", []
+        except (OSError, ValueError, AttributeError):  # closed (http.client drops its file on close)
+            return
+
+    def runs(self) -> set[str]:
+        return {d["run_id"] for k, d in self.events if k == "run"}
+
+    def close(self) -> None:
+        self._connection.close()
+
+
+def _send_run(control_world: TokenWorld, grpc: str, name: str) -> str:
+    agent = control_world.agents[name]
+    forge = agent.forge()
+    with forge.tracer.start_as_current_span(f"invoke_agent {name}", attributes={
+            semconv.GEN_AI_OPERATION_NAME: "invoke_agent", semconv.GEN_AI_AGENT_NAME: name}) as run:
+        with forge.tracer.start_as_current_span("execute_tool lookup", attributes={
+                semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "lookup", semconv.STEP: 0}):
+            pass
+    status = export_grpc(grpc, forge.request().SerializeToString(), token=agent.token)
+    assert status.name == "OK", status
+    return format(run.get_span_context().trace_id, "032x")
+
+
+def test_an_agent_tokens_live_feed_carries_its_own_runs_only(private):
+    refused = _Feed(private.control, None)
+    assert refused.answer.status == 401
+    refused.close()
+    mine, everything = _Feed(private.control, private.agents["agent-a"].token), _Feed(private.control, ADMIN)
+    try:
+        assert mine.answer.status == 200 and mine.answer.headers["Content-Type"].startswith("text/event-stream")
+        sent = {name: _send_run(private, private.grpc, name) for name in ("agent-b", "agent-a")}
+        deadline = time.monotonic() + 30
+        while not (set(sent.values()) <= everything.runs() and sent["agent-a"] in mine.runs()):
+            assert time.monotonic() < deadline, (everything.events, mine.events)
+            time.sleep(0.1)
+        assert mine.runs() == {sent["agent-a"]}
+        assert {d["agent_id"] for k, d in mine.events if k == "run"} == {"agent-a"}
+        assert mine.events[0][0] == "snapshot"
+    finally:
+        mine.close()
+        everything.close()
+
+
+def test_an_agent_token_reads_no_other_agents_incident(private):
+    def status(run: str, token: str) -> int:
+        request = urllib.request.Request(f"{private.control}/v1/runs/{run}/incident",
+                                         headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as answer:
+                return answer.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert status(private.runs["agent-b"], private.agents["agent-a"].token) == 403
+    assert status(private.runs["agent-b"], private.agents["agent-b"].token) == 404  # none written here
+    assert status(private.runs["agent-b"], ADMIN) == 404
+    assert status(private.runs["agent-b"], "not-a-token") == 401

@@ -20,6 +20,7 @@ alerts only.
 
 Event fields (``data:`` is one JSON object):
 
+    snapshot {runs: [run...], halts: [halt...], alerts: [alert...]}  (the newest alerts, newest first)
     run     {run_id, agent_id, state: started|progress|ended|judged, received_ns, start_ns, end_ns,
              spans, cost_usd, cap_usd, name, status_code, halted, chain?, classification?}
     halt    {scope, target, reason, actor, time_ns, agent_id}
@@ -70,6 +71,8 @@ VERDICT_WAIT_S = 120.0
 """How long an ended run's verdict is looked for."""
 VERDICT_EVERY_S = 1.0
 MAX_VIEWERS = 1000
+RECENT_ALERTS = 50
+"""The newest alerts a snapshot carries (a page opened, or a feed opened again, misses none of them)."""
 
 
 @dataclass(slots=True)
@@ -136,6 +139,7 @@ class LiveFeed:
         self._changed: dict[str, None] = {}  # run ids, in the order they changed
         self._awaiting: dict[str, None] = {}  # ended runs whose verdict is not known yet
         self._control: collections.deque[tuple[str, str, dict[str, Any]]] = collections.deque(maxlen=10_000)
+        self._alerts: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_ALERTS)
         self._viewers: set[_Viewer] = set()
         self._lock = threading.Lock()  # the control writer's listener may call from another thread
         self._task: asyncio.Task[None] | None = None
@@ -208,9 +212,10 @@ class LiveFeed:
                                                         "agent_id": owner}))
         elif isinstance(record, AlertState) and not record.delivered:
             a = record.alert
-            self._control.append(("alert", a.agent_id, {
-                "alert_id": a.alert_id, "kind": a.kind, "severity": a.severity, "agent_id": a.agent_id,
-                "run_id": a.run_id, "message": a.message, "time_ns": str(a.time_ns)}))
+            doc = {"alert_id": a.alert_id, "kind": a.kind, "severity": a.severity, "agent_id": a.agent_id,
+                   "run_id": a.run_id, "message": a.message, "time_ns": str(a.time_ns)}
+            self._alerts.append(doc)
+            self._control.append(("alert", a.agent_id, doc))
 
     def _owner(self, scope: str, target: str) -> str:
         if scope == SCOPE_AGENT:
@@ -248,7 +253,8 @@ class LiveFeed:
                 owner = self._owner(h.scope, h.target)
                 if caller.may_read(owner):
                     halts.append({**h.to_json(), "agent_id": owner})
-        return _message("snapshot", {"runs": runs, "halts": halts})
+        alerts = [a for a in reversed(self._alerts) if caller.may_read(a["agent_id"])]
+        return _message("snapshot", {"runs": runs, "halts": halts, "alerts": alerts})
 
     # --- the producer ------------------------------------------------------------------------------------
     async def _produce(self) -> None:

@@ -152,6 +152,76 @@
     if (timer !== null) { window.clearTimeout(timer); timer = null; }
   }
 
+  // --- the live feed: /v1/live, Server-Sent Events read with fetch (EventSource cannot send the token) ---
+  var feed = null;
+
+  function parseEvents(text, onEvent) {  // complete events out of `text`; what is left (a partial event)
+    var at;
+    while ((at = text.indexOf('\n\n')) >= 0) {
+      var block = text.slice(0, at);
+      text = text.slice(at + 2);
+      var kind = 'message';
+      var data = [];
+      block.split('\n').forEach(function (line) {
+        if (line.indexOf('event:') === 0) { kind = line.slice(6).trim(); }
+        else if (line.indexOf('data:') === 0) { data.push(line.slice(5).replace(/^ /, '')); }
+      });
+      if (!data.length) { continue; }
+      var doc = null;
+      try { doc = JSON.parse(data.join('\n')); } catch (e) { doc = null; }
+      if (doc !== null && typeof doc === 'object') { onEvent(kind, doc); }
+    }
+    return text;
+  }
+
+  function live(onEvent) {
+    // Follow the collector's live feed until the page changes: a snapshot first, then each event. A feed
+    // that closes (the collector restarted, this tab fell behind and was dropped) is opened again, and its
+    // new snapshot brings the page up to date.
+    stopLive();
+    var state = {stopped: false, controller: null, retry: null};
+    feed = state;
+    function connect() {
+      if (state.stopped) { return; }
+      state.controller = new window.AbortController();
+      var headers = {'Accept': 'text/event-stream'};
+      if (token()) { headers.Authorization = 'Bearer ' + token(); }
+      window.fetch('/v1/live', {headers: headers, credentials: 'omit', cache: 'no-store',
+        signal: state.controller.signal}).then(function (answer) {
+        if (!answer.ok || !answer.body) { throw new ApiError(answer.status, 'the live feed answered ' + answer.status); }
+        document.body.setAttribute('data-live', 'open');
+        var reader = answer.body.getReader();
+        var decoder = new window.TextDecoder();
+        var buffer = '';
+        function pump() {
+          return reader.read().then(function (part) {
+            if (part.done) { throw new Error('the live feed closed'); }
+            buffer = parseEvents(buffer + decoder.decode(part.value, {stream: true}), function (kind, doc) {
+              if (!state.stopped) { onEvent(kind, doc); }
+            });
+            return pump();
+          });
+        }
+        return pump();
+      }).catch(function (err) {
+        if (state.stopped) { return; }
+        document.body.setAttribute('data-live', 'closed');
+        if (err instanceof ApiError && (err.status === 401 || err.status === 403)) { return; }
+        state.retry = window.setTimeout(connect, 1000);
+      });
+    }
+    connect();
+  }
+
+  function stopLive() {
+    if (feed === null) { return; }
+    feed.stopped = true;
+    if (feed.retry !== null) { window.clearTimeout(feed.retry); }
+    if (feed.controller !== null) { feed.controller.abort(); }
+    feed = null;
+    document.body.removeAttribute('data-live');
+  }
+
   function fail(main, err) {
     if (err instanceof ApiError && err.status === 401) {
       showLogin(err.message);
@@ -240,6 +310,9 @@
     isLive: isLive,
     schedule: schedule,
     stopPolling: stopPolling,
+    live: live,
+    stopLive: stopLive,
+    parseEvents: parseEvents,
     fail: fail,
     showLogin: showLogin,
     hideLogin: hideLogin,

@@ -18,6 +18,7 @@
   function route() {
     var gen = nextPage();
     stopPolling();
+    C.stopLive();
     var where = parseHash();
     var main = document.getElementById('main');
     document.body.setAttribute('data-state', 'loading');

@@ -5,7 +5,7 @@
   var el = C.el, clear = C.clear, tokenAgent = C.tokenAgent, api = C.api, ns = C.ns,
       duration = C.duration, when = C.when, usd = C.usd, parsed = C.parsed, pretty = C.pretty,
       quote = C.quote, manifestOf = C.manifestOf, multipliers = C.multipliers, runCap = C.runCap,
-      isLive = C.isLive, schedule = C.schedule, fail = C.fail, hideLogin = C.hideLogin, ask = C.ask,
+      isLive = C.isLive, fail = C.fail, hideLogin = C.hideLogin, ask = C.ask,
       section = C.section, kv = C.kv, current = C.current;
 
   // --- Run -------------------------------------------------------------------------------------
@@ -25,16 +25,57 @@
     return 'other';
   }
 
+  var RELOAD_MS = 1000;
+  var RUN_ALERTS = 100;  // the newest alerts the run page looks through for its own  // a live run's page reads it again at most this often, when the feed says it changed
+
   function runPage(main, runId, gen) {
     var id = encodeURIComponent(runId);
+    var agentId = null;
+    var loading = false;
+    var again = false;
+    var following = false;
+    var loadedAt = 0;
+
+    function reload() {  // the feed said the run changed: read it again, one read at a time
+      if (loading) { again = true; return; }
+      loading = true;
+      window.setTimeout(function () { load(false); }, Math.max(0, loadedAt + RELOAD_MS - Date.now()));
+    }
+
+    var pushed = [];  // the run's alerts the feed brought (shown at once, whether or not stored yet)
+
+    function onEvent(kind, doc) {
+      if (!current(gen)) { return; }
+      if (kind === 'snapshot' || kind === 'alert') {
+        var docs = (kind === 'alert' ? [doc] : doc.alerts || []).filter(function (a) {
+          return a.run_id === runId && !pushed.some(function (p) { return p.alert_id === a.alert_id; });
+        });
+        if (!docs.length) { return; }
+        pushed = docs.map(function (a) {
+          return {time: when(a.time_ns), alert_id: a.alert_id, severity: a.severity, kind: a.kind,
+            agent_id: a.agent_id, run_id: a.run_id, message: a.message};
+        }).concat(pushed);
+        reload();
+        return;
+      }
+      var halts = kind === 'halt' || kind === 'resume';
+      if ((kind === 'run' && doc.run_id === runId) ||
+          (halts && ((doc.scope === 'run' && doc.target === runId) || (doc.scope === 'agent' && doc.target === agentId)))) {
+        reload();
+      }
+    }
+
     function load(first) {
+      loading = true;
       Promise.all([
         api('/v1/runs/' + id),
         api('/v1/runs/' + id + '/spans'),
         api('/v1/runs/' + id + '/classifications').catch(function () { return {classifications: []}; }),
         api('/v1/decisions?run=' + id).catch(function () { return {decisions: []}; }),
         api('/v1/halts').catch(function () { return {halts: []}; }),
-        api('/v1/runs/' + id + '/model-trials').catch(function () { return {trials: []}; })
+        api('/v1/runs/' + id + '/model-trials').catch(function () { return {trials: []}; }),
+        api('/v1/alerts?limit=' + RUN_ALERTS).catch(function () { return {alerts: []}; }),
+        api('/v1/runs/' + id + '/incident').catch(function () { return null; })
       ]).then(function (got) {
         var agent = got[0].agent_id;  // one agent's score, not every agent's, each time a live run is read
         return Promise.all([manifestOf(got[0].manifest_sha256), agent ? multipliers(agent) : {}]).then(function (more) {
@@ -43,14 +84,26 @@
       }).then(function (got) {
         if (!current(gen)) { return; }
         hideLogin();
+        agentId = got[0].agent_id;
         var focused = document.activeElement && document.activeElement.id;
+        var stored = (got[6].alerts || []).filter(function (a) { return a.run_id === runId; });
+        var alerts = pushed.filter(function (a) {
+          return !stored.some(function (s) { return s.alert_id === a.alert_id; });
+        }).concat(stored);
         drawRun(main, got[0], got[1].spans || [], got[2].classifications || [], got[3].decisions || [],
-          got[4].halts || [], got[6], got[7][got[0].agent_id], got[5].trials || []);
+          got[4].halts || [], got[8], got[9][got[0].agent_id], got[5].trials || [], alerts, got[7]);
         if (focused && document.getElementById(focused)) { document.getElementById(focused).focus(); }
         document.body.setAttribute('data-state', 'ready');
         if (first) { showCulprit(main); }
-        if (isLive(got[0])) { schedule(function () { load(false); }); }
-      }).catch(function (err) { if (current(gen)) { fail(main, err); } });
+        if (!following && isLive(got[0])) {  // follow the run as the collector pushes what happens to it
+          following = true;
+          C.live(onEvent);
+        }
+      }).catch(function (err) { if (current(gen)) { fail(main, err); } }).then(function () {
+        loadedAt = Date.now();
+        loading = false;
+        if (again && current(gen)) { again = false; reload(); }
+      });
     }
     clear(main);
     main.appendChild(el('p', {'class': 'muted', text: 'Loading run ' + runId + '…'}));
@@ -62,7 +115,8 @@
     if (culprit) { culprit.scrollIntoView({block: 'center'}); }
   }
 
-  function drawRun(main, run, spans, classifications, decisions, halts, manifest, multiplier, trials) {
+  function drawRun(main, run, spans, classifications, decisions, halts, manifest, multiplier, trials, alerts,
+                   incident) {
     clear(main);
     var runId = run.run_id;
     var halt = halts.filter(function (h) {
@@ -107,6 +161,9 @@
         el('pre', {'class': 'manifest', text: JSON.stringify(manifest, null, 2)})])]));
     }
 
+    if (alerts.length) { main.appendChild(drawAlerts(alerts)); }
+    if (incident && incident.files && incident.files.length) { main.appendChild(drawIncident(runId, incident.files)); }
+
     // the verdict
     main.appendChild(drawVerdict(classifications, verdictDoc, culpritStep));
 
@@ -120,6 +177,60 @@
     main.appendChild(drawWaterfall(run, ordered, culpritStep));
     main.appendChild(drawSteps(ordered, decisions, culpritStep));
     main.appendChild(drawDecisions(decisions, spans));
+  }
+
+  function drawAlerts(alerts) {
+    var list = el('ul', {'class': 'alert-list'});
+    alerts.forEach(function (a) {
+      list.appendChild(el('li', {'class': 'alert ' + (a.severity || ''), 'data-alert': a.alert_id, 'data-kind': a.kind}, [
+        el('span', {'class': 'muted', text: (a.time || '') + ' '}),
+        el('strong', {text: (a.severity || '') + ' ' + (a.kind || '')}), ': ' + (a.message || '')]));
+    });
+    return section('Alerts', 'run-alerts', [list]);
+  }
+
+  var INCIDENT_FILES = {  // what each file of an incident is for (others are listed by name)
+    'walkthrough.html': 'the narrated walkthrough (arrow keys step)',
+    'root-cause.json': 'the root cause: failure modes, culprit, evidence',
+    'dispute.html': 'the dispute packet, for the counterparty', 'dispute.json': 'the dispute packet (JSON)',
+    'claim.html': 'the insurance-claim packet', 'claim.json': 'the insurance-claim packet (JSON)'
+  };
+
+  function drawIncident(runId, files) {
+    // Each file is fetched with the token (a plain link could not send it) and saved: a page of the incident
+    // runs its own script only where it is opened as a file, never inside the console's origin.
+    var list = el('ul', {'class': 'incident-files'});
+    files.forEach(function (f) {
+      var link = el('a', {href: '#', 'class': 'incident-file', 'data-file': f.name, text: f.name});
+      link.addEventListener('click', function (e) {
+        e.preventDefault();
+        link.setAttribute('data-fetched', 'loading');
+        var headers = {};
+        if (C.token()) { headers.Authorization = 'Bearer ' + C.token(); }
+        window.fetch('/v1/runs/' + encodeURIComponent(runId) + '/incident/' + f.name.split('/').map(encodeURIComponent).join('/'),
+          {headers: headers, credentials: 'omit', cache: 'no-store'}).then(function (answer) {
+          if (!answer.ok) { throw new Error(answer.status + ' ' + answer.statusText); }
+          return answer.blob();
+        }).then(function (blob) {
+          var url = window.URL.createObjectURL(new window.Blob([blob], {type: 'application/octet-stream'}));
+          var save = el('a', {href: url, download: runId.slice(0, 12) + '-' + f.name.replace(/\//g, '-')});
+          document.body.appendChild(save);
+          save.click();
+          document.body.removeChild(save);
+          window.setTimeout(function () { window.URL.revokeObjectURL(url); }, 10000);
+          link.setAttribute('data-fetched', String(blob.size));
+        }).catch(function (err) {
+          link.setAttribute('data-fetched', 'error');
+          link.setAttribute('title', err.message || String(err));
+        });
+      });
+      list.appendChild(el('li', {}, [link, el('span', {'class': 'muted',
+        text: ' ' + (INCIDENT_FILES[f.name] || (/\.py$/.test(f.name) ? 'the regression test' : 'its case file')) +
+          ' (' + Math.max(1, Math.round(f.bytes / 1024)) + ' KiB)'})]));
+    });
+    return section('Incident', 'incident', [
+      el('p', {'class': 'muted', text: 'Written by the collector for this halted run; each file is saved when clicked.'}),
+      list]);
   }
 
   function capText(cost, manifest, multiplier) {

@@ -4,7 +4,7 @@
   var C = window.AgentReplayConsole;
   var el = C.el, clear = C.clear, tokenAgent = C.tokenAgent, api = C.api,
       duration = C.duration, when = C.when, usd = C.usd, manifestOf = C.manifestOf,
-      multipliers = C.multipliers, runCap = C.runCap, isLive = C.isLive, schedule = C.schedule,
+      multipliers = C.multipliers, runCap = C.runCap, isLive = C.isLive,
       fail = C.fail, hideLogin = C.hideLogin, ask = C.ask, current = C.current,
       PAGE_SIZE = C.PAGE_SIZE, ALERTS = C.ALERTS;
   var VIOLATIONS = 500;  // the newest alerts the Agents page looks through for each agent's latest violation
@@ -75,33 +75,136 @@
     table.appendChild(body);
 
     var spendMultipliers = null;
+    var shown = [];  // the runs in the table, as the read API gives them (live ones kept up to date by the feed)
+    var caps = {};  // run id -> its per-run cap (null: none)
+    var verdicts = [];  // the classifications of the runs shown
+    var fired = [];  // the newest alerts, newest first
+    var newest = !params.get('after');  // the first page: runs that start are added on top
+    var pending = false;
+
+    function redraw() {  // at most once per batch of events
+      if (pending) { return; }
+      pending = true;
+      window.setTimeout(function () {
+        pending = false;
+        if (!current(gen)) { return; }
+        drawAlerts(alerts, fired);
+        drawRuns(body, shown, verdicts, shown.map(function (r) { return caps[r.run_id]; }));
+        var live = shown.filter(isLive).length;
+        document.getElementById('live-note').textContent = live ? live + ' live' : '';
+      }, 0);
+    }
+
+    function admits(run) {  // would the page's filters list this run (one the feed says started)?
+      var status = params.get('status');
+      var agent = params.get('agent');
+      if (!newest || params.get('until') || (agent && agent !== run.agent_id)) { return false; }
+      if (status && status !== run.chain.status && status !== run.status_code) { return false; }
+      var since = params.get('since');
+      return !since || !/^\d+$/.test(since) || C.ns(run.start_ns) >= Number(since);
+    }
+
+    function onRun(doc) {
+      var judged = doc.state === 'judged' && doc.chain;
+      var found = shown.filter(function (r) { return r.run_id === doc.run_id; })[0];
+      if (!found) {
+        if (doc.state === 'judged') { return; }  // judged before it was shown: the store lists it
+        found = {run_id: doc.run_id, agent_id: doc.agent_id, agent_name: '', service_name: '', run_kind: '',
+          name: doc.name, start_ns: doc.start_ns, end_ns: doc.end_ns, span_count: doc.spans, status_code: '',
+          cost_usd: doc.cost_usd, chain: {status: 'pending'}, halted: doc.halted, classification: ''};
+        if (!admits(found)) { return; }
+        shown.unshift(found);
+        shown.sort(function (a, b) { return C.ns(b.start_ns) - C.ns(a.start_ns); });
+        if (shown.length > Number(params.get('limit') || PAGE_SIZE)) { shown.pop(); }
+      }
+      found.span_count = Math.max(Number(found.span_count || 0), Number(doc.spans || 0));
+      found.cost_usd = Math.max(Number(found.cost_usd || 0), Number(doc.cost_usd || 0));
+      found.end_ns = String(Math.max(C.ns(found.end_ns), C.ns(doc.end_ns)));
+      found.halted = found.halted || doc.halted;
+      if (doc.name) { found.name = doc.name; }
+      if (doc.status_code) { found.status_code = doc.status_code; }
+      if (judged) { found.chain = doc.chain; found.classification = doc.classification || ''; }
+      if (doc.cap_usd !== null && doc.cap_usd !== undefined) { caps[doc.run_id] = Number(doc.cap_usd); }
+      redraw();
+    }
+
+    function onHalt(doc, halted) {
+      shown.forEach(function (r) {
+        if ((doc.scope === 'run' && r.run_id === doc.target) || (doc.scope === 'agent' && r.agent_id === doc.target)) {
+          r.halted = halted;
+        }
+      });
+      redraw();
+    }
+
+    function onEvent(kind, doc) {
+      if (!current(gen)) { return; }
+      if (kind === 'snapshot') {
+        (doc.runs || []).forEach(onRun);
+        (doc.halts || []).forEach(function (h) { onHalt(h, true); });
+        onAlerts(doc.alerts || []);
+      } else if (kind === 'run') {
+        onRun(doc);
+      } else if (kind === 'halt') {
+        onHalt(doc, true);
+      } else if (kind === 'resume') {
+        onHalt(doc, false);
+      } else if (kind === 'alert') {
+        onAlerts([doc]);
+      }
+    }
+
+    function onAlerts(docs) {  // newest first
+      var known = {};
+      fired.forEach(function (a) { known[a.alert_id] = true; });
+      var added = docs.filter(function (a) { return !known[a.alert_id]; }).map(function (a) {
+        return {time: C.when(a.time_ns), time_ns: a.time_ns, alert_id: a.alert_id, severity: a.severity,
+          kind: a.kind, agent_id: a.agent_id, run_id: a.run_id, message: a.message};
+      });
+      if (!added.length) { return; }
+      fired = added.concat(fired).slice(0, ALERTS);
+      redraw();
+    }
+
     function load() {
       api('/v1/runs?' + runsQuery(params).toString()).then(function (page) {
         if (!current(gen)) { return null; }
         if (spendMultipliers === null) { spendMultipliers = multipliers(); }
         var ids = page.runs.map(function (r) { return r.run_id; });
-        var verdicts = ids.length ? api('/v1/classifications?' + ids.map(function (i) {
+        var found = ids.length ? api('/v1/classifications?' + ids.map(function (i) {
           return 'run=' + encodeURIComponent(i);
         }).join('&')).catch(function () { return {classifications: []}; }) : Promise.resolve({classifications: []});
-        var fired = api('/v1/alerts?limit=' + ALERTS).catch(function () { return {alerts: []}; });
+        var newestAlerts = api('/v1/alerts?limit=' + ALERTS).catch(function () { return {alerts: []}; });
         var shas = page.runs.map(function (r) { return r.manifest_sha256; });
-        var caps = Promise.all([spendMultipliers, Promise.all(shas.map(manifestOf))]).then(function (both) {
+        var pageCaps = Promise.all([spendMultipliers, Promise.all(shas.map(manifestOf))]).then(function (both) {
           return page.runs.map(function (r, n) { return runCap(both[1][n], both[0][r.agent_id]); });
         });
-        return Promise.all([verdicts, fired, caps]).then(function (got) {
-          var found = got[0];
+        return Promise.all([found, newestAlerts, pageCaps]).then(function (got) {
           if (!current(gen)) { return; }
           hideLogin();
-          drawAlerts(alerts, got[1].alerts || []);
-          drawRuns(body, page.runs, found.classifications || [], got[2]);
+          var byId = {};
+          shown.forEach(function (r) { byId[r.run_id] = r; });  // what the feed said meanwhile stays
+          shown = page.runs.map(function (r) {
+            var seen = byId[r.run_id];
+            if (seen && isLive(r)) { r.span_count = Math.max(r.span_count, seen.span_count); r.cost_usd = Math.max(r.cost_usd, seen.cost_usd); }
+            if (seen && !isLive(seen)) { return seen; }
+            return r;
+          }).concat(shown.filter(function (r) {
+            return !page.runs.some(function (p) { return p.run_id === r.run_id; });
+          })).sort(function (a, b) { return C.ns(b.start_ns) - C.ns(a.start_ns); })
+            .slice(0, Math.max(page.runs.length, Number(params.get('limit') || PAGE_SIZE)));
+          page.runs.forEach(function (r, n) { if (caps[r.run_id] === undefined) { caps[r.run_id] = got[2][n]; } });
+          verdicts = got[0].classifications || [];
+          var ids2 = {};
+          fired.forEach(function (a) { ids2[a.alert_id] = true; });
+          fired = fired.concat((got[1].alerts || []).filter(function (a) { return !ids2[a.alert_id]; })).slice(0, ALERTS);
+          redraw();
           drawPager(pager, params, page.next);
-          var live = page.runs.filter(isLive).length;
-          document.getElementById('live-note').textContent = live ? live + ' live' : '';
           document.body.setAttribute('data-state', 'ready');
-          if (!params.get('after')) { schedule(load); }  // the newest page follows what arrives
         });
       }).catch(function (err) { if (current(gen)) { fail(main, err); } });
     }
+    if (newest) { C.live(onEvent); }  // the newest page follows what arrives, pushed by the collector
     load();
   }
 
@@ -166,7 +269,8 @@
         el('td', {'class': 'outcome ' + (run.status_code === 'Error' ? 'bad' : ''), text: run.status_code || ''}),
         el('td', {'class': 'chain ' + (run.chain ? run.chain.status : ''), text: run.chain ? run.chain.status : ''}),
         el('td', {'class': 'verdict' + (verdict && verdict.verdict === 'failed' ? ' bad' : ''),
-          text: verdict ? verdict.verdict + (verdict.modes.length ? ' ' + verdict.modes.join(', ') : '') : ''}),
+          text: verdict ? verdict.verdict + (verdict.modes.length ? ' ' + verdict.modes.join(', ') : '') :
+            (run.classification || '')}),
         spend(run.cost_usd, caps[n]),
         el('td', {'class': 'num', text: duration(run.start_ns, run.end_ns)}),
         el('td', {'class': 'num', text: String(run.span_count)})
