@@ -70,17 +70,20 @@ def record_from_span(
         end_ns=span.end_time or 0,
         status_code=status_name(status.status_code.value),
         status_message=status.description or "",
-        attributes={k: stored_string(v) for k, v in ((span.attributes or {}) if attributes is None else attributes).items()},
+        attributes=_stored(span.attributes if attributes is None else attributes),
         events=tuple(
-            EventRecord(
-                name=e.name,
-                time_ns=e.timestamp,
-                attributes={k: stored_string(v) for k, v in (e.attributes or {}).items()},
-            )
+            EventRecord(name=e.name, time_ns=e.timestamp, attributes=_stored(e.attributes))
             for e in (span.events if events is None else events)
         ),
         resource={k: stored_string(v) for k, v in span.resource.attributes.items()} if with_resource else {},
     )
+
+
+def _stored(attributes: Mapping[str, Any] | None) -> dict[str, str]:
+    """Each value as the store keeps it; most already are strings (a test of type, not a call)."""
+    if not attributes:
+        return {}
+    return {k: v if type(v) is str else stored_string(v) for k, v in attributes.items()}
 
 
 @dataclass(slots=True)
