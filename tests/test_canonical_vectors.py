@@ -128,3 +128,10 @@ CONTENT = [
 def test_content_json_is_the_json_module_s(path, value):
     expected = json.JSONEncoder(default=content._default, ensure_ascii=False, separators=(",", ":")).encode(value)
     assert content.to_json(value) == expected
+
+
+@pytest.mark.parametrize("value", [(), ["stop"], ("length", "tool_calls"), tuple(ESCAPES), ["\ud800"], [1, "a"]])
+def test_stored_string_of_a_list_is_json_s(value):
+    from agentreplay_otel.canonical import stored_string
+
+    assert stored_string(value) == json.dumps(list(value), separators=(",", ":"), ensure_ascii=False, sort_keys=True)

@@ -19,6 +19,7 @@ import base64
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring
 from typing import Any
 
 import rfc8785
@@ -53,6 +54,10 @@ def stored_string(value: Any) -> str:
         return repr(value)
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
+    if (type(value) is tuple or type(value) is list) and all(type(v) is str for v in value):
+        # A list of strings (what an attribute holds most, the finish reasons): the same text
+        # json.dumps writes, its strings encoded by the function it uses, ~10x faster.
+        return "[" + ",".join(map(encode_basestring, value)) + "]"
     return json.dumps(_jsonable(value), separators=(",", ":"), ensure_ascii=False, sort_keys=True)
 
 
