@@ -12,7 +12,7 @@ from opentelemetry import trace
 from agentreplay_collector import otlp
 from agentreplay_collector.access import OPERATOR, Caller
 from agentreplay_collector.alerts import ControlWriter
-from agentreplay_collector.live import QUEUE_CHUNKS, LiveFeed
+from agentreplay_collector.live import MAX_RUN_EVENTS, QUEUE_CHUNKS, LiveFeed
 from agentreplay_collector.models import Alert, AlertState, Halt
 from agentreplay_dev.collector import IssuedAgent
 from agentreplay_otel import identity, semconv
@@ -104,5 +104,24 @@ async def test_halts_resumes_and_alerts_handed_to_the_writer_are_pushed():
         writer.put(AlertState(alert=Alert(kind="x", severity="info", agent_id="agent-a", run_id="", message="m"),
                               delivered=True))  # a delivery noted again: not a new alert
         assert feed.tick() == 0
+    finally:
+        feed.shutdown()
+
+
+async def test_a_runs_page_gets_its_run_and_a_flood_is_capped_for_lists():
+    feed = LiveFeed(scope=None, owners=None, store=None, tick_s=3600)
+    requests = [_export("agent-a", steps=1, end=False) for _ in range(MAX_RUN_EVENTS + 5)]
+    oldest = requests[0][1]
+    listing, one = feed.subscribe(OPERATOR), feed.subscribe(OPERATOR, run_id=oldest)
+    _drain(listing.queue)
+    _drain(one.queue)
+    try:
+        for request, _ in requests:
+            feed.process(request, None)
+        feed.tick()
+        listed = [d["run_id"] for _, d in _events(_drain(listing.queue))]
+        assert len(listed) == MAX_RUN_EVENTS and oldest not in listed and requests[-1][1] in listed
+        assert [d["run_id"] for _, d in _events(_drain(one.queue))] == [oldest]
+        assert feed.capped == 5
     finally:
         feed.shutdown()

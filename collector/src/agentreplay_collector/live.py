@@ -1,8 +1,9 @@
 """The live feed: what happens to runs, pushed to the console as Server-Sent Events.
 
-    GET /v1/live    read token   text/event-stream: a ``snapshot`` (the runs in flight and the
-                                 active halts), then ``run``, ``halt``, ``resume`` and ``alert``
-                                 events as they happen; a comment line every ``PING_S``
+    GET /v1/live[?run=ID]  read token   text/event-stream: a ``snapshot`` (the runs in flight, the
+                                        active halts, the newest alerts), then ``run``, ``halt``,
+                                        ``resume`` and ``alert`` events as they happen (with ``run``:
+                                        that run's only); a comment line every ``PING_S``
 
 One producer, any number of viewers. The feed is a stage of the traces pipeline (it sees each
 accepted export on the event loop, after ``agentreplay_scope`` has counted its spend) and a listener
@@ -52,7 +53,7 @@ from agentreplay_collector.models import SCOPE_AGENT, AlertState, Halt, RunSumma
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_collector.store import Store
-from agentreplay_otel.core import AgentIdentity, semconv
+from agentreplay_otel.core import TRACE_ID_FORM, AgentIdentity, normal_trace_id, semconv
 
 __all__ = ["LiveFeed", "routes"]
 
@@ -72,6 +73,10 @@ VERDICT_WAIT_S = 120.0
 VERDICT_EVERY_S = 1.0
 MAX_VIEWERS = 1000
 RECENT_ALERTS = 50
+"""The newest alerts a snapshot carries (a page opened, or a feed opened again, misses none of them)."""
+MAX_RUN_EVENTS = 200
+"""Run events a tick sends a list's viewers at most (the runs that arrived last): a list page shows the
+newest fifty, and a flood of runs costs each viewer one bounded chunk. A run's page gets its own run's."""
 """The newest alerts a snapshot carries (a page opened, or a feed opened again, misses none of them)."""
 
 
@@ -109,9 +114,14 @@ class _Run:
         }
 
 
+_Event = tuple[str, str, str, dict[str, Any]]
+"""kind, the agent it belongs to, the run it is about ("" for none), its data."""
+
+
 @dataclass(eq=False)
 class _Viewer:
     caller: Caller
+    run_id: str = ""  # a run's page: that run's events (and the halts and alerts its token may read)
     queue: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(QUEUE_CHUNKS))
     dropped: bool = False
 
@@ -148,6 +158,7 @@ class LiveFeed:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentreplay-live")
         self.events = 0
         self.dropped_viewers = 0
+        self.capped = 0  # run events left out of a tick's list chunk (past MAX_RUN_EVENTS)
         if scope is not None:
             scope.writer.listeners.append(self.on_control)
 
@@ -230,10 +241,10 @@ class LiveFeed:
     def viewers(self) -> int:
         return len(self._viewers)
 
-    def subscribe(self, caller: Caller) -> _Viewer:
+    def subscribe(self, caller: Caller, run_id: str = "") -> _Viewer:
         if len(self._viewers) >= MAX_VIEWERS:
             raise _TooMany(f"{MAX_VIEWERS} live views are open already")
-        viewer = _Viewer(caller=caller)
+        viewer = _Viewer(caller=caller, run_id=run_id)
         viewer.queue.put_nowait(self._snapshot(caller))
         self._viewers.add(viewer)
         if self._task is None or self._task.done():
@@ -267,17 +278,21 @@ class LiveFeed:
 
     def tick(self) -> int:
         """Push what changed since the last tick; the events pushed."""
-        events: list[tuple[str, str, dict[str, Any]]] = []
+        events: list[_Event] = []
         for run_id in self._changed:
             run = self._runs.get(run_id)
             if run is not None:
                 run.halted = run.halted or self._halted(run_id, run.agent_id)
-                events.append(("run", run.agent_id, run.to_json()))
+                events.append(("run", run.agent_id, run_id, run.to_json()))
                 if run.state == "started":
                     run.state = "progress"
         self._changed.clear()
+        if len(events) > MAX_RUN_EVENTS:  # a flood of runs: the newest (a list page's top) for lists
+            events.sort(key=lambda e: int(e[3]["received_ns"]), reverse=True)
+            self.capped += len(events) - MAX_RUN_EVENTS
         while self._control:
-            events.append(self._control.popleft())
+            kind, agent, doc = self._control.popleft()
+            events.append((kind, agent, "", doc))
         events.extend(self._judged())
         self._expire()
         if events:
@@ -285,20 +300,27 @@ class LiveFeed:
         self.events += len(events)
         return len(events)
 
-    def _fan_out(self, events: list[tuple[str, str, dict[str, Any]]]) -> None:
-        encoded = [(agent, _message(kind, doc)) for kind, agent, doc in events]
-        everything: bytes | None = None
-        per_agent: dict[str, bytes] = {}
+    def _fan_out(self, events: list[_Event]) -> None:
+        """One chunk per kind of viewer (every run, one agent's runs, one run), encoded once each."""
+        encoded = [(kind, agent, run_id, _message(kind, doc)) for kind, agent, run_id, doc in events]
+        listed = [e for e in encoded if e[0] != "run"]
+        runs = [e for e in encoded if e[0] == "run"]
+        by_run: dict[str, bytes] = {}
+        for run_id in {v.run_id for v in self._viewers if v.run_id}:
+            by_run[run_id] = b"".join(m for kind, _, rid, m in encoded if kind != "run" or rid == run_id)
+        broad = runs[:MAX_RUN_EVENTS] + listed if len(runs) > MAX_RUN_EVENTS else encoded
+        chunks: dict[str | None, bytes] = {}
         for viewer in list(self._viewers):
             agent = viewer.caller.agent_id
-            if agent is None:
-                if everything is None:
-                    everything = b"".join(m for _, m in encoded)
-                chunk = everything
+            if viewer.run_id:
+                chunk = by_run[viewer.run_id]
+                if agent is not None:
+                    chunk = b"".join(m for kind, owner, rid, m in encoded if owner == agent
+                                     and (kind != "run" or rid == viewer.run_id))
             else:
-                if agent not in per_agent:
-                    per_agent[agent] = b"".join(m for owner, m in encoded if owner == agent)
-                chunk = per_agent[agent]
+                if agent not in chunks:
+                    chunks[agent] = b"".join(m for _, owner, _, m in broad if agent is None or owner == agent)
+                chunk = chunks[agent]
             if not chunk:
                 continue
             try:
@@ -308,9 +330,9 @@ class LiveFeed:
                 self._viewers.discard(viewer)
                 self.dropped_viewers += 1
 
-    def _judged(self) -> list[tuple[str, str, dict[str, Any]]]:
+    def _judged(self) -> list[_Event]:
         """Verdicts of ended runs: the producer asks the store (one query a second while any awaits)."""
-        out: list[tuple[str, str, dict[str, Any]]] = []
+        out: list[_Event] = []
         if self._verdicts is not None and self._verdicts.done():
             try:
                 found = {r.run_id: r for r in self._verdicts.result()}
@@ -331,7 +353,7 @@ class LiveFeed:
                 run.halted = run.halted or summary.halted
                 doc = {**run.to_json(), "chain": summary.chain.to_json(), "classification": summary.classification,
                        "spans": summary.span_count, "cost_usd": summary.cost_usd}
-                out.append(("run", run.agent_id, doc))
+                out.append(("run", run.agent_id, run_id, doc))
         now = time.monotonic()
         if (self._awaiting and self.store is not None and self._verdicts is None
                 and now - self._verdicts_at >= VERDICT_EVERY_S):
@@ -352,7 +374,7 @@ class LiveFeed:
 
     def stats(self) -> dict[str, Any]:
         return {"viewers": len(self._viewers), "runs": len(self._runs), "events": self.events,
-                "dropped_viewers": self.dropped_viewers}
+                "dropped_viewers": self.dropped_viewers, "capped_run_events": self.capped}
 
     def shutdown(self) -> None:
         if self._task is not None:
@@ -370,7 +392,10 @@ def routes(feed: LiveFeed, access: ReadAccess | None, *, ping_s: float = PING_S)
     async def live(request: Request) -> Response:
         try:
             caller = OPERATOR if access is None else access.caller(request.headers.get("authorization"))
-            viewer = feed.subscribe(caller)
+            run_id = request.query_params.get("run", "")
+            if run_id and normal_trace_id(run_id) is None:
+                return JSONResponse({"error": f"run: a run id ({TRACE_ID_FORM})"}, status_code=400)
+            viewer = feed.subscribe(caller, normal_trace_id(run_id) or "" if run_id else "")
         except RequestError as exc:
             return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
 

@@ -174,7 +174,7 @@
     return text;
   }
 
-  function live(onEvent) {
+  function live(onEvent, run) {  // run: follow one run's events only (a run's page)
     // Follow the collector's live feed until the page changes: a snapshot first, then each event. A feed
     // that closes (the collector restarted, this tab fell behind and was dropped) is opened again, and its
     // new snapshot brings the page up to date.
@@ -186,7 +186,7 @@
       state.controller = new window.AbortController();
       var headers = {'Accept': 'text/event-stream'};
       if (token()) { headers.Authorization = 'Bearer ' + token(); }
-      window.fetch('/v1/live', {headers: headers, credentials: 'omit', cache: 'no-store',
+      window.fetch('/v1/live' + (run ? '?run=' + encodeURIComponent(run) : ''), {headers: headers, credentials: 'omit', cache: 'no-store',
         signal: state.controller.signal}).then(function (answer) {
         if (!answer.ok || !answer.body) { throw new ApiError(answer.status, 'the live feed answered ' + answer.status); }
         document.body.setAttribute('data-live', 'open');

@@ -97,7 +97,7 @@
         if (first) { showCulprit(main); }
         if (!following && isLive(got[0])) {  // follow the run as the collector pushes what happens to it
           following = true;
-          C.live(onEvent);
+          C.live(onEvent, runId);
         }
       }).catch(function (err) { if (current(gen)) { fail(main, err); } }).then(function () {
         loadedAt = Date.now();
