@@ -408,7 +408,7 @@ def test_instrument_twice_records_one_span_per_call(telemetry, server):
 
 
 def test_instrumentation_dependencies():
-    assert AnthropicInstrumentor().instrumentation_dependencies() == ("anthropic >= 2",)
+    assert AnthropicInstrumentor().instrumentation_dependencies() == ("anthropic >= 0.30",)
 
 
 def test_messages_create_and_stream_steps_are_numbered_within_a_run(telemetry, server):

@@ -486,7 +486,7 @@ def test_instrument_twice_records_one_span_per_call(telemetry, server):
 
 
 def test_instrumentation_dependencies():
-    assert OpenAIInstrumentor().instrumentation_dependencies() == ("openai >= 3",)
+    assert OpenAIInstrumentor().instrumentation_dependencies() == ("openai >= 1",)
 
 
 # --- streams that stop early ------------------------------------------------------------------

@@ -22,28 +22,32 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
 
 from agentreplay_otel.instrumentation import _precedence, _transport
 from agentreplay_otel.instrumentation._deferred import Deferred
+from agentreplay_otel.instrumentation._layout import Wraps, import_first
 from agentreplay_otel.instrumentation._wrap import Recorder
 
 __all__ = ["AnthropicInstrumentor"]
 
-_MESSAGES = "anthropic.resources.messages.messages"
+# A package of its own since 0.4x (beside the batches), a module before.
+_MESSAGES = ("anthropic.resources.messages.messages", "anthropic.resources.messages")
 _NATIVE_TRACING_ENV = "ANTHROPIC_OPEN_TELEMETRY"  # the library's switch, read when a client is created
 
 
 class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Records each Anthropic messages call as a ``chat {model}`` step of the run."""
+    """Records each Anthropic messages call as a ``chat {model}`` step of the run.
+
+    Every line from 0.30 on: 0.x sends through ``httpx``, 1.x and 2.x through ``httpx2``.
+    """
 
     _native_tracing_switched_off = False
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ("anthropic >= 2",)
+        return ("anthropic >= 0.30",)
 
     _deferred = Deferred("anthropic")
+    _wraps = Wraps()
 
     def _instrument(self, **kwargs: Any) -> None:
         _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
@@ -57,12 +61,11 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         recorder = Recorder.for_instrumentor(__name__, kwargs)
         _transport.install()  # every exchange of the client, whichever method made it
         streams = (anthropic.Stream, anthropic.AsyncStream)
-        wrap_function_wrapper(_MESSAGES, "Messages.create", _wrappers.messages_create(recorder, streams))
-        wrap_function_wrapper(_MESSAGES, "AsyncMessages.create",
-                              _wrappers.async_messages_create(recorder, streams))
-        wrap_function_wrapper(_MESSAGES, "Messages.stream", _wrappers.messages_stream(recorder, streams))
-        wrap_function_wrapper(_MESSAGES, "AsyncMessages.stream",
-                              _wrappers.async_messages_stream(recorder, streams))
+        messages = import_first(*_MESSAGES)
+        self._wraps.wrap(messages, "Messages.create", _wrappers.messages_create(recorder, streams))
+        self._wraps.wrap(messages, "AsyncMessages.create", _wrappers.async_messages_create(recorder, streams))
+        self._wraps.wrap(messages, "Messages.stream", _wrappers.messages_stream(recorder, streams))
+        self._wraps.wrap(messages, "AsyncMessages.stream", _wrappers.async_messages_stream(recorder, streams))
         if not kwargs.get("native_spans", False) and _NATIVE_TRACING_ENV not in os.environ:
             os.environ[_NATIVE_TRACING_ENV] = "false"
             self._native_tracing_switched_off = True
@@ -72,12 +75,7 @@ class AnthropicInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         if not self._deferred.disarm():
             return
         _transport.uninstall()
-        import anthropic.resources.messages.messages as messages
-
-        unwrap(messages.Messages, "create")
-        unwrap(messages.AsyncMessages, "create")
-        unwrap(messages.Messages, "stream")
-        unwrap(messages.AsyncMessages, "stream")
+        self._wraps.unwrap_all()
         if self._native_tracing_switched_off:
             if os.environ.get(_NATIVE_TRACING_ENV) == "false":
                 del os.environ[_NATIVE_TRACING_ENV]

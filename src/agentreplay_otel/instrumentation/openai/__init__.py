@@ -15,26 +15,32 @@ from collections.abc import Collection
 from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
 
 from agentreplay_otel.instrumentation import _precedence, _transport
 from agentreplay_otel.instrumentation._deferred import Deferred
+from agentreplay_otel.instrumentation._layout import Wraps, import_first
 from agentreplay_otel.instrumentation._wrap import Recorder
 
 __all__ = ["OpenAIInstrumentor"]
 
-_CHAT = "openai.resources.chat.completions.completions"
-_RESPONSES = "openai.resources.responses.responses"
+# Where each resource lives: a package of its own since 1.6x, a module before.
+_CHAT = ("openai.resources.chat.completions.completions", "openai.resources.chat.completions")
+_BETA_CHAT = ("openai.resources.beta.chat.completions",)  # parse() before it moved to chat (1.40 to 1.9x)
+_RESPONSES = ("openai.resources.responses.responses",)  # from 1.66
 
 
 class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Records each OpenAI chat or responses call as a ``chat {model}`` step of the run."""
+    """Records each OpenAI chat or responses call as a ``chat {model}`` step of the run.
+
+    Every line from openai 1.0 on: 1.x and 2.x send through ``httpx``, 3.x through ``httpx2``;
+    ``responses`` and ``parse`` are wrapped where the installed version has them.
+    """
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ("openai >= 3",)
+        return ("openai >= 1",)
 
     _deferred = Deferred("openai")
+    _wraps = Wraps()
 
     def _instrument(self, **kwargs: Any) -> None:
         _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
@@ -43,36 +49,27 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     def _wrap(self, **kwargs: Any) -> None:
         import openai
 
-        from agentreplay_otel.instrumentation.openai import _wrappers
+        from agentreplay_otel.instrumentation.openai import _wrappers as w
 
         recorder = Recorder.for_instrumentor(__name__, kwargs)
         _transport.install()  # every exchange of the client, whichever method made it
         streams = (openai.Stream, openai.AsyncStream)
-        wrap_function_wrapper(_CHAT, "Completions.create", _wrappers.chat_create(recorder, streams))
-        wrap_function_wrapper(_CHAT, "AsyncCompletions.create",
-                              _wrappers.async_chat_create(recorder, streams))
-        wrap_function_wrapper(_RESPONSES, "Responses.create", _wrappers.responses_create(recorder, streams))
-        wrap_function_wrapper(_RESPONSES, "AsyncResponses.create",
-                              _wrappers.async_responses_create(recorder, streams))
-        wrap_function_wrapper(_CHAT, "Completions.parse", _wrappers.chat_parse(recorder, streams))
-        wrap_function_wrapper(_CHAT, "AsyncCompletions.parse", _wrappers.async_chat_parse(recorder, streams))
-        wrap_function_wrapper(_RESPONSES, "Responses.parse", _wrappers.responses_parse(recorder, streams))
-        wrap_function_wrapper(_RESPONSES, "AsyncResponses.parse",
-                              _wrappers.async_responses_parse(recorder, streams))
+        chat, beta_chat, responses = import_first(*_CHAT), import_first(*_BETA_CHAT), import_first(*_RESPONSES)
+        wraps = self._wraps
+        wraps.wrap(chat, "Completions.create", w.chat_create(recorder, streams))
+        wraps.wrap(chat, "AsyncCompletions.create", w.async_chat_create(recorder, streams))
+        wraps.wrap(responses, "Responses.create", w.responses_create(recorder, streams), optional=True)
+        wraps.wrap(responses, "AsyncResponses.create", w.async_responses_create(recorder, streams), optional=True)
+        wraps.wrap(chat, "Completions.parse", w.chat_parse(recorder, streams), optional=True)
+        wraps.wrap(chat, "AsyncCompletions.parse", w.async_chat_parse(recorder, streams), optional=True)
+        wraps.wrap(beta_chat, "Completions.parse", w.chat_parse(recorder, streams), optional=True)
+        wraps.wrap(beta_chat, "AsyncCompletions.parse", w.async_chat_parse(recorder, streams), optional=True)
+        wraps.wrap(responses, "Responses.parse", w.responses_parse(recorder, streams), optional=True)
+        wraps.wrap(responses, "AsyncResponses.parse", w.async_responses_parse(recorder, streams), optional=True)
 
     def _uninstrument(self, **kwargs: Any) -> None:
         _precedence.release(self)
         if not self._deferred.disarm():
             return
         _transport.uninstall()
-        import openai.resources.chat.completions.completions as chat
-        import openai.resources.responses.responses as responses
-
-        unwrap(chat.Completions, "create")
-        unwrap(chat.AsyncCompletions, "create")
-        unwrap(responses.Responses, "create")
-        unwrap(responses.AsyncResponses, "create")
-        unwrap(chat.Completions, "parse")
-        unwrap(chat.AsyncCompletions, "parse")
-        unwrap(responses.Responses, "parse")
-        unwrap(responses.AsyncResponses, "parse")
+        self._wraps.unwrap_all()
