@@ -162,8 +162,11 @@ class Forwarder:
             except SendError as exc:
                 with self._lock:
                     self.failed_attempts += 1
-                if not exc.retryable or not retry.enabled:
+                if not exc.retryable:
                     self._drop("garbage" if exc.reason == "garbage" else "refused", export.items, str(exc))
+                    return
+                if not retry.enabled:
+                    self._drop("garbage" if exc.reason == "garbage" else "retries_exhausted", export.items, str(exc))
                     return
                 wait = exc.retry_after_s if exc.retry_after_s is not None else _jitter(interval, retry.randomization_factor)
                 wait = min(wait, retry.max_interval_s) if retry.max_interval_s > 0 else wait
