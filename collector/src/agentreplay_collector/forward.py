@@ -23,33 +23,16 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from agentreplay_collector.config import SIGNALS, ForwardConfig
+from agentreplay_collector.forward_send import REQUESTS, Sender, SendError, sender_for
+from agentreplay_collector.signals import parse_json
 
 _log = logging.getLogger(__name__)
 DROP_LOG_INTERVAL_S = 10.0
 """A burst of drops is logged once when it starts, then at most this often with what was dropped since."""
 DROP_REASONS = ("queue_full", "refused", "retries_exhausted", "garbage", "shutdown", "unencodable")
-
-
-class SendError(Exception):
-    """A send that did not deliver. ``reason``: ``unavailable`` (down, timed out, UNAVAILABLE/503),
-    ``refused`` (a non-retryable answer), ``garbage`` (an answer that is not OTLP)."""
-
-    def __init__(self, reason: str, message: str, *, retryable: bool, retry_after_s: float | None = None) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.retryable = retryable
-        self.retry_after_s = retry_after_s
-
-
-class Sender(Protocol):
-    """One backend's protocol: ``send`` delivers one export or raises :class:`SendError`."""
-
-    def send(self, signal: str, body: bytes) -> None: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass(slots=True)
@@ -97,8 +80,6 @@ class Forwarder:
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         if self._sender is None:
-            from agentreplay_collector.forward_send import sender_for
-
             self._sender = sender_for(self.config)
         for i in range(self.config.queue.num_consumers):
             thread = threading.Thread(target=self._consume, name=f"agentreplay-forward-{self.name}-{i}", daemon=True)
@@ -213,9 +194,6 @@ def _jitter(interval: float, factor: float) -> float:
 
 
 def _protobuf_of_json(signal: str, body: bytes) -> bytes:
-    from agentreplay_collector.forward_send import REQUESTS
-    from agentreplay_collector.signals import parse_json
-
     try:
         return parse_json(REQUESTS[signal], body).SerializeToString()
     except Exception as exc:  # parsed once already by the local pipeline: should not happen

@@ -1,6 +1,6 @@
 """The two forwarding protocols: OTLP/gRPC (``otlp``) and OTLP/HTTP protobuf (``otlphttp``).
 
-Each sends one export's bytes and maps the answer to :class:`~.forward.SendError`, as the
+Each sends one export's bytes and maps the answer to :class:`SendError`, as the
 OpenTelemetry exporters do:
 
 =====================  =====================================================  ==========
@@ -25,6 +25,7 @@ import ssl
 import threading
 import zlib
 from pathlib import Path
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import grpc
@@ -34,7 +35,6 @@ from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from agentreplay_collector.config import ForwardConfig
-from agentreplay_collector.forward import Sender, SendError
 
 REQUESTS: dict[str, type[Message]] = {
     "traces": trace_service_pb2.ExportTraceServiceRequest,
@@ -64,6 +64,25 @@ _RETRYABLE_HTTP = frozenset({429, 502, 503, 504})
 _MAX_MESSAGE = 64 * 1024 * 1024
 _MAX_ANSWER = 1024 * 1024
 USER_AGENT = "agentreplay-collector"
+
+
+class SendError(Exception):
+    """A send that did not deliver. ``reason``: ``unavailable`` (down, timed out, UNAVAILABLE/503),
+    ``refused`` (a non-retryable answer), ``garbage`` (an answer that is not OTLP)."""
+
+    def __init__(self, reason: str, message: str, *, retryable: bool, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.retryable = retryable
+        self.retry_after_s = retry_after_s
+
+
+class Sender(Protocol):
+    """One backend's protocol: ``send`` delivers one export or raises :class:`SendError`."""
+
+    def send(self, signal: str, body: bytes) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def sender_for(config: ForwardConfig) -> Sender:
