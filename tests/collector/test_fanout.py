@@ -5,6 +5,7 @@ local store's writes, and its drops are counted in the collector's own stats."""
 from __future__ import annotations
 
 import collections
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -365,3 +366,25 @@ def test_otlp_json_is_forwarded_as_the_same_spans_in_protobuf(
     wait_for(lambda: plain.bodies["traces"])
     forwarded = ExportTraceServiceRequest.FromString(plain.bodies["traces"][0])
     assert forwarded == request  # every span and attribute, chain ones included
+
+
+def test_a_backend_holding_exports_does_not_hold_up_the_collectors_stop(
+    start_collector: Callable[..., CollectorProcess], receivers: Callable[..., Any], tmp_path: Path
+) -> None:
+    slow = receivers(PlainGrpcReceiver, "slow")
+    first = start_collector(
+        "first",
+        exporters={"otlp/slow": {"endpoint": slow.endpoint, "tls": {"insecure": True}, "timeout": "120s",
+                                 "sending_queue": {"num_consumers": 1, "queue_size": 10}}},
+        traces=["otlp/slow"],
+    )
+    for i in range(4):
+        assert export_grpc(first.grpc, record_request(runs=1, agent_id=f"agent-{i}").SerializeToString()) == grpc.StatusCode.OK
+    wait_for(lambda: slow.calls == 1)  # one export held by the backend, three queued
+    log = first.log_path
+    assert first.stop(timeout_s=60) == 0  # stops; the held and queued exports are dropped, counted
+    dropped = [line for line in log.read_text().splitlines() if "exporter otlp/slow dropped" in line]
+    counted = sum(int(n) for line in dropped for n in re.findall(r"(\d+) \(shutdown\)", line))
+    assert counted == 4 * 4 and len(dropped) <= 2, dropped  # the held export too; logged once, then the rest
+    with Store(f"chdb://{tmp_path / 'first'}", database="agentreplay") as store:
+        assert store.query("SELECT count() FROM agentreplay.otel_traces")[0][0] == 4 * 4

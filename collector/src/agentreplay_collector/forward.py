@@ -63,6 +63,7 @@ class Forwarder:
         self.dropped_items = dict.fromkeys(DROP_REASONS, 0)
         self.dropped_requests = 0
         self._drops = _DropLog(self.name)
+        self._sending: dict[int, int] = {}  # sender thread -> items of the export it is sending
 
     # --- the receivers' side (the event loop): never waits ------------------------------------------
     def offer(self, signal: str, body: bytes, *, json: bool, items: int) -> bool:
@@ -104,6 +105,11 @@ class Forwarder:
                 break
             if isinstance(left, _Export):
                 self._drop("shutdown", left.items, "the collector stopped before it was sent")
+        with self._lock:
+            stuck = [self._sending.pop(t.ident or 0, 0) for t in self._threads if t.is_alive()]
+        for items in stuck:  # a backend still holding a send when time ran out: lost with the process
+            if items:
+                self._drop("shutdown", items, "the collector stopped while the backend held it")
         if self._sender is not None and not any(t.is_alive() for t in self._threads):
             self._sender.close()
         self._drops.flush()
@@ -119,11 +125,17 @@ class Forwarder:
                 continue
             if export is _STOP:
                 return
+            me = threading.get_ident()
+            with self._lock:
+                self._sending[me] = export.items
             try:
                 self._deliver(export)
             except Exception:  # a bug: log it, keep forwarding
                 _log.exception("exporter %s: forwarding an export failed", self.name)
                 self._drop("refused", export.items, "internal error")
+            finally:
+                with self._lock:
+                    self._sending.pop(me, None)
 
     def _deliver(self, export: _Export) -> None:
         assert self._sender is not None
