@@ -214,16 +214,55 @@ def test_a_users_agent_is_recorded_and_replayed_with_zero_live_calls(name, user_
     assert effects(tmp_path) == 1  # the tool's body did not run again
 
 
+REFUNDS_OPENAI_0 = '''
+"""Refunds on the OpenAI SDK before 1.0 (module-level ChatCompletion, sent through requests)."""
+import json
+import os
+
+import openai
+
+import agentreplay_otel
+
+openai.api_base = os.environ["OPENAI_BASE_URL"]
+
+
+@agentreplay_otel.tool(side_effect=True)
+def issue_refund(order_id: str, amount: float) -> dict:
+    """Refund part or all of an order."""
+    with open("effects.jsonl", "a") as ledger:
+        ledger.write(json.dumps({"order_id": order_id, "amount": amount}) + "\\n")
+    return {"order_id": order_id, "refunded": amount}
+
+
+TOOLS = [{"type": "function", "function": {
+    "name": "issue_refund", "description": "Refund part or all of an order.",
+    "parameters": {"type": "object", "required": ["order_id", "amount"],
+                   "properties": {"order_id": {"type": "string"}, "amount": {"type": "number"}}}}}]
+
+messages = [{"role": "system", "content": "You handle refund requests."},
+            {"role": "user", "content": "Please refund $12.50 on order A-1042."}]
+while True:
+    reply = openai.ChatCompletion.create(model="gpt-4o-mini", messages=messages, tools=TOOLS)["choices"][0]["message"]
+    if not reply.get("tool_calls"):
+        print(reply["content"])
+        break
+    messages.append(reply.to_dict_recursive())
+    for call in reply["tool_calls"]:
+        result = issue_refund(**json.loads(call["function"]["arguments"]))
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result)})
+'''
+
+
 def test_an_unsupported_library_version_is_one_warning_and_the_agent_runs(user_envs, world, tmp_path):
-    """openai 2.x: the SDK records openai >= 3. The agent runs, its tool recorded, its calls not."""
+    """openai 0.x: the SDK records openai >= 1. The agent runs, its tool recorded, its calls not."""
     user, service = user_envs["openai-unsupported"], "user-openai-unsupported"
-    done = record(world, user, REFUNDS_OPENAI, tmp_path, service)
+    done = record(world, user, REFUNDS_OPENAI_0, tmp_path, service)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Done:" in done.stdout and effects(tmp_path) == 1
     warned = [line for line in done.stderr.splitlines() if NOT_RECORDED in line]
     assert len(warned) == 1, done.stderr
-    assert warned[0].startswith("agentreplay: openai calls are not recorded: openai 2.")
-    assert "openai >= 3" in warned[0]
+    assert warned[0].startswith("agentreplay: openai calls are not recorded: openai 0.")
+    assert "openai >= 1" in warned[0]
 
     with world.collector.client() as client:
         spans = client.get_run_spans(world.judged_run(service))

@@ -31,7 +31,10 @@ LIBRARIES = {  # environment -> what the user installs beside the SDK (`pip inst
     "openai": ("openai",),
     "anthropic": ("anthropic",),
     "langgraph": ("langgraph", "langchain-openai"),
-    "openai-unsupported": ("openai<3",),
+    "openai-unsupported": ("openai<1",),
+    # the earlier major lines agents still run (test_client_versions.py); openai 1/2 and anthropic 0 send via httpx
+    "openai1-anthropic0": ("openai>=1,<2", "anthropic>=0.30,<1"),
+    "openai2-anthropic1": ("openai>=2,<3", "anthropic>=1,<2"),
 }
 INSTALL_TIMEOUT_S = 600
 
@@ -116,6 +119,7 @@ ARGUMENTS = {  # what the model asks of each tool it is offered
     "issue_refund": {"order_id": "A-1042", "amount": 12.5},
     "book_slot": {"day": "Tuesday", "time": "10:00", "title": "Dentist"},
     "run_sql": {"query": "SELECT name FROM customers WHERE city = 'Lisbon'"},
+    "restock_item": {"sku": "BOLT-M6", "quantity": 200},
 }
 
 
