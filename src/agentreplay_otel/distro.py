@@ -40,7 +40,7 @@ from agentreplay_otel import determinism, exporters, guard, redaction, replay, s
 from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.errors import AgentReplayError, ConfigurationError
 from agentreplay_otel.instrumentation import _precedence, _support
-from agentreplay_otel.runs import end_auto_run
+from agentreplay_otel.runs import RunTracerProvider, end_auto_run
 from agentreplay_otel.settings import Settings, env_flag
 from agentreplay_otel.version import __version__
 
@@ -115,7 +115,7 @@ def build_tracer_provider(
     settings.configure(current)
     creds = current.credentials
     resource = Resource.create(_resource_attributes(env, creds.agent_id, current.start_error))
-    provider = TracerProvider(resource=resource, id_generator=determinism.PrivateIdGenerator())
+    provider = RunTracerProvider(resource=resource, id_generator=determinism.PrivateIdGenerator())
     provider.add_span_processor(_AutoRunCloser())  # shut down first: the auto run ends before the flush
     agent_id = resource.attributes.get(semconv.AGENT_ID)
     redactor = redaction.load(env)

@@ -7,6 +7,10 @@ records a whole run with no change to the agent's code.
 
 Every LLM and tool call is a *step*: :func:`start_step_span` numbers it within its run
 and parents it correctly (to the current span if there is one, else to the run).
+
+Spans a framework opens through its own tracer (AutoGen's, CrewAI's, an application's second
+tracer) join the run as attached spans under the launcher's :class:`RunTracerProvider`, instead
+of each starting a trace, and so a "run", of its own.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import atexit
 import functools
 import inspect
 import itertools
+import logging
 import os
 import sys
 import threading
@@ -26,6 +31,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk import trace as sdk_trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from agentreplay_otel import intercept, semconv, settings
@@ -403,3 +409,54 @@ def _record_uncaught() -> None:
 def _entrypoint_name() -> str:
     main = sys.argv[0] if sys.argv and sys.argv[0] else "python"
     return main.rsplit("/", 1)[-1].removesuffix(".py") or "agent"
+
+
+# --- spans other tracers open ---------------------------------------------------------------
+_OURS = "agentreplay_otel"  # every tracer of the SDK's is named after one of its modules
+_OWN_TRACES = (SpanKind.SERVER, SpanKind.CONSUMER)  # a request from elsewhere: its own trace, its own run
+
+
+def joined_context(context: otel_context.Context | None, kind: SpanKind) -> otel_context.Context | None:
+    """The parent for a span another tracer starts: the run's, where it would start a trace of its own.
+
+    A span with a parent keeps it; one that answers a request (``SERVER``, ``CONSUMER``) keeps its own
+    trace (a web request of the agent's is a run of its own). An ``INTERNAL`` span at the root (a
+    framework's agent, task or tool span) is started inside the caller's run, opening the process's
+    auto run if none is open: the framework's spans then share the run's trace and are attached to
+    it (they carry no chain), and the model and tool calls made inside them are the run's steps. A
+    ``CLIENT`` or ``PRODUCER`` span at the root joins a run that is open, and opens none.
+    """
+    if kind in _OWN_TRACES or trace.get_current_span(context).get_span_context().is_valid:
+        return context
+    state = _current.get() or _auto_run
+    if state is None:
+        if kind != SpanKind.INTERNAL:
+            return context
+        state = _ensure_auto_run()
+    return trace.set_span_in_context(state.span, context)
+
+
+class _JoiningTracer(sdk_trace.Tracer):
+    """A tracer of another library's, whose spans at the root join the caller's run (:func:`joined_context`)."""
+
+    def start_span(self, name: str, context: otel_context.Context | None = None,
+                   kind: SpanKind = SpanKind.INTERNAL, *args: Any, **kwargs: Any) -> Span:
+        try:
+            context = joined_context(context, kind)
+        except Exception:  # noqa: BLE001 - the framework's span starts where it asked, never fails for us
+            logging.getLogger(__name__).exception("agentreplay: could not join a span to the run")
+        return super().start_span(name, context, kind, *args, **kwargs)
+
+
+class RunTracerProvider(sdk_trace.TracerProvider):
+    """The launcher's tracer provider: every tracer but the SDK's own starts its root spans in the run.
+
+    One agent process that does one task is one run, whatever traces its framework opens.
+    """
+
+    def get_tracer(self, instrumenting_module_name: str, *args: Any, **kwargs: Any) -> trace.Tracer:
+        tracer = super().get_tracer(instrumenting_module_name, *args, **kwargs)
+        name = instrumenting_module_name or ""
+        if type(tracer) is sdk_trace.Tracer and name.partition(".")[0] != _OURS:
+            tracer.__class__ = _JoiningTracer  # the provider's cached tracer, changed once
+        return tracer
