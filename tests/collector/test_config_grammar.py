@@ -269,3 +269,24 @@ def test_the_forwarding_example_in_the_docs_is_accepted() -> None:
     }
     assert cfg.stored_signals == frozenset({"traces", "metrics"})
     assert cfg.forwarders["otlphttp/grafana"].headers == {"authorization": "Basic t0ken"}
+
+
+def test_headers_setter_passes_the_exports_token_on_as_otelcol_contrib_does(fanout: dict[str, Any]) -> None:
+    fanout["extensions"] = {"headers_setter": {"headers": [
+        {"key": "Authorization", "from_context": "authorization"}, {"key": "X-Org", "value": "acme"}]}}
+    fanout["service"]["extensions"] = ["headers_setter"]
+    fanout["exporters"]["otlp/jaeger"]["auth"] = {"authenticator": "headers_setter"}
+    err = error_for(copy.deepcopy(fanout))
+    assert err.path == "receivers.otlp.protocols.grpc.include_metadata" and "otlp/jaeger" in str(err)
+    for protocol in fanout["receivers"]["otlp"]["protocols"].values():
+        protocol["include_metadata"] = True
+    jaeger = parse_config(fanout, {}).forwarders["otlp/jaeger"]
+    assert jaeger.from_request == ("authorization",)
+    assert dict(jaeger.headers) == {"x-tenant": "acme", "x-org": "acme"}
+    unlisted = copy.deepcopy(fanout)
+    unlisted["service"]["extensions"] = []
+    assert error_for(unlisted).path == "exporters.otlp/jaeger.auth.authenticator"
+    other = copy.deepcopy(fanout)
+    other["extensions"]["headers_setter"]["headers"][0]["from_context"] = "x-tenant"
+    err = error_for(other)
+    assert err.path == "extensions.headers_setter.headers[0].from_context" and "authorization" in str(err)

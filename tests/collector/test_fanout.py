@@ -157,9 +157,13 @@ def start_collector(tmp_path: Path) -> Iterator[Callable[..., CollectorProcess]]
         exporters: dict[str, Any] | None = None,
         traces: list[str] = (),  # type: ignore[assignment]
         pipelines: dict[str, Any] | None = None,
+        edit: Callable[[dict[str, Any]], None] = lambda doc: None,
+        **settings: Any,
     ) -> CollectorProcess:
-        path = write_config(tmp_path / f"{name}.yaml", store=f"chdb://{tmp_path / name}", control="127.0.0.1:0")
+        path = write_config(tmp_path / f"{name}.yaml", store=f"chdb://{tmp_path / name}", control="127.0.0.1:0",
+                            **settings)
         doc = yaml.safe_load(path.read_text())
+        edit(doc)
         doc["exporters"].update(exporters or {})
         doc["service"]["pipelines"]["traces"]["exporters"] += list(traces)
         doc["service"]["pipelines"].update(pipelines or {})
@@ -388,3 +392,36 @@ def test_a_backend_holding_exports_does_not_hold_up_the_collectors_stop(
     assert counted == 4 * 4 and len(dropped) <= 2, dropped  # the held export too; logged once, then the rest
     with Store(f"chdb://{tmp_path / 'first'}", database="agentreplay") as store:
         assert store.query("SELECT count() FROM agentreplay.otel_traces")[0][0] == 4 * 4
+
+
+def test_the_agents_token_is_passed_on_to_a_second_collector_that_checks_it(
+    start_collector: Callable[..., CollectorProcess], org: Any
+) -> None:
+    second = start_collector("second", org_public_key=org.public_path)
+
+    def pass_the_token_on(doc: dict[str, Any]) -> None:  # otelcol's way: headers_setter, include_metadata
+        doc["extensions"]["headers_setter"] = {"headers": [{"key": "authorization", "from_context": "authorization"}]}
+        doc["service"]["extensions"].append("headers_setter")
+        for protocol in doc["receivers"]["otlp"]["protocols"].values():
+            protocol["include_metadata"] = True
+
+    tls = {"insecure": True}
+    first = start_collector(
+        "first",
+        org_public_key=org.public_path,
+        edit=pass_the_token_on,
+        exporters={
+            "otlp/second": {"endpoint": second.grpc, "tls": tls, "auth": {"authenticator": "headers_setter"}},
+            "otlp/tokenless": {"endpoint": second.grpc, "tls": tls},
+        },
+        traces=["otlp/second", "otlp/tokenless"],
+    )
+    _, token = org.identity("agent-1")
+    for _ in range(3):
+        body = record_request(runs=1, children=3, agent_id="agent-1").SerializeToString()
+        assert export_grpc(first.grpc, body, token=token) == grpc.StatusCode.OK
+    total = 3 * 4
+    stats = wait_for(lambda: (s := exporter_stats(first)) and all(settled(e, total) for e in s.values()) and s)
+    assert stats["otlp/second"]["sent_items"]["traces"] == total
+    assert stats["otlp/tokenless"]["dropped_items"]["refused"] == total  # UNAUTHENTICATED: not retried
+    wait_for(lambda: second.client().stats()["written_spans"] == total)

@@ -75,12 +75,14 @@ class Endpoint:
 class GrpcReceiverConfig:
     endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4317)
     max_recv_msg_size_mib: int = 16
+    include_metadata: bool = False  # the request's authorization may travel on (headers_setter)
 
 
 @dataclass(frozen=True, kw_only=True)
 class HttpReceiverConfig:
     endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4318)
     max_request_body_size: int = 16 * MIB
+    include_metadata: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -223,6 +225,17 @@ class ForwardConfig:
     compression: str = "gzip"  # gzip | none
     queue: QueueSettings = QueueSettings()
     retry: RetrySettings = RetrySettings()
+    authenticator: str | None = None  # ``auth.authenticator``: a headers_setter extension's id
+    from_request: tuple[str, ...] = ()  # headers set to the export's own authorization (headers_setter)
+
+
+@dataclass(frozen=True, kw_only=True)
+class HeadersSetter:
+    """``headers_setter`` (as otelcol-contrib's): headers an exporter adds to each request, a fixed
+    ``value`` or ``from_context: authorization``, the token the export came with."""
+
+    values: Mapping[str, str] = field(default_factory=dict, repr=False)
+    from_request: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -470,6 +483,7 @@ def _parse_otlp(sec: _Section) -> OtlpReceiverConfig:
         grpc = GrpcReceiverConfig(
             endpoint=g.endpoint("endpoint", GrpcReceiverConfig.endpoint),
             max_recv_msg_size_mib=g.integer("max_recv_msg_size_mib", 16, minimum=1, maximum=2047),
+            include_metadata=g.boolean("include_metadata", False),
         )
         g.done()
     if protocols.has("http"):
@@ -477,6 +491,7 @@ def _parse_otlp(sec: _Section) -> OtlpReceiverConfig:
         http = HttpReceiverConfig(
             endpoint=h.endpoint("endpoint", HttpReceiverConfig.endpoint),
             max_request_body_size=h.integer("max_request_body_size", 16 * MIB, minimum=1),
+            include_metadata=h.boolean("include_metadata", False),
         )
         h.done()
     protocols.done()
@@ -721,6 +736,9 @@ def _parse_forward(sec: _Section, kind: str) -> ForwardConfig:
         queue_size=q.integer("queue_size", 1000, minimum=1, maximum=1_000_000),
     )
     q.done()
+    auth = sec.section("auth")
+    authenticator = auth.string("authenticator")
+    auth.done()
     r = sec.section("retry_on_failure")
     retry = RetrySettings(
         enabled=r.boolean("enabled", True),
@@ -744,6 +762,7 @@ def _parse_forward(sec: _Section, kind: str) -> ForwardConfig:
         compression=compression or "none",
         queue=queue,
         retry=retry,
+        authenticator=authenticator,
     )
     sec.done()
     if cfg.timeout_s <= 0:
@@ -773,7 +792,39 @@ _EXPORTERS = {
     "otlp": _parse_forward_otlp,
     "otlphttp": _parse_forward_otlphttp,
 }
-_EXTENSIONS = {"agentreplay_control": _parse_control, "agentreplay_transparency": _parse_transparency}
+def _parse_headers_setter(sec: _Section) -> HeadersSetter:
+    rules = sec.get("headers")
+    if not isinstance(rules, list) or not rules:
+        raise ConfigError(sec.at("headers"), "a list of {key, value} or {key, from_context: authorization}", rules)
+    values: dict[str, str] = {}
+    from_request: list[str] = []
+    for i, raw in enumerate(rules):
+        rule = _Section(f"{sec.at('headers')}[{i}]", raw)
+        key, value, context = rule.string("key"), rule.get("value"), rule.get("from_context")
+        action = rule.string("action", "upsert")
+        rule.done()
+        if key is None:
+            raise ConfigError(rule.at("key"), "a header name")
+        if action not in ("insert", "update", "upsert"):
+            raise ConfigError(rule.at("action"), "insert, update or upsert", action)
+        if (value is None) == (context is None):
+            raise ConfigError(rule.path, "value or from_context (one of them)")
+        if context is not None:
+            if str(context).lower() != "authorization":
+                raise ConfigError(rule.at("from_context"),
+                                  "authorization (the one request header the collector keeps)", context)
+            from_request.append(key.lower())
+        else:
+            values[key.lower()] = str(value)
+    sec.done()
+    return HeadersSetter(values=values, from_request=tuple(from_request))
+
+
+_EXTENSIONS = {
+    "agentreplay_control": _parse_control,
+    "agentreplay_transparency": _parse_transparency,
+    "headers_setter": _parse_headers_setter,
+}
 
 
 def _components(root: _Section, kind: str, parsers: Mapping[str, Any]) -> dict[str, Any]:
@@ -856,9 +907,10 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None, *, strict: 
         transparency=next((extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_transparency"), None),
         pipelines=pipelines,
         stored_signals=_stored_signals(pipelines),
-        forwarders={e: replace(exporters[e], name=e) for ids in forwards.values() for e in ids},
+        forwarders={e: _authenticated(exporters[e], e, extensions, ext_ids) for ids in forwards.values() for e in ids},
         forwards={signal: ids for signal, ids in forwards.items() if ids},
     )
+    _check_metadata(config, pipeline)
     config = replace(config, secret_files=_secret_files(config, pipeline, ext_ids))
     if strict:
         _check_exposure(config, pipeline, ext_ids)
@@ -1090,6 +1142,28 @@ def _check_pipelines(declared: list[tuple[_Section, PipelineConfig]]) -> None:
             "clickhouse in a traces pipeline too, when a metrics or logs pipeline stores (one store, opened with"
             " the traces)",
         )
+
+
+def _authenticated(cfg: ForwardConfig, cid: str, extensions: dict[str, Any], ext_ids: tuple[str, ...]) -> ForwardConfig:
+    """The exporter with its ``auth.authenticator``'s headers (a headers_setter in service.extensions)."""
+    cfg = replace(cfg, name=cid)
+    if cfg.authenticator is None:
+        return cfg
+    setter = extensions.get(cfg.authenticator)
+    if not isinstance(setter, HeadersSetter) or cfg.authenticator not in ext_ids:
+        raise ConfigError(f"exporters.{cid}.auth.authenticator",
+                          "a headers_setter extension listed in service.extensions", cfg.authenticator)
+    return replace(cfg, headers={**cfg.headers, **setter.values}, from_request=setter.from_request)
+
+
+def _check_metadata(config: CollectorConfig, p: PipelineConfig) -> None:
+    """A token passed on (``from_context``) needs the receiver to keep it: ``include_metadata``, as in otelcol."""
+    users = [f for f in config.forwarders.values() if f.from_request]
+    otlp_id = p.receivers[0]
+    for name, receiver in (("grpc", config.otlp.grpc), ("http", config.otlp.http)):
+        if users and receiver is not None and not receiver.include_metadata:
+            raise ConfigError(f"receivers.{otlp_id}.protocols.{name}.include_metadata",
+                              f"true: {users[0].name} passes on each export's authorization (from_context)", False)
 
 
 def _local_pipeline(pipelines: list[PipelineConfig], signal: str) -> PipelineConfig | None:

@@ -41,6 +41,7 @@ class _Export:
     body: bytes
     json: bool  # OTLP/JSON as received: re-encoded as protobuf before it is sent
     items: int  # spans, points or records (as the local pipeline counted them)
+    authorization: str | None  # the export's own, kept only for an exporter that passes it on
 
 
 _STOP = object()
@@ -66,13 +67,15 @@ class Forwarder:
         self._sending: dict[int, int] = {}  # sender thread -> items of the export it is sending
 
     # --- the receivers' side (the event loop): never waits ------------------------------------------
-    def offer(self, signal: str, body: bytes, *, json: bool, items: int) -> bool:
-        """Queue one accepted export; False (dropped, counted) when the queue is full or shut."""
+    def offer(self, signal: str, body: bytes, *, json: bool, items: int, authorization: str | None = None) -> bool:
+        """Queue one accepted export; False (dropped, counted) when the queue is full or shut.
+        ``authorization`` goes on only to the headers ``from_request`` names (headers_setter)."""
         if self._closing.is_set():
             self._drop("shutdown", items, "the collector is stopping")
             return False
         try:
-            self._queue.put_nowait(_Export(signal, body, json, items))
+            token = authorization if self.config.from_request else None
+            self._queue.put_nowait(_Export(signal, body, json, items, token))
         except queue.Full:
             self._drop("queue_full", items, f"the sending queue holds {self.config.queue.queue_size} exports")
             return False
@@ -146,12 +149,13 @@ class Forwarder:
             except ValueError as exc:
                 self._drop("unencodable", export.items, str(exc))
                 return
+        headers = {key: export.authorization for key in self.config.from_request if export.authorization}
         retry = self.config.retry
         started = time.monotonic()
         interval = retry.initial_interval_s
         while True:
             try:
-                self._sender.send(export.signal, body)
+                self._sender.send(export.signal, body, headers)
             except SendError as exc:
                 with self._lock:
                     self.failed_attempts += 1
@@ -259,12 +263,14 @@ class Fanout:
     def from_config(cls, forwarders: Mapping[str, ForwardConfig], routes: Mapping[str, Sequence[str]]) -> Fanout:
         return cls([Forwarder(cfg) for cfg in forwarders.values()], routes)
 
-    def handoff(self, signal: str, body: bytes, *, json: bool, items: int) -> None:
+    def handoff(
+        self, signal: str, body: bytes, *, json: bool, items: int, authorization: str | None = None
+    ) -> None:
         """Queue an export the local pipeline accepted for each of the signal's exporters (never waits)."""
         if items <= 0:
             return
         for forwarder in self.routes.get(signal, ()):
-            forwarder.offer(signal, body, json=json, items=items)
+            forwarder.offer(signal, body, json=json, items=items, authorization=authorization)
 
     def start(self) -> None:
         for forwarder in self.forwarders.values():

@@ -24,6 +24,7 @@ import json
 import ssl
 import threading
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlsplit
@@ -80,7 +81,7 @@ class SendError(Exception):
 class Sender(Protocol):
     """One backend's protocol: ``send`` delivers one export or raises :class:`SendError`."""
 
-    def send(self, signal: str, body: bytes) -> None: ...
+    def send(self, signal: str, body: bytes, headers: Mapping[str, str]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -123,10 +124,11 @@ class GrpcSender:
         self.metadata = tuple(config.headers.items())
         self.compression = grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
 
-    def send(self, signal: str, body: bytes) -> None:
+    def send(self, signal: str, body: bytes, headers: Mapping[str, str]) -> None:
+        metadata = (*self.metadata, *headers.items()) if headers else self.metadata
         try:
             answer = self.calls[signal](
-                body, timeout=self.config.timeout_s, metadata=self.metadata, compression=self.compression
+                body, timeout=self.config.timeout_s, metadata=metadata, compression=self.compression
             )
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
@@ -187,7 +189,7 @@ class HttpSender:
         if conn is not None:
             conn.close()
 
-    def send(self, signal: str, body: bytes) -> None:
+    def send(self, signal: str, body: bytes, headers: Mapping[str, str]) -> None:
         target = self.targets.get(signal)
         if target is None:
             raise SendError("refused", f"no {signal}_endpoint configured", retryable=False)
@@ -197,7 +199,7 @@ class HttpSender:
         conn = self._connection(signal)
         url = target.geturl()
         try:
-            conn.request("POST", target.path or "/", body=body, headers=self.headers)
+            conn.request("POST", target.path or "/", body=body, headers={**self.headers, **headers})
             response = conn.getresponse()
             answer = response.read(_MAX_ANSWER + 1)
         except (OSError, http.client.HTTPException) as exc:

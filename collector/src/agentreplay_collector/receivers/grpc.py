@@ -90,7 +90,7 @@ class GrpcReceiver:
         try:
             items = await target.export_protobuf(body, authorization)
             if self.fanout is not None:
-                self.fanout.handoff(signal, body, json=False, items=items)
+                self.fanout.handoff(signal, body, json=False, items=items, authorization=authorization)
             return _EMPTY_RESPONSE
         except RequestError as exc:
             code, message = getattr(grpc.StatusCode, exc.grpc_code), str(exc)

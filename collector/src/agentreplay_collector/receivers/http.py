@@ -87,7 +87,7 @@ def build_app(
             else:
                 items = await target.export_json(body, authorization)
             if fanout is not None:
-                fanout.handoff(signal, body, json=media == JSON, items=items)
+                fanout.handoff(signal, body, json=media == JSON, items=items, authorization=authorization)
             if media == PROTOBUF:
                 return Response(b"", media_type=PROTOBUF)
             return Response(b"{}", media_type=JSON)
