@@ -290,3 +290,12 @@ def test_headers_setter_passes_the_exports_token_on_as_otelcol_contrib_does(fano
     other["extensions"]["headers_setter"]["headers"][0]["from_context"] = "x-tenant"
     err = error_for(other)
     assert err.path == "extensions.headers_setter.headers[0].from_context" and "authorization" in str(err)
+
+
+def test_a_signal_can_be_checked_and_dropped_beside_authenticated_pipelines(fanout: dict[str, Any]) -> None:
+    fanout["exporters"]["nop"] = {}
+    fanout["service"]["pipelines"]["logs"]["exporters"] = ["nop"]  # with agentreplay_auth, as every pipeline
+    assert "logs" not in parse_config(fanout, {}).stored_signals
+    fanout["service"]["pipelines"]["logs"]["processors"] = ["agentreplay_auth", "batch"]
+    err = error_for(fanout)
+    assert err.path == "service.pipelines.logs.processors" and "nop" in str(err)

@@ -1076,10 +1076,12 @@ def _check_pipeline(
                 "the clickhouse exporter in the same pipeline (it judges the spans the store keeps)",
                 cid,
             )
-    if local and _component_type(local[0]) == "nop" and p.processors:
+    if local and _component_type(local[0]) == "nop" and any(
+        _component_type(c) != "agentreplay_auth" for c in p.processors
+    ):
         raise ConfigError(
             sec.at("processors"),
-            "no processors with the nop exporter (it measures receiving only)",
+            "no processors but agentreplay_auth with the nop exporter (it checks and drops)",
             list(p.processors),
         )
     ranks = [allowed.index(_component_type(c)) for c in p.processors]
