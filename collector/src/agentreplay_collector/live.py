@@ -74,9 +74,10 @@ VERDICT_EVERY_S = 1.0
 MAX_VIEWERS = 1000
 RECENT_ALERTS = 50
 """The newest alerts a snapshot carries (a page opened, or a feed opened again, misses none of them)."""
-MAX_RUN_EVENTS = 200
-"""Run events a tick sends a list's viewers at most (the runs that arrived last): a list page shows the
-newest fifty, and a flood of runs costs each viewer one bounded chunk. A run's page gets its own run's."""
+MAX_RUN_EVENTS = 50
+"""Run events a tick sends a list's viewers at most, those of the runs that arrived last: a list page
+shows the newest fifty (fifty newer runs push an older one off it), and a flood of runs costs each
+viewer one bounded chunk. A run's page gets its own run's whatever the flood."""
 """The newest alerts a snapshot carries (a page opened, or a feed opened again, misses none of them)."""
 
 
@@ -351,7 +352,8 @@ class LiveFeed:
                 self._awaiting.pop(run_id, None)
                 run.state = "judged"
                 run.halted = run.halted or summary.halted
-                doc = {**run.to_json(), "chain": summary.chain.to_json(), "classification": summary.classification,
+                chain = {"status": str(summary.chain.status), "seal": summary.chain.seal}
+                doc = {**run.to_json(), "chain": chain, "classification": summary.classification,
                        "spans": summary.span_count, "cost_usd": summary.cost_usd}
                 out.append(("run", run.agent_id, run_id, doc))
         now = time.monotonic()

@@ -94,7 +94,12 @@
           got[4].halts || [], got[8], got[9][got[0].agent_id], got[5].trials || [], alerts, got[7]);
         if (focused && document.getElementById(focused)) { document.getElementById(focused).focus(); }
         document.body.setAttribute('data-state', 'ready');
-        if (first) { showCulprit(main); }
+        if (first) {
+          showCulprit(main);
+          // how long the page took to be usable (read by the bench): drawn, then painted at the next frame
+          window.performance.mark('agentreplay-run-drawn');
+          window.requestAnimationFrame(function () { window.performance.mark('agentreplay-run-painted'); });
+        }
         if (!following && isLive(got[0])) {  // follow the run as the collector pushes what happens to it
           following = true;
           C.live(onEvent, runId);
