@@ -299,3 +299,15 @@ def test_a_signal_can_be_checked_and_dropped_beside_authenticated_pipelines(fano
     fanout["service"]["pipelines"]["logs"]["processors"] = ["agentreplay_auth", "batch"]
     err = error_for(fanout)
     assert err.path == "service.pipelines.logs.processors" and "nop" in str(err)
+
+
+def test_the_collector_refuses_to_start_on_an_otelcol_contrib_config(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = tmp_path / "contrib.yaml"
+    config.write_text(CONTRIB)
+    done = subprocess.run([sys.executable, "-m", "agentreplay_collector", "--config", str(config)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "ready" not in done.stdout
+    assert "receivers.jaeger: expected a receiver type this collector has, one of ['otlp']" in done.stderr
