@@ -420,19 +420,14 @@ def joined_context(context: otel_context.Context | None, kind: SpanKind) -> otel
     """The parent for a span another tracer starts: the run's, where it would start a trace of its own.
 
     A span with a parent keeps it; one that answers a request (``SERVER``, ``CONSUMER``) keeps its own
-    trace (a web request of the agent's is a run of its own). An ``INTERNAL`` span at the root (a
-    framework's agent, task or tool span) is started inside the caller's run, opening the process's
-    auto run if none is open: the framework's spans then share the run's trace and are attached to
-    it (they carry no chain), and the model and tool calls made inside them are the run's steps. A
-    ``CLIENT`` or ``PRODUCER`` span at the root joins a run that is open, and opens none.
+    trace (a web request of the agent's is a run of its own). Any other span at the root (a
+    framework's agent, task or tool span: AutoGen's ``invoke_agent`` is a ``CLIENT`` one) is started
+    inside the caller's run, opening the process's auto run if none is open: the framework's spans
+    then share the run's trace, and the model and tool calls made inside them are the run's steps.
     """
     if kind in _OWN_TRACES or trace.get_current_span(context).get_span_context().is_valid:
         return context
-    state = _current.get() or _auto_run
-    if state is None:
-        if kind != SpanKind.INTERNAL:
-            return context
-        state = _ensure_auto_run()
+    state = _current.get() or _ensure_auto_run()
     return trace.set_span_in_context(state.span, context)
 
 

@@ -115,13 +115,17 @@ def test_a_request_from_elsewhere_keeps_its_own_trace(launched, server):
     assert runs.current_run() is None  # no auto run was opened for it
 
 
-def test_a_client_span_at_the_root_opens_no_run(launched):
-    tracer = launched.provider.get_tracer("shelfbot.http")
-    with tracer.start_as_current_span("GET /inventory", kind=SpanKind.CLIENT):
-        pass
-    assert runs.current_run() is None
-    [span] = launched.spans()
-    assert span.parent is None
+def test_a_client_span_at_the_root_is_in_the_run(launched):
+    """AutoGen's ``invoke_agent`` is a CLIENT span: the first one opens the run like an INTERNAL one."""
+    tracer = launched.provider.get_tracer("shelfbot.framework")
+    with tracer.start_as_current_span("invoke_agent shelf_keeper", kind=SpanKind.CLIENT):
+        shelf_capacity("upper")
+    state = runs.current_run()
+    assert state is not None and state.auto
+    runs.end_auto_run()
+    spans = launched.spans()
+    [root] = [s for s in spans if s.parent is None]
+    assert root.attributes[semconv.RUN_AUTO] is True and len({s.context.trace_id for s in spans}) == 1
 
 
 def test_the_sdks_own_tracers_are_left_as_they_are(launched):
