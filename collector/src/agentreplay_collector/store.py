@@ -23,6 +23,7 @@ import base64
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -113,6 +114,74 @@ _CLASSIFICATION_COLUMNS = (
 )
 
 
+class OwnWrites:
+    """What this process wrote to an exclusive store (see :attr:`Store.exclusive`), remembered so
+    that each round of verdicts reads nothing back: when each run it opened first arrived, and the
+    last log leaf of each run it logged.
+
+    A run's arrival is written once, when the collector first hears of it (the store then holds
+    nothing of it: :class:`~agentreplay_collector.ownership.RunOwners`), so for a run whose arrival
+    this process wrote, the earliest it wrote is the run's, and the log holds no leaf of it but
+    those this process appended. The log is appended to by one process, in order, so the last leaf
+    this process appended for a run is that run's last. Bounded, oldest forgotten first; a run
+    forgotten, or not written here, is read from the store."""
+
+    CAPACITY = 262_144
+
+    def __init__(self, capacity: int = CAPACITY) -> None:
+        self.capacity = capacity
+        self._lock = threading.Lock()
+        self._arrived: OrderedDict[str, int] = OrderedDict()
+        self._last_leaf: OrderedDict[str, LogEntry] = OrderedDict()
+
+    def arrived(self, arrivals: Iterable[RunArrival]) -> None:
+        with self._lock:
+            for a in arrivals:
+                known = self._arrived.get(a.run_id)
+                self._arrived[a.run_id] = a.received_ns if known is None else min(known, a.received_ns)
+                self._arrived.move_to_end(a.run_id)
+            _trim(self._arrived, self.capacity)
+
+    def logged(self, entries: Iterable[tuple[str, LogEntry]]) -> None:
+        with self._lock:
+            for run_id, entry in entries:
+                self._last_leaf[run_id] = entry
+                self._last_leaf.move_to_end(run_id)
+            _trim(self._last_leaf, self.capacity)
+
+    def arrival_times(self, run_ids: Sequence[str]) -> tuple[dict[str, int], list[str]]:
+        """The arrival times known here, and the runs to ask the store about."""
+        known: dict[str, int] = {}
+        unknown: list[str] = []
+        with self._lock:
+            for run_id in run_ids:
+                t = self._arrived.get(run_id)
+                if t is None:
+                    unknown.append(run_id)
+                else:
+                    known[run_id] = t
+        return known, unknown
+
+    def last_leaves(self, run_ids: Sequence[str]) -> tuple[dict[str, LogEntry], list[str]]:
+        """The last leaves known here (a run opened here and not logged has none), and the runs
+        to ask the store about."""
+        known: dict[str, LogEntry] = {}
+        unknown: list[str] = []
+        with self._lock:
+            for run_id in run_ids:
+                entry = self._last_leaf.get(run_id)
+                if entry is not None:
+                    known[run_id] = entry
+                elif run_id not in self._arrived:
+                    unknown.append(run_id)
+        return known, unknown
+
+
+def _trim(memory: OrderedDict[str, Any], capacity: int) -> None:
+    while len(memory) > capacity:
+        memory.popitem(last=False)
+
+
 class Store:
     """One ClickHouse database: writes Arrow batches and run rows, answers the read queries."""
 
@@ -134,6 +203,7 @@ class Store:
         self._clients: list[Any] = []
         self._clients_lock = threading.Lock()
         self._closed = False
+        self.own_writes = OwnWrites() if self.exclusive else None
 
     @classmethod
     def from_config(cls, cfg: ClickHouseConfig) -> Store:
@@ -241,7 +311,10 @@ class Store:
             raise
 
     def insert_run_arrivals(self, arrivals: Sequence[RunArrival]) -> None:
+        """Runs as the collector first heard of them (written once a run: see :class:`OwnWrites`)."""
         self._insert(schema.RUN_ARRIVALS, _rows.RUN_ARRIVAL_COLUMNS, [_rows.run_arrival_row(a) for a in arrivals])
+        if self.own_writes is not None:
+            self.own_writes.arrived(arrivals)
 
     def upsert_runs(self, runs: Sequence[RunSummary], updated_ns: int) -> None:
         self._insert(schema.RUNS, _rows.RUN_COLUMNS, [_rows.run_row(run, updated_ns) for run in runs])
@@ -813,6 +886,8 @@ class Store:
         rows = [_rows.log_node_row(node, digest, logged_ns) for node, digest in nodes]
         self._insert(schema.LOG_NODES, _rows.LOG_NODE_COLUMNS, rows)
         self._insert(schema.LOG_LEAVES, _rows.LOG_LEAF_COLUMNS, [_rows.log_leaf_row(e) for e in entries])
+        if self.own_writes is not None:
+            self.own_writes.logged((e.run_id, e) for e in sorted(entries, key=lambda e: e.index))
 
     def _add_log_runs_projection(self, opts: schema.SchemaOptions) -> None:
         """A store whose log_leaves predates its by-run projection gets it: added, then built for the
@@ -874,10 +949,28 @@ class Store:
         rows = self._call("log lookup", "query", sql, parameters={"ids": list(run_ids)}).result_rows
         return [_rows.log_entry_from_row(r) for r in rows]
 
+    def last_log_leaves(self, run_ids: Sequence[str]) -> dict[str, LogEntry]:
+        """The last leaf each of these runs has in the log (runs never logged left out): on an
+        exclusive store, from what this process appended where it can (:class:`OwnWrites`)."""
+        found: dict[str, LogEntry] = {}
+        ask = list(run_ids)
+        if self.own_writes is not None:
+            found, ask = self.own_writes.last_leaves(ask)
+        for entry in self.log_entries_of_runs(ask):  # in log order: the last one stays
+            found[entry.run_id] = entry
+        return found
+
     def run_arrival_times(self, run_ids: Sequence[str]) -> dict[str, int]:
-        """When the collector first received each of these runs (its own clock); unknown runs left out."""
+        """When the collector first received each of these runs (its own clock); unknown runs left out.
+        On an exclusive store, runs whose arrival this process wrote are answered from memory."""
+        known: dict[str, int] = {}
+        if self.own_writes is not None:
+            known, run_ids = self.own_writes.arrival_times(run_ids)
         if not run_ids:
-            return {}
+            return known
+        return known | self._stored_arrival_times(run_ids)
+
+    def _stored_arrival_times(self, run_ids: Sequence[str]) -> dict[str, int]:
         sql = (
             f"SELECT RunId, toUnixTimestamp64Nano(min(ReceivedAt)) FROM {self.database}.{schema.RUN_ARRIVALS}"
             " WHERE RunId IN {ids:Array(String)} GROUP BY RunId"

@@ -262,9 +262,7 @@ class TransparencyLog:
     def _new_leaves(self, judged: Sequence[tuple[RunSummary, ChainHead]], now: int) -> list[LogLeaf]:
         ids = [run.run_id for run, _ in judged]
         received = self.store.run_arrival_times(ids)
-        last: dict[str, LogLeaf] = {}
-        for entry in self.store.log_entries_of_runs(ids):
-            last[entry.run_id] = entry.decoded()
+        last = {run_id: entry.decoded() for run_id, entry in self.store.last_log_leaves(ids).items()}
         leaves = []
         for run, head in judged:
             before = last.get(run.run_id)

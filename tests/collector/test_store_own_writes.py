@@ -1,0 +1,96 @@
+"""Store.own_writes: on an exclusive store (embedded chDB) the verdict round's reads (when each run
+arrived, each run's last log leaf) are answered from what this process wrote, and the answers are
+the store's own; a store opened again (nothing remembered) reads the same from its tables."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from agentreplay_collector.models import ChainState, ChainStatus, RunArrival, RunSummary
+from agentreplay_collector.store import OwnWrites, Store
+from agentreplay_collector.translog import TransparencyLog
+from agentreplay_otel.core import ChainHead
+
+
+def _verdict(run_id: str, state: ChainState) -> tuple[RunSummary, ChainHead]:
+    chain = ChainStatus(run_id=run_id, status=state, seal="valid", span_count=3)
+    summary = RunSummary(run_id=run_id, agent_id="agent-a", agent_name="a", service_name="svc", run_kind="record",
+                         name="invoke_agent a", start_ns=1, end_ns=2, span_count=3, status_code="Ok", cost_usd=0.0,
+                         chain=chain)
+    return summary, ChainHead(seq=2, hash=run_id * 2, seal="s" * 86, kid="k" * 16)
+
+
+def _from_tables(store: Store, run_ids: list[str]) -> tuple[dict[str, int], dict[str, bytes]]:
+    """What the store's tables say, asked directly."""
+    arrivals = store._stored_arrival_times(run_ids)
+    last = {e.run_id: e.leaf for e in store.log_entries_of_runs(run_ids)}
+    return arrivals, last
+
+
+def test_verdict_reads_come_from_memory_and_equal_the_tables(tmp_path: Path) -> None:
+    path = f"chdb://{tmp_path / 'store'}"
+    now = time.time_ns()
+    opened = [f"{i:032x}" for i in range(1, 7)]
+    with Store(path, database="own") as store:
+        store.ensure_schema()
+        assert store.exclusive and store.own_writes is not None
+        store.insert_run_arrivals([RunArrival(run_id=r, agent_id="agent-a", received_ns=now + i)
+                                   for i, r in enumerate(opened)])
+        # the same arrival again (an export retried after its write failed) changes nothing
+        store.insert_run_arrivals([RunArrival(run_id=opened[0], agent_id="agent-a", received_ns=now)])
+        log = TransparencyLog(store)
+        log.open()
+        assert log.append([_verdict(r, ChainState.INTACT) for r in opened[:3]]) == 3
+        assert log.append([_verdict(opened[0], ChainState.BROKEN), _verdict(opened[3], ChainState.INTACT)]) == 2
+        assert log.append([_verdict(opened[0], ChainState.BROKEN)]) == 0  # the same leaf is not logged again
+
+        known_times, ask_times = store.own_writes.arrival_times(opened)
+        known_leaves, ask_leaves = store.own_writes.last_leaves(opened)
+        assert ask_times == [] and ask_leaves == []  # nothing read back from the store
+        assert set(known_leaves) == set(opened[:4])  # opened[4:] were never logged: no leaf, known too
+
+        arrivals, last = _from_tables(store, opened)
+        assert store.run_arrival_times(opened) == arrivals == known_times
+        assert {r: e.leaf for r, e in store.last_log_leaves(opened).items()} == last
+        assert last[opened[0]] == known_leaves[opened[0]].leaf and b'"broken"' in last[opened[0]]
+
+    with Store(path, database="own") as again:  # nothing remembered: the tables answer the same
+        assert again.own_writes is not None and again.own_writes.arrival_times(opened) == ({}, opened)
+        assert again.run_arrival_times(opened) == arrivals
+        assert {r: e.leaf for r, e in again.last_log_leaves(opened).items()} == last
+        log = TransparencyLog(again)
+        log.open()
+        assert log.append([_verdict(opened[0], ChainState.BROKEN)]) == 0  # its last leaf, read back
+
+
+def test_a_run_not_written_here_is_read_from_the_store(tmp_path: Path) -> None:
+    path = f"chdb://{tmp_path / 'store'}"
+    straggler = "a" * 32
+    with Store(path, database="own") as store:
+        store.ensure_schema()
+        store.insert_run_arrivals([RunArrival(run_id=straggler, agent_id="agent-a", received_ns=5)])
+        log = TransparencyLog(store)
+        log.open()
+        log.append([_verdict(straggler, ChainState.INTACT)])
+    with Store(path, database="own") as store:  # a restart: a straggler of a run judged before
+        assert store.own_writes is not None
+        assert store.own_writes.last_leaves([straggler]) == ({}, [straggler])
+        assert store.run_arrival_times([straggler]) == {straggler: 5}
+        assert list(store.last_log_leaves([straggler])) == [straggler]
+        log = TransparencyLog(store)
+        log.open()
+        assert log.append([_verdict(straggler, ChainState.INTACT)]) == 0
+        assert log.append([_verdict(straggler, ChainState.BROKEN)]) == 1
+        assert b'"broken"' in store.own_writes.last_leaves([straggler])[0][straggler].leaf
+
+
+def test_memory_is_bounded_and_forgets_oldest_first() -> None:
+    memory = OwnWrites(capacity=3)
+    memory.arrived([RunArrival(run_id=str(i), agent_id="a", received_ns=i) for i in range(5)])
+    assert memory.arrival_times(["0", "1", "2", "3", "4"]) == ({"2": 2, "3": 3, "4": 4}, ["0", "1"])
+    assert memory.last_leaves(["0", "4"]) == ({}, ["0"])  # 4 was opened here and never logged: no leaf
+
+
+def test_a_server_store_remembers_nothing() -> None:
+    assert Store("http://localhost:8123").own_writes is None
