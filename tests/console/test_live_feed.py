@@ -125,3 +125,16 @@ async def test_a_runs_page_gets_its_run_and_a_flood_is_capped_for_lists():
         assert feed.capped == 5
     finally:
         feed.shutdown()
+
+
+async def test_what_changed_while_no_one_watched_comes_as_the_snapshot():
+    feed = LiveFeed(scope=None, owners=None, store=None, tick_s=3600)
+    request, run_id = _export("agent-a", steps=2, end=False)
+    feed.process(request, None)
+    viewer = feed.subscribe(OPERATOR)
+    try:
+        [(kind, doc)] = _events(_drain(viewer.queue))
+        assert kind == "snapshot" and [r["run_id"] for r in doc["runs"]] == [run_id]
+        assert feed.tick() == 0  # not sent again as an event
+    finally:
+        feed.shutdown()

@@ -245,6 +245,9 @@ class LiveFeed:
     def subscribe(self, caller: Caller, run_id: str = "") -> _Viewer:
         if len(self._viewers) >= MAX_VIEWERS:
             raise _TooMany(f"{MAX_VIEWERS} live views are open already")
+        if not self._viewers:  # what changed while no one watched: the snapshot says it
+            self._changed.clear()
+            self._control.clear()
         viewer = _Viewer(caller=caller, run_id=run_id)
         viewer.queue.put_nowait(self._snapshot(caller))
         self._viewers.add(viewer)
@@ -360,7 +363,7 @@ class LiveFeed:
         if (self._awaiting and self.store is not None and self._verdicts is None
                 and now - self._verdicts_at >= VERDICT_EVERY_S):
             self._verdicts_at = now
-            oldest = min(self._runs[r].start_ns for r in self._awaiting if r in self._runs)
+            oldest = min((self._runs[r].start_ns for r in self._awaiting if r in self._runs), default=0)
             self._verdicts = self._pool.submit(self.store.list_runs, since_ns=oldest, limit=2000)
         return out
 
