@@ -228,6 +228,10 @@ def test_a_run_in_flight_appears_live_and_is_updated(console, page):
     console.send(agent, forge)  # the run span: the collector judges the run
     page.wait(f"{row} !== null && !{row}.classList.contains('live') && {row}.cells[4].textContent === 'intact'")
     assert page.js(f"{row}.cells[8].textContent") == "3"
+    # then the collector's analysis judges it: its verdict is pushed too
+    verdict = page.wait(f"{row}.cells[5].textContent")
+    stored = console.get(f"/v1/runs/{run_id}/classifications")["classifications"]
+    assert verdict.split(" ")[0] in {c["verdict"] for c in stored}
 
 
 def test_the_timeline_is_navigable_from_the_keyboard(console, page):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 from opentelemetry import trace
 
@@ -13,7 +14,15 @@ from agentreplay_collector import otlp
 from agentreplay_collector.access import OPERATOR, Caller
 from agentreplay_collector.alerts import ControlWriter
 from agentreplay_collector.live import MAX_RUN_EVENTS, QUEUE_CHUNKS, LiveFeed
-from agentreplay_collector.models import Alert, AlertState, Halt
+from agentreplay_collector.models import (
+    Alert,
+    AlertState,
+    ChainState,
+    ChainStatus,
+    Halt,
+    RunSummary,
+    StoredClassification,
+)
 from agentreplay_dev.collector import IssuedAgent
 from agentreplay_otel import identity, semconv
 
@@ -136,5 +145,47 @@ async def test_what_changed_while_no_one_watched_comes_as_the_snapshot():
         [(kind, doc)] = _events(_drain(viewer.queue))
         assert kind == "snapshot" and [r["run_id"] for r in doc["runs"]] == [run_id]
         assert feed.tick() == 0  # not sent again as an event
+    finally:
+        feed.shutdown()
+
+
+class _Verdicts:
+    """What the feed reads of a store: the runs' rows and their latest verdicts (a store's answers,
+    made here for the producer alone)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+
+    def list_runs(self, **_: object) -> list[RunSummary]:
+        chain = ChainStatus(run_id=self.run_id, status=ChainState.INTACT, seal="valid", span_count=2)
+        return [RunSummary(run_id=self.run_id, agent_id="agent-a", agent_name="", service_name="", run_kind="record",
+                           name="invoke_agent x", start_ns=1, end_ns=2, span_count=2, status_code="Unset",
+                           cost_usd=0.0, chain=chain)]
+
+    def latest_classifications(self, run_ids: list[str]) -> list[StoredClassification]:
+        return [StoredClassification(run_id=self.run_id, classifier=c, model="", prompt_sha256="", chain_hash="",
+                                     verified=True, verdict=v, failure_modes=modes, culprit_step=None,
+                                     culprit_span_id="", verdict_json="{}")
+                for c, v, modes in (("detectors", "failed", ("FM-1.1",)), ("llm", "ok", ()))]
+
+
+async def test_an_ended_run_is_judged_by_its_chain_then_by_the_analysis():
+    request, run_id = _export("agent-a", steps=1, end=True)
+    feed = LiveFeed(scope=None, owners=None, store=_Verdicts(run_id), tick_s=3600, analysed=True)  # type: ignore[arg-type]
+    viewer = feed.subscribe(OPERATOR)
+    _drain(viewer.queue)
+    try:
+        feed.process(request, None)
+        states: list[dict] = []
+        deadline = time.monotonic() + 10
+        while not any("verdict" in d for d in states):
+            assert time.monotonic() < deadline, states
+            feed._verdicts_at = feed._classified_at = 0.0  # ask again at once (a second apart otherwise)
+            feed.tick()
+            states += [d for _, d in _events(_drain(viewer.queue))]
+            time.sleep(0.01)
+        assert [d["state"] for d in states] == ["ended", "judged", "judged"]
+        assert states[1]["chain"] == {"status": "intact", "seal": "valid"} and "verdict" not in states[1]
+        assert states[2]["verdict"] == {"verdict": "failed", "modes": ["FM-1.1"]}
     finally:
         feed.shutdown()

@@ -12,7 +12,7 @@ memory and, every ``TICK_S``, turns what changed since the last tick into events
 handed to each viewer's bounded queue: the collector's cost is one encoding per tick plus one
 queue put and one write per viewer, whatever the number of spans. Nothing is read from the store
 per viewer; the producer alone asks the store, once a second while runs await one, for the verdicts
-of the runs that ended (the chain's, then the analysis's).
+of the runs that ended (the chain's, then the analysis's when the collector runs it).
 
 A viewer that does not keep up (its queue full: a stalled connection) is dropped, never waited
 for; it reconnects and starts again from a snapshot. A viewer sees what its token may read
@@ -23,7 +23,8 @@ Event fields (``data:`` is one JSON object):
 
     snapshot {runs: [run...], halts: [halt...], alerts: [alert...]}  (the newest alerts, newest first)
     run     {run_id, agent_id, state: started|progress|ended|judged, received_ns, start_ns, end_ns,
-             spans, cost_usd, cap_usd, name, status_code, halted, chain?, classification?}
+             spans, cost_usd, cap_usd, name, status_code, halted, chain? {status, seal},
+             verdict? {verdict, modes}: the analysis', once it has judged the run}
     halt    {scope, target, reason, actor, time_ns, agent_id}
     resume  {scope, target, agent_id}
     alert   {alert_id, kind, severity, agent_id, run_id, message, time_ns}
@@ -49,7 +50,7 @@ from starlette.routing import Route
 from agentreplay_collector import otlp
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.errors import RequestError, StoreError
-from agentreplay_collector.models import SCOPE_AGENT, AlertState, Halt, RunSummary
+from agentreplay_collector.models import SCOPE_AGENT, AlertState, Halt, RunSummary, StoredClassification
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_collector.store import Store
@@ -97,9 +98,15 @@ class _Run:
     halted: bool = False
     ended_at: float = 0.0  # monotonic: when its run span arrived
     seen_at: float = 0.0  # monotonic: its latest span
+    chain: dict[str, str] | None = None  # once judged: its chain's state and seal
+    verdict: dict[str, Any] | None = None  # once analysed: {verdict, modes}
 
     def to_json(self) -> dict[str, Any]:
+        judged = {"chain": self.chain} if self.chain is not None else {}
+        if self.verdict is not None:
+            judged["verdict"] = self.verdict
         return {
+            **judged,
             "run_id": self.run_id,
             "agent_id": self.agent_id,
             "state": self.state,
@@ -141,6 +148,7 @@ class LiveFeed:
         owners: RunOwners | None,
         store: Store | None,
         tick_s: float = TICK_S,
+        analysed: bool = False,
     ) -> None:
         self.scope = scope
         self.owners = owners
@@ -156,6 +164,10 @@ class LiveFeed:
         self._task: asyncio.Task[None] | None = None
         self._verdicts: concurrent.futures.Future[list[RunSummary]] | None = None
         self._verdicts_at = 0.0
+        self.analysed = analysed
+        self._analysing: dict[str, float] = {}  # judged runs whose analysis' verdict is not known yet
+        self._classified: concurrent.futures.Future[list[StoredClassification]] | None = None
+        self._classified_at = 0.0
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentreplay-live")
         self.events = 0
         self.dropped_viewers = 0
@@ -355,10 +367,13 @@ class LiveFeed:
                 self._awaiting.pop(run_id, None)
                 run.state = "judged"
                 run.halted = run.halted or summary.halted
-                chain = {"status": str(summary.chain.status), "seal": summary.chain.seal}
-                doc = {**run.to_json(), "chain": chain, "classification": summary.classification,
+                run.chain = {"status": str(summary.chain.status), "seal": summary.chain.seal}
+                doc = {**run.to_json(), "classification": summary.classification,
                        "spans": summary.span_count, "cost_usd": summary.cost_usd}
                 out.append(("run", run.agent_id, run_id, doc))
+                if self.analysed:
+                    self._analysing[run_id] = time.monotonic()
+        out.extend(self._analysed())
         now = time.monotonic()
         if (self._awaiting and self.store is not None and self._verdicts is None
                 and now - self._verdicts_at >= VERDICT_EVERY_S):
@@ -367,8 +382,41 @@ class LiveFeed:
             self._verdicts = self._pool.submit(self.store.list_runs, since_ns=oldest, limit=2000)
         return out
 
+    def _analysed(self) -> list[_Event]:
+        """The analysis' verdicts of judged runs (``agentreplay_analysis``), as the chain's: one query a
+        second, by the producer, while any run awaits one."""
+        out: list[_Event] = []
+        if self._classified is not None and self._classified.done():
+            try:
+                found = self._classified.result()
+            except StoreError as exc:
+                _log.debug("live feed: analysis verdicts not read: %s", exc)
+                found = []
+            self._classified = None
+            by_run: dict[str, list[StoredClassification]] = {}
+            for c in found:
+                by_run.setdefault(c.run_id, []).append(c)
+            for run_id, verdicts in by_run.items():
+                run = self._runs.get(run_id)
+                self._analysing.pop(run_id, None)
+                if run is None:
+                    continue
+                failed = [c for c in verdicts if c.verdict == "failed"]
+                chosen = failed or verdicts
+                modes = list(dict.fromkeys(m for c in chosen for m in c.failure_modes))
+                run.verdict = {"verdict": chosen[0].verdict, "modes": modes}
+                out.append(("run", run.agent_id, run_id, run.to_json()))
+        now = time.monotonic()
+        if (self._analysing and self.store is not None and self._classified is None
+                and now - self._classified_at >= VERDICT_EVERY_S):
+            self._classified_at = now
+            self._classified = self._pool.submit(self.store.latest_classifications, list(self._analysing)[:1000])
+        return out
+
     def _expire(self) -> None:
         now = time.monotonic()
+        for run_id in [r for r, since in self._analysing.items() if now - since > VERDICT_WAIT_S]:
+            self._analysing.pop(run_id, None)
         for run_id in [r for r in self._awaiting if now - self._runs[r].ended_at > VERDICT_WAIT_S]:
             self._awaiting.pop(run_id, None)
         while self._runs:
@@ -422,9 +470,10 @@ def routes(feed: LiveFeed, access: ReadAccess | None, *, ping_s: float = PING_S)
 
 
 def attach(pipeline: Any, scope: ScopeProcessor | None, owners: RunOwners | None, store: Store | None,
-           access: ReadAccess | None) -> list[Route]:
-    """Build the feed, add it to the traces pipeline's stages, and return its routes."""
-    feed = LiveFeed(scope=scope, owners=owners, store=store)
+           access: ReadAccess | None, *, analysed: bool = False) -> list[Route]:
+    """Build the feed, add it to the traces pipeline's stages, and return its routes (``analysed``: the
+    collector's analysis judges finished runs, and the feed pushes its verdicts too)."""
+    feed = LiveFeed(scope=scope, owners=owners, store=store, analysed=analysed)
     pipeline.processors = (*pipeline.processors, feed)
     return routes(feed, access)
 

@@ -124,6 +124,7 @@
       if (doc.name) { found.name = doc.name; }
       if (doc.status_code) { found.status_code = doc.status_code; }
       if (judged) { found.chain = doc.chain; found.classification = doc.classification || ''; }
+      if (doc.verdict) { found.verdict = doc.verdict; }
       if (doc.cap_usd !== null && doc.cap_usd !== undefined) { caps[doc.run_id] = Number(doc.cap_usd); }
       redraw();
     }
@@ -255,7 +256,7 @@
       return;
     }
     runs.forEach(function (run, n) {
-      var verdict = verdictOf(classifications, run.run_id);
+      var verdict = verdictOf(classifications, run.run_id) || run.verdict || null;  // stored, or pushed since
       var link = el('a', {href: '#/run/' + encodeURIComponent(run.run_id), 'class': 'run-link',
         text: run.run_id.slice(0, 12)});
       var marks = el('span', {'class': 'marks'});
