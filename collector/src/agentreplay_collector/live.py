@@ -37,7 +37,6 @@ import collections
 import concurrent.futures
 import json
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -160,7 +159,6 @@ class LiveFeed:
         self._control: collections.deque[tuple[str, str, dict[str, Any]]] = collections.deque(maxlen=10_000)
         self._alerts: collections.deque[dict[str, Any]] = collections.deque(maxlen=RECENT_ALERTS)
         self._viewers: set[_Viewer] = set()
-        self._lock = threading.Lock()  # the control writer's listener may call from another thread
         self._task: asyncio.Task[None] | None = None
         self._verdicts: concurrent.futures.Future[list[RunSummary]] | None = None
         self._verdicts_at = 0.0
