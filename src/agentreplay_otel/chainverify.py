@@ -281,6 +281,7 @@ class _Verifier:
                 )
             return self.fail(ChainProblem.TRUNCATED, None, "no spans: the run is empty", seq=0)
         by_seq: dict[int, SpanRecord] = {}
+        seq_of: dict[int, int] = {}  # id(record) -> its seq, read once
         for r in self.records:
             seq = _seq(r)
             if seq is None or not _is_hex64(r.attributes.get(semconv.CHAIN_PREV)) or not _is_hex64(
@@ -290,12 +291,13 @@ class _Verifier:
             if seq in by_seq:
                 return self.fail(ChainProblem.FORGED, r, f"two spans claim seq {seq}")
             by_seq[seq] = r
+            seq_of[id(r)] = seq
         chain_ids: dict[str, int | None] = {}
         for r in self.records:  # a retried export is deduplicated above; different spans under one id are not
             if r.span_id in chain_ids:
                 return self.fail(ChainProblem.FORGED, r,
-                                 f"seq {_seq(r)} reuses the span id of seq {chain_ids[r.span_id]}: one id, two spans")
-            chain_ids[r.span_id] = _seq(r)
+                                 f"seq {seq_of[id(r)]} reuses the span id of seq {chain_ids[r.span_id]}: one id, two spans")
+            chain_ids[r.span_id] = seq_of[id(r)]
         for r in self.attached:
             if r.span_id in chain_ids:
                 return self.fail(
@@ -303,21 +305,22 @@ class _Verifier:
                     f"a span outside the chain ({r.name!r}) reuses the id of the chain's seq {chain_ids[r.span_id]}",
                     seq=chain_ids[r.span_id],
                 )
-        hash_owner = {r.attributes[semconv.CHAIN_HASH]: _seq(r) for r in self.records}
+        hash_owner = {r.attributes[semconv.CHAIN_HASH]: seq_of[id(r)] for r in self.records}
         ordered = [by_seq[s] for s in sorted(by_seq)]
         expected_prev = GENESIS_HASH
         for index, r in enumerate(ordered):
-            seq = _seq(r)
-            assert seq is not None
+            attributes = r.attributes
+            seq = seq_of[id(r)]
+            prev = attributes[semconv.CHAIN_PREV]
             if seq != index:
-                owner = hash_owner.get(r.attributes[semconv.CHAIN_PREV])
+                owner = hash_owner.get(prev)
                 if owner is not None:
                     return self.fail(ChainProblem.REORDERED, r, f"seq {seq} links to seq {owner}")
                 return self.fail(ChainProblem.MISSING, r, f"seq {index} is missing before this span", seq=index)
-            if link_hash(r.attributes[semconv.CHAIN_PREV], r) != r.attributes[semconv.CHAIN_HASH]:
+            if link_hash(prev, r) != attributes[semconv.CHAIN_HASH]:
                 return self.fail(ChainProblem.EDITED, r, "the span's content does not match its hash")
-            if r.attributes[semconv.CHAIN_PREV] != expected_prev:
-                owner = hash_owner.get(r.attributes[semconv.CHAIN_PREV])
+            if prev != expected_prev:
+                owner = hash_owner.get(prev)
                 if owner is not None and owner != index - 1:
                     return self.fail(ChainProblem.REORDERED, r, f"seq {seq} links to seq {owner}, not {index - 1}")
                 previous = ordered[index - 1] if index else None
@@ -327,7 +330,7 @@ class _Verifier:
                         f"seq {index - 1} was rewritten: seq {seq} links to a different hash",
                     )
                 return self.fail(ChainProblem.FORGED, r, "the first span does not start the chain")
-            expected_prev = r.attributes[semconv.CHAIN_HASH]
+            expected_prev = attributes[semconv.CHAIN_HASH]
         return self.check_seal(ordered)
 
     def check_seal(self, ordered: list[SpanRecord]) -> ChainReport:

@@ -39,6 +39,7 @@ from agentreplay_otel.core import (
 
 # OTLP's SpanKind counts from UNSPECIFIED=0; the SDK's (and kind_name's) from INTERNAL=0.
 _OTLP_KINDS = ("Unspecified", *(kind_name(i) for i in range(5)))
+_STATUS_NAMES = tuple(status_name(i) for i in range(3))
 _MAP = pa.map_(pa.string(), pa.string())
 _TS = pa.timestamp("ns")
 _U64_MASK = (1 << 64) - 1
@@ -240,6 +241,16 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
     agents: set[str] = set()
     days: set[int] = set()
 
+    # The loop reads each protobuf field once and appends through bound methods: ~12 attributes a
+    # span make this the collector's busiest Python (see docs/collector.md, Performance).
+    ts_append, dur_append, days_add = ts.append, dur.append, days.add
+    tid_append, sid_append, pid_append = trace_ids.append, span_ids.append, parent_ids.append
+    state_append, name_append, kind_append = trace_states.append, names.append, kinds.append
+    code_append, msg_append = status_codes.append, status_msgs.append
+    res_k_extend, res_v_extend, res_off_append = res_k.extend, res_v.extend, res_off.append
+    attr_k_extend, attr_v_extend, attr_off_append = attr_k.extend, attr_v.extend, attr_off.append
+    record_append = records.append
+    replay_of = semconv.REPLAY_OF
     for rs in request.resource_spans:
         resource = stored_attributes(rs.resource.attributes)
         service = resource.get(semconv.SERVICE_NAME, "")
@@ -248,16 +259,24 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
             agents.add(agent)
         rkeys = list(resource)
         rvals = list(resource.values())
+        resource_claims = agent is not None  # then every span of the resource claims the chain
         for ss in rs.scope_spans:
-            scope_name = ss.scope.name
-            scope_version = ss.scope.version
-            for sp in ss.spans:
+            scope = ss.scope
+            scope_name = scope.name
+            scope_version = scope.version
+            spans = ss.spans
+            count = len(spans)
+            services.extend([service] * count)
+            scope_names.extend([scope_name] * count)
+            scope_versions.extend([scope_version] * count)
+            for sp in spans:
                 trace_id = sp.trace_id
                 span_id = sp.span_id
                 parent = sp.parent_span_id
+                name = sp.name
                 if len(trace_id) != 16 or len(span_id) != 8 or len(parent) not in (0, 8):
                     raise MalformedRequest(
-                        f"span {sp.name!r}: trace_id must be 16 bytes, span_id 8, parent_span_id 0 or 8"
+                        f"span {name!r}: trace_id must be 16 bytes, span_id 8, parent_span_id 0 or 8"
                     )
                 start = sp.start_time_unix_nano
                 end = sp.end_time_unix_nano
@@ -265,43 +284,53 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
                 sid = span_id.hex()
                 pid = parent.hex()
                 attrs = stored_attributes(sp.attributes)
-                _check_run_ids(sp.name, attrs)
-                kind = _OTLP_KINDS[sp.kind] if 0 <= sp.kind < 6 else "Unspecified"
-                status = status_name(sp.status.code)
-                message = sp.status.message
+                if replay_of in attrs:
+                    _check_run_ids(name, attrs)
+                otlp_kind = sp.kind
+                kind = _OTLP_KINDS[otlp_kind] if 0 <= otlp_kind < 6 else "Unspecified"
+                st = sp.status
+                code = st.code
+                status = _STATUS_NAMES[code] if 0 <= code < 3 else status_name(code)
+                message = st.message
 
-                ts.append(start)
-                days.add(start // DAY_NS)
+                ts_append(start)
+                days_add(start // DAY_NS)
                 # end - start modulo 2**64: a span that ends "before" it starts (a wall clock
                 # stepped back) still round-trips its exact end time through UInt64 Duration.
-                dur.append((end - start) & _U64_MASK)
-                trace_ids.append(tid)
-                span_ids.append(sid)
-                parent_ids.append(pid)
-                trace_states.append(sp.trace_state)
-                names.append(sp.name)
-                kinds.append(kind)
-                services.append(service)
-                scope_names.append(scope_name)
-                scope_versions.append(scope_version)
-                status_codes.append(status)
-                status_msgs.append(message)
-                res_k.extend(rkeys)
-                res_v.extend(rvals)
-                res_off.append(len(res_k))
-                attr_k.extend(attrs)
-                attr_v.extend(attrs.values())
-                attr_off.append(len(attr_k))
+                dur_append((end - start) & _U64_MASK)
+                tid_append(tid)
+                sid_append(sid)
+                pid_append(pid)
+                state_append(sp.trace_state)
+                name_append(name)
+                kind_append(kind)
+                code_append(status)
+                msg_append(message)
+                res_k_extend(rkeys)
+                res_v_extend(rvals)
+                res_off_append(len(res_k))
+                attr_k_extend(attrs)
+                attr_v_extend(attrs.values())
+                attr_off_append(len(attr_k))
 
-                event_records = ev.add_events(sp.events)
-                ln.add_links(sp.links)
-                if claims_chain(attrs, resource):
-                    records.append(
+                events = sp.events
+                if events:
+                    event_records = ev.add_events(events)
+                else:
+                    ev.off.append(len(ev.a))
+                    event_records = ()
+                links = sp.links
+                if links:
+                    ln.add_links(links)
+                else:
+                    ln.off.append(len(ln.a))
+                if resource_claims or claims_chain(attrs, resource):
+                    record_append(
                         SpanRecord(
                             trace_id=tid,
                             span_id=sid,
                             parent_span_id=pid,
-                            name=sp.name,
+                            name=name,
                             kind=kind,
                             start_ns=start,
                             end_ns=end,
