@@ -52,41 +52,84 @@ def _loads(text: str) -> Any:
 def _view_strings(attributes: Mapping[str, Any], views: tuple[str, ...]) -> list[str]:
     """The long strings of the view attributes, each once, in the order they are replaced (longest first)."""
     seen: dict[str, None] = {}
-    stack: list[Any] = []
     for name in views:
         text = attributes.get(name)
         if isinstance(text, str):
             try:
-                stack.append(_loads(text))
+                value = _loads(text)
             except ValueError:
                 continue
-            while stack:
-                value = stack.pop()
-                if isinstance(value, str):
-                    if len(value) >= SHARED_MIN_CHARS:
-                        seen[value] = None
-                elif isinstance(value, dict):
-                    stack.extend(reversed(list(value.values())))
-                elif isinstance(value, list):
-                    stack.extend(reversed(value))
+            try:
+                _collect(value, seen)
+            except RecursionError:  # nested past the interpreter's limit (json.loads goes deeper than orjson)
+                _collect_flat(value, seen)
     return sorted(seen, key=len, reverse=True)
+
+
+def _collect(value: Any, seen: dict[str, None]) -> None:
+    """The long strings under ``value`` into ``seen``, in document order (each object's values, each
+    list's items, depth first). Recursive: a message list is a few levels deep, and a call a level
+    costs less than a stack's push and pop a value."""
+    kind = type(value)
+    if kind is dict:
+        value = value.values()
+    elif kind is not list:
+        if kind is str and len(value) >= SHARED_MIN_CHARS:
+            seen[value] = None
+        return
+    for item in value:
+        if type(item) is str:
+            if len(item) >= SHARED_MIN_CHARS:
+                seen[item] = None
+        elif type(item) is dict or type(item) is list:
+            _collect(item, seen)
+
+
+def _collect_flat(value: Any, seen: dict[str, None]) -> None:
+    """:func:`_collect` without recursion, for any depth."""
+    stack = [value]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, str):
+            if len(value) >= SHARED_MIN_CHARS:
+                seen[value] = None
+        elif isinstance(value, dict):
+            stack.extend(reversed(list(value.values())))
+        elif isinstance(value, list):
+            stack.extend(reversed(value))
+
+
+_REFS: Final = tuple(f"{_REF}{index}}}" for index in range(64))  # the references most bodies need
+
+
+def _ref(index: int) -> str:
+    return _REFS[index] if index < len(_REFS) else f"{_REF}{index}}}"
 
 
 def _replaced(body: str, literals: list[str]) -> str:
     for index, literal in enumerate(literals):
-        body = body.replace(literal, f"{_REF}{index}}}")
+        body = body.replace(literal, _ref(index))
     return body
 
 
 def _restored(body: str, literals: list[str]) -> str:
     for index in range(len(literals) - 1, -1, -1):
-        body = body.replace(f"{_REF}{index}}}", literals[index])
+        body = body.replace(_ref(index), literals[index])
     return body
 
 
 def _literals(strings: list[str]) -> list[str]:
-    """Each string's JSON literal, encoded once for both the replacement and its check."""
-    return [_literal(value) for value in strings]
+    """Each string's JSON literal, encoded once for both the replacement and its check: orjson writes
+    a string as :data:`_literal` does (~4x faster); one it refuses (a lone surrogate) takes the latter."""
+    if _orjson is None:
+        return [_literal(value) for value in strings]
+    out = []
+    for value in strings:
+        try:
+            out.append(_orjson.dumps(value).decode())
+        except _orjson.JSONEncodeError:
+            out.append(_literal(value))
+    return out
 
 
 def store_once(attributes: dict[str, Any]) -> dict[str, Any]:
