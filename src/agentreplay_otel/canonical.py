@@ -115,7 +115,10 @@ class SpanRecord:
 
 def canonical_span(record: SpanRecord) -> bytes:
     """RFC 8785 bytes of a span, without its chain attributes (seq, prev, hash, seal, kid)."""
-    attributes = {k: v for k, v in record.attributes.items() if k not in semconv.CHAIN_ATTRIBUTES}
+    attributes = record.attributes
+    if type(attributes) is not dict or not semconv.CHAIN_ATTRIBUTES.isdisjoint(attributes):
+        # a copy without them (the recorder hashes before adding them: nothing to leave out, no copy)
+        attributes = {k: v for k, v in attributes.items() if k not in semconv.CHAIN_ATTRIBUTES}
     doc = {
         "trace_id": record.trace_id,
         "span_id": record.span_id,
