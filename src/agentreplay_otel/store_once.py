@@ -106,10 +106,16 @@ def _ref(index: int) -> str:
     return _REFS[index] if index < len(_REFS) else f"{_REF}{index}}}"
 
 
-def _replaced(body: str, literals: list[str]) -> str:
+def _replaced(body: str, literals: list[str]) -> tuple[str, int]:
+    """The body with each literal replaced by its reference, and how many replacements were made (each
+    literal's count from the length it took off: a literal is longer than its reference)."""
+    made = 0
     for index, literal in enumerate(literals):
-        body = body.replace(literal, _ref(index))
-    return body
+        ref = _ref(index)
+        shorter = body.replace(literal, ref)
+        made += (len(body) - len(shorter)) // (len(literal) - len(ref))
+        body = shorter
+    return body, made
 
 
 def _restored(body: str, literals: list[str]) -> str:
@@ -132,6 +138,18 @@ def _literals(strings: list[str]) -> list[str]:
     return out
 
 
+def _restores(compact: str, made: int, literals: list[str], body: str) -> bool:
+    """Whether ``compact`` (``made`` replacements in a body without a reference) restores to ``body``.
+
+    Surely, and without restoring it, when every reference put in is still whole: its opening
+    (``{"agentreplay.ref":``) is then found exactly ``made`` times. A later, shorter literal found
+    across a reference put in before it would take part of that opening (a literal's only unescaped
+    quotes are its first and last characters, and a reference's two quotes are within its opening), and
+    no opening forms anew across a replacement's edges. Otherwise the body is restored and compared.
+    """
+    return compact.count(_REF) == made or _restored(compact, literals) == body
+
+
 def store_once(attributes: dict[str, Any]) -> dict[str, Any]:
     """``attributes`` with the view's strings referenced from the bodies (changed in place).
 
@@ -146,8 +164,8 @@ def store_once(attributes: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(body, str) or _REF in body:
             continue
         literals = _literals(_view_strings(attributes, views))
-        compact = _replaced(body, literals) if literals else body
-        if compact != body and _restored(compact, literals) == body:
+        compact, made = _replaced(body, literals) if literals else (body, 0)
+        if made and _restores(compact, made, literals, body):
             attributes[body_name] = compact
             changed.append(body_name)
     if changed:

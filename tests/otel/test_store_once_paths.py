@@ -77,3 +77,40 @@ def test_a_view_nested_past_the_recursion_limit_is_walked_all_the_same() -> None
     with pytest.raises(RecursionError):  # the recursive walk alone, there
         down(300, lambda: so._collect(so._loads(text), {}))
     assert down(300, lambda: so._view_strings(attributes, (semconv.GEN_AI_OUTPUT_MESSAGES,))) == ["d" * 40]
+
+
+_PIECES = st.sampled_from(['{"agentreplay.ref', '":0}', '":1}', "{", '"', ":", "}", "0", "x" * 30, "é", "\\"])
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    values=st.lists(st.lists(_PIECES, min_size=1, max_size=6).map("".join), min_size=1, max_size=4),
+    order=st.lists(st.integers(min_value=0, max_value=3), max_size=8),
+    glue=st.lists(_PIECES, max_size=8),
+)
+def test_the_count_check_decides_as_restoring_the_body_does(
+    values: list[str], order: list[int], glue: list[str]
+) -> None:
+    strings = sorted(dict.fromkeys(v for v in values if len(v) >= so.SHARED_MIN_CHARS), key=len, reverse=True)
+    literals = so._literals(strings)
+    if not literals:
+        return
+    body = "".join(g + literals[i % len(literals)] for g, i in zip(glue, order, strict=False)) + "".join(glue)
+    if so._REF in body:
+        return
+    compact, made = so._replaced(body, literals)
+    assert (made > 0) == (compact != body)
+    assert so._restores(compact, made, literals, body) == (so._restored(compact, literals) == body)
+    if compact.count(so._REF) == made:  # the shortcut's claim: restoring gives the body back
+        assert so._restored(compact, literals) == body
+
+
+def test_a_literal_found_across_a_reference_is_decided_by_restoring() -> None:
+    long, across = "a" * 60, ":0}" + "b" * 40  # the second's literal begins inside the first's reference
+    literals = so._literals([long, across])
+    body = literals[0] + "b" * 40 + '"'
+    compact, made = so._replaced(body, literals)
+    assert compact == '{"agentreplay.ref{"agentreplay.ref":1}' and made == 2 and compact.count(so._REF) == 1
+    assert so._restores(compact, made, literals, body)  # restored and compared: it comes back
+    stored = so.store_once({semconv.GEN_AI_OUTPUT_MESSAGES: json.dumps([long, across]), semconv.RESPONSE: body})
+    assert so.restore(stored)[semconv.RESPONSE] == body
