@@ -22,14 +22,16 @@ The ``null`` configuration instruments nothing: its "instrumented" batches are b
 figure is the method's error and must come out within ±10 µs.
 
 Repetitions are separate processes (hash seeds differ); configurations take turns, one process
-working at a time. Reported: per configuration and mode (plain, streamed), the median over all batch
+working at a time. A streamed call lasts about 9x a plain one and its pairs scatter as much more, so
+streamed calls get 3x the pairs (``--stream-rounds``): the null's median must hold within ±10 µs
+there too, and each median is given with its standard error. Reported: per configuration and mode (plain, streamed), the median over all batch
 pairs and each repetition's median (the spread), in µs per call for the calling thread, the other
 threads and the total, the bare call's own CPU, and ratios of what each adds to openai-v2's.
 
 ``--before-src DIR`` adds ``agentreplay-before``: the recorder from an older checkout's ``src/``,
 measured in the same run (before and after side by side).
 
-    python bench/cpu_bench.py [--calls 20] [--rounds 30] [--repeats 3] [--only NAME ...] [--before-src DIR]
+    python bench/cpu_bench.py [--calls 20] [--rounds 30] [--stream-rounds 90] [--repeats 3] [--only NAME ...] [--before-src DIR]
 """
 
 from __future__ import annotations
@@ -244,9 +246,12 @@ def summarise(pairs: dict[str, dict[str, list[list[dict[str, float]]]]]) -> dict
                 values = [p[key] for p in every]
                 per_rep = [statistics.median(p[key] for p in rep) for rep in reps]
                 quartiles = statistics.quantiles(values, n=4)
+                # The median's standard error: 1.2533 sigma / sqrt(n), sigma from the quartiles (robust).
+                se = 1.2533 * (quartiles[2] - quartiles[0]) / 1.349 / len(values) ** 0.5
                 figures[key] = {"median_us": round(statistics.median(values), 1),
                                 "by_repeat_us": [round(v, 1) for v in per_rep],
-                                "iqr_us": [round(quartiles[0], 1), round(quartiles[2], 1)]}
+                                "iqr_us": [round(quartiles[0], 1), round(quartiles[2], 1)],
+                                "median_se_us": round(se, 1), "pairs": len(values)}
             # Normalised by this process's own bare call: the added cost as a fraction of it.
             bare = figures["bare_calling_thread"]["median_us"]
             figures["added_fraction_of_bare"] = {
@@ -271,6 +276,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=20, help="calls per batch")
     parser.add_argument("--rounds", type=int, default=30, help="batch pairs per configuration, mode and repeat")
+    parser.add_argument("--stream-rounds", type=int, help="batch pairs for streamed calls (default: 3x --rounds: "
+                                                          "a streamed call is 9x as long, its pairs as noisy)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per configuration")
     parser.add_argument("--warm", type=int, default=30, help="unmeasured calls per client and mode")
     parser.add_argument("--deps", default=str(DEPS), help="folder with one folder per peer (pip --target)")
@@ -304,8 +311,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 for mode in MODES:
                     pairs[w.name][mode].append([])
             try:
-                for _ in range(args.rounds):
+                stream_rounds = args.stream_rounds or 3 * args.rounds
+                for turn in range(max(args.rounds, stream_rounds)):
                     for mode in MODES:
+                        if turn >= (stream_rounds if mode == "stream" else args.rounds):
+                            continue
                         for w in workers:
                             pairs[w.name][mode][-1].append(_added(w.pair(mode, args.calls), args.calls))
                     workers = workers[1:] + workers[:1]
@@ -318,7 +328,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "method": "interleaved bare/instrumented batches in one process per configuration; per-thread CPU "
                   "(thread_time; process_time less it); flush after each batch; in-process transport",
-        "calls_per_batch": args.calls, "rounds": args.rounds, "repeats": args.repeats,
+        "calls_per_batch": args.calls, "rounds": args.rounds,
+        "stream_rounds": args.stream_rounds or 3 * args.rounds, "repeats": args.repeats,
         "message_bytes": len(json.dumps(messages())), "configs": list(pairs),
     }
     result.update(summarise(pairs))
