@@ -108,6 +108,29 @@ def test_runs_are_paged_by_the_cursor_and_filtered_by_time(console, page):
     assert console.hostile in listed and console.story not in listed
 
 
+def test_runs_are_filtered_by_verdict_and_failure_mode(console, page):
+    verdict = next(c for c in console.get(f"/v1/runs/{console.story}/classifications")["classifications"]
+                   if c["verdict"] == "failed")
+    mode = verdict["failure_modes"][0]
+    failed = [r["run_id"] for r in console.get("/v1/runs?verdict=failed")["runs"]]
+    assert console.story in failed and console.hostile not in failed
+    assert console.story not in [r["run_id"] for r in console.get("/v1/runs?verdict=ok")["runs"]]
+    assert console.story in [r["run_id"] for r in console.get(f"/v1/runs?verdict={mode}")["runs"]]
+    unused = next(f"FM-{a}.{b}" for a, b in [(1, 1), (1, 3), (3, 3), (2, 1)] if f"FM-{a}.{b}" != mode)
+    assert console.story not in [r["run_id"] for r in console.get(f"/v1/runs?verdict={unused}")["runs"]]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        console.get("/v1/runs?verdict=failed%27%20OR%201%3D1")
+    assert refused.value.code == 400
+
+    page.fresh(f"{console.control}/ui/#/runs")
+    page.wait(f"{READY} && document.querySelector('tr[data-run]') !== null")
+    page.js(f"document.getElementById('filter-verdict').value = {json.dumps(mode)};"
+            "document.getElementById('filters').requestSubmit(); true")
+    listed = page.wait(f"{READY} && location.hash.includes('verdict=') && "
+                       "Array.from(document.querySelectorAll('tr[data-run]')).map(r => r.dataset.run)")
+    assert console.story in listed and console.hostile not in listed
+
+
 def test_the_run_page_highlights_the_culprit_and_shows_the_saturday_booking(console, page):
     page.open(f"{console.control}/ui/#/run/{console.story}")
     page.wait(f"{READY} && document.body.dataset.run === '{console.story}'")

@@ -86,12 +86,13 @@ class CollectorClient:
         until_ns: int | None = None,
         limit: int = 100,
         after: tuple[int, str] | None = None,
+        verdict: str | None = None,
     ) -> list[RunSummary]:
         cursor = f"{after[0]}:{after[1]}" if after is not None else None
         doc = self._get(
             "/v1/runs",
             {"agent": agent, "status": status, "since": since_ns, "until": until_ns, "limit": limit,
-             "after": cursor},
+             "after": cursor, "verdict": verdict},
         )
         return [RunSummary.from_json(r) for r in doc["runs"]]
 

@@ -10,9 +10,10 @@ a float. Longer than most modules because every record lives here, once.
 from __future__ import annotations
 
 import enum
+import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -467,6 +468,34 @@ class SpendTotals:
 
 
 # --- failure analysis ---------------------------------------------------------------------
+VERDICT_FILTERS = ("failed", "ok")
+_MAST_ID = re.compile(r"FM-\d{1,2}\.\d{1,2}")
+
+
+def verdict_filter(value: str) -> str:
+    """What a run list's ``verdict`` asks for: ``failed`` (a judge's latest verdict failed), ``ok`` (judged,
+    no judge's latest verdict failed) or ``mode`` (failed with this MAST id, ``FM-2.6``). Anything else is
+    refused (:class:`ValueError`), never put into a query."""
+    if value in VERDICT_FILTERS:
+        return value
+    if _MAST_ID.fullmatch(value):
+        return "mode"
+    raise ValueError(f"verdict is failed, ok or a failure mode's id (FM-2.6), not {value!r}")
+
+
+def verdict_matches(classifications: Iterable[StoredClassification], verdict: str) -> bool:
+    """Whether a run with these verdicts (any order) passes a run list's ``verdict`` filter: the Python
+    twin of the store's query, for readers that hold a run's verdicts in memory (a case file)."""
+    kind = verdict_filter(verdict)
+    latest: dict[tuple[str, str], StoredClassification] = {}
+    for c in sorted(classifications, key=lambda c: c.time_ns):
+        latest[(c.classifier, c.model)] = c
+    failed = [c for c in latest.values() if c.verdict == "failed"]
+    if kind == "ok":
+        return not failed and any(c.verdict == "ok" for c in latest.values())
+    return any(kind == "failed" or verdict in c.failure_modes for c in failed)
+
+
 @dataclass(frozen=True, kw_only=True)
 class StoredClassification:
     """One classifier's verdict on one run, as the ``classifications`` table keeps it. The verdict

@@ -1,7 +1,7 @@
 """The read API on the control endpoint (default 127.0.0.1:4320), JSON over HTTP.
 
     GET /v1/health                      {"status": "ok"}
-    GET /v1/runs?agent=&status=&since=&until=&limit=&after=
+    GET /v1/runs?agent=&status=&verdict=&since=&until=&limit=&after=
                                         {"runs": [RunSummary...], "next"}  newest first; a full
                                         page's "next" is the ``after`` of the page that follows
     GET /v1/runs/{run_id}               RunSummary                 404 if unknown
@@ -55,7 +55,13 @@ from starlette.routing import Route
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.errors import RequestError, StoreUnavailable
 from agentreplay_collector.incidents import IncidentState
-from agentreplay_collector.models import ModelTrial, RunSummary, StoredClassification, span_to_json
+from agentreplay_collector.models import (
+    ModelTrial,
+    RunSummary,
+    StoredClassification,
+    span_to_json,
+    verdict_filter,
+)
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import LogDamaged, LogView
@@ -107,6 +113,16 @@ def parse_cursor(value: str | None) -> tuple[int, str] | None:
     if not start.isdigit() or run_id is None:
         raise BadQuery("after must be START_NS:RUN_ID, as a page's next gives it")
     return int(start), run_id
+
+
+def parse_verdict(value: str | None) -> str | None:
+    if not value:
+        return None
+    try:
+        verdict_filter(value)
+    except ValueError as e:
+        raise BadQuery(str(e)) from None
+    return value
 
 
 def build_app(
@@ -184,6 +200,7 @@ def build_app(
             until_ns=parse_time_ns(q.get("until"), "until"),
             limit=int(limit_raw),
             after=parse_cursor(q.get("after")),
+            verdict=parse_verdict(q.get("verdict")),
         )
         page_full = bool(found) and len(found) == int(limit_raw)
         next_page = run_cursor(found[-1]) if page_full else None

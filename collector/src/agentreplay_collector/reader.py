@@ -37,6 +37,7 @@ class RunReader(Protocol):
         until_ns: int | None = None,
         limit: int = 100,
         after: tuple[int, str] | None = None,
+        verdict: str | None = None,
     ) -> list[RunSummary]: ...
 
     def get_run(self, run_id: str) -> RunSummary | None: ...

@@ -62,6 +62,7 @@ from agentreplay_collector.models import (
     TraceSummary,
     TrackRecord,
     TrustScore,
+    verdict_filter,
 )
 from agentreplay_collector.reader import DEFAULT_DATABASE, normalize_store
 from agentreplay_otel.core import DENY, AgentIdentity, SignedCheckpoint, SpanRecord, merkle, semconv
@@ -180,6 +181,8 @@ class OwnWrites:
 def _trim(memory: OrderedDict[str, Any], capacity: int) -> None:
     while len(memory) > capacity:
         memory.popitem(last=False)
+
+
 
 
 class Store:
@@ -357,8 +360,12 @@ class Store:
         until_ns: int | None = None,
         limit: int = 100,
         after: tuple[int, str] | None = None,
+        verdict: str | None = None,
     ) -> list[RunSummary]:
         """Newest first. ``status`` is a chain status (intact, broken, ...) or a span status (Ok, Error).
+
+        ``verdict`` (:func:`verdict_filter`): ``failed``, runs a judge's latest verdict failed; a MAST id
+        (``FM-2.6``), those failed with that mode; ``ok``, runs judged with no latest verdict failed.
 
         ``after`` pages: the ``(start_ns, run_id)`` of the previous page's last run; the runs that
         sort after it (older, or as old with a greater id) follow. A run arriving meanwhile is newer
@@ -378,6 +385,9 @@ class Store:
         if until_ns is not None:
             where.append("Start < fromUnixTimestamp64Nano({until:Int64})")
             params["until"] = int(until_ns)
+        if verdict:
+            where.append(self._verdict_condition(verdict))
+            params["verdict_mode"] = verdict
         if after is not None:
             where.append(
                 "(Start < fromUnixTimestamp64Nano({after_start:Int64})"
@@ -390,6 +400,16 @@ class Store:
         )
         rows = self._call("run list", "query", sql, parameters=params).result_rows
         return [_rows.run_from_row(r) for r in rows]
+
+    def _verdict_condition(self, verdict: str) -> str:
+        kind = verdict_filter(verdict)
+        latest = (f"SELECT RunId, Verdict, FailureModes FROM {self.database}.{schema.CLASSIFICATIONS}"
+                  " ORDER BY CreatedAt DESC LIMIT 1 BY RunId, Classifier, Model")
+        if kind == "ok":
+            return (f"RunId IN (SELECT RunId FROM ({latest}) GROUP BY RunId"
+                    " HAVING countIf(Verdict = 'failed') = 0 AND countIf(Verdict = 'ok') > 0)")
+        mode = "" if kind == "failed" else " AND has(FailureModes, {verdict_mode:String})"
+        return f"RunId IN (SELECT RunId FROM ({latest}) WHERE Verdict = 'failed'{mode})"
 
     def get_chain_status(self, run_id: str) -> ChainStatus | None:
         sql = f"SELECT {_run_columns(self.database)} FROM {self.database}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"

@@ -51,6 +51,7 @@ from agentreplay_collector.models import (
     span_from_json,
     span_to_json,
     tool_of,
+    verdict_matches,
 )
 from agentreplay_collector.reader import RunReader
 from agentreplay_collector.store import Store
@@ -681,6 +682,7 @@ class CaseReader:
         until_ns: int | None = None,
         limit: int = 100,
         after: tuple[int, str] | None = None,
+        verdict: str | None = None,
     ) -> list[RunSummary]:
         run = self.case.summary
         keep = (
@@ -689,6 +691,7 @@ class CaseReader:
             and (since_ns is None or run.start_ns >= since_ns)
             and (until_ns is None or run.start_ns < until_ns)
             and (after is None or (run.start_ns, run.run_id) < after)
+            and (not verdict or verdict_matches(self.case.classifications, verdict))
             and limit > 0
         )
         return [run] if keep else []

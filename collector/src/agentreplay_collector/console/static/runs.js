@@ -7,14 +7,22 @@
       multipliers = C.multipliers, runCap = C.runCap, isLive = C.isLive,
       fail = C.fail, hideLogin = C.hideLogin, ask = C.ask, current = C.current,
       PAGE_SIZE = C.PAGE_SIZE, ALERTS = C.ALERTS;
-  var VIOLATIONS = 500;  // the newest alerts the Agents page looks through for each agent's latest violation
+  var VIOLATIONS = 500;
+  var MAST_MODES = [  // the failure modes a run list can be filtered by (MAST's ids and names)
+    ['FM-1.1', 'disobey task specification'], ['FM-1.2', 'disobey role specification'],
+    ['FM-1.3', 'step repetition'], ['FM-1.4', 'loss of conversation history'],
+    ['FM-1.5', 'unaware of termination conditions'], ['FM-2.1', 'conversation reset'],
+    ['FM-2.2', 'fail to ask for clarification'], ['FM-2.3', 'task derailment'],
+    ['FM-2.4', 'information withholding'], ['FM-2.5', "ignored other agent's input"],
+    ['FM-2.6', 'reasoning-action mismatch'], ['FM-3.1', 'premature termination'],
+    ['FM-3.2', 'no or incomplete verification'], ['FM-3.3', 'incorrect verification']];  // the newest alerts the Agents page looks through for each agent's latest violation
 
   // --- Runs ------------------------------------------------------------------------------------
   function runsQuery(params) {
     var q = new URLSearchParams();
     var size = Number(params.get('limit'));
     q.set('limit', String(size > 0 && size <= 1000 ? Math.floor(size) : PAGE_SIZE));
-    ['agent', 'status', 'since', 'until', 'after'].forEach(function (name) {
+    ['agent', 'status', 'verdict', 'since', 'until', 'after'].forEach(function (name) {
       if (params.get(name)) { q.set(name, params.get(name)); }
     });
     return q;
@@ -22,7 +30,7 @@
 
   function runsHash(params) {
     var q = new URLSearchParams();
-    ['agent', 'status', 'since', 'until', 'limit', 'after', 'back'].forEach(function (name) {
+    ['agent', 'status', 'verdict', 'since', 'until', 'limit', 'after', 'back'].forEach(function (name) {
       if (params[name]) { q.set(name, params[name]); }
     });
     var text = q.toString();
@@ -39,6 +47,13 @@
         status.appendChild(el('option', {value: pair[0], selected: (params.get('status') || '') === pair[0],
           text: pair[1]}));
       });
+    var verdict = el('select', {id: 'filter-verdict'});
+    [['', 'any verdict'], ['failed', 'failed'], ['ok', 'ok']].concat(MAST_MODES.map(function (m) {
+      return [m[0], m[0] + ' ' + m[1]];
+    })).forEach(function (pair) {
+      verdict.appendChild(el('option', {value: pair[0], selected: (params.get('verdict') || '') === pair[0],
+        text: pair[1]}));
+    });
     var times = ['since', 'until'].map(function (name) {
       return el('input', {id: 'filter-' + name, type: 'text', value: params.get(name) || '', size: '20',
         placeholder: 'ISO time, e.g. 2026-12-04T10:00Z', spellcheck: 'false'});
@@ -46,13 +61,14 @@
     var form = el('form', {id: 'filters', 'class': 'filters'}, [
       el('label', {'for': 'filter-agent', text: 'Agent'}), agent,
       el('label', {'for': 'filter-status', text: 'State'}), status,
+      el('label', {'for': 'filter-verdict', text: 'Verdict'}), verdict,
       el('label', {'for': 'filter-since', text: 'Started from'}), times[0],
       el('label', {'for': 'filter-until', text: 'before'}), times[1],
       el('button', {type: 'submit', text: 'Filter'})
     ]);
     form.addEventListener('submit', function (e) {
       e.preventDefault();
-      window.location.hash = runsHash({agent: agent.value.trim(), status: status.value,
+      window.location.hash = runsHash({agent: agent.value.trim(), status: status.value, verdict: verdict.value,
         since: times[0].value.trim(), until: times[1].value.trim()});
     });
     return form;
@@ -98,7 +114,9 @@
     function admits(run) {  // would the page's filters list this run (one the feed says started)?
       var status = params.get('status');
       var agent = params.get('agent');
-      if (!newest || params.get('until') || (agent && agent !== run.agent_id)) { return false; }
+      if (!newest || params.get('until') || params.get('verdict') || (agent && agent !== run.agent_id)) {
+        return false;  // a run that just started has no verdict yet
+      }
       if (status && status !== run.chain.status && status !== run.status_code) { return false; }
       var since = params.get('since');
       return !since || !/^\d+$/.test(since) || C.ns(run.start_ns) >= Number(since);
