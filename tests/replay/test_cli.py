@@ -50,6 +50,14 @@ def test_runs_reads_the_store_when_no_collector_runs(recorded):
     assert recorded["run_id"][:12] in done.stdout and "intact" in done.stdout
 
 
+def test_runs_filters_by_verdict_and_refuses_a_malformed_one(recorded):
+    unjudged = agentreplay("runs", "--json", "--verdict", "failed", store=recorded["store"])
+    assert unjudged.returncode == 0, unjudged.stderr
+    assert json.loads(unjudged.stdout) == []  # no judge has looked at the run
+    wrong = agentreplay("runs", "--verdict", "FM-2.6' OR 1", store=recorded["store"])
+    assert wrong.returncode == 2 and "verdict is failed, ok or a failure mode" in wrong.stderr
+
+
 def test_show_prints_the_timeline(recorded):
     done = agentreplay("show", recorded["run_id"][:10], store=recorded["store"])
     assert done.returncode == 0, done.stderr

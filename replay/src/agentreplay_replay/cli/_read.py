@@ -42,6 +42,9 @@ def runs(
     agent: Annotated[str | None, typer.Option(help="Only this agent's runs.")] = None,
     status: Annotated[str | None, typer.Option(help=f"Only runs in this chain state ({_STATE_NAMES}), or with "
                                                     "this span status (Ok, Error).")] = None,
+    verdict: Annotated[str | None, typer.Option(help="Only runs with this verdict: failed, ok, or failed with "
+                                                     "this MAST failure mode (FM-2.6). Each judge's latest "
+                                                     "verdict counts.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many runs, newest first.")] = 50,
     all_: Annotated[bool, typer.Option("--all", help="Also list traces that are not runs (services that are not "
                                                      "AgentReplay agents, sending plain OpenTelemetry).")] = False,
@@ -59,11 +62,19 @@ def runs(
     Examples:
       agentreplay runs
       agentreplay runs --agent flight-booker --status broken
+      agentreplay runs --verdict FM-2.6
       agentreplay runs --json --limit 5
       agentreplay runs --all
     """
+    if verdict:
+        from agentreplay_collector.models import verdict_filter
+
+        try:
+            verdict_filter(verdict)
+        except ValueError as e:
+            raise typer.BadParameter(str(e), param_hint="--verdict") from None
     with reader(store, collector) as source:
-        found = source.list_runs(agent=agent, status=status, limit=limit)
+        found = source.list_runs(agent=agent, status=status, limit=limit, verdict=verdict)
         verdicts = analysis.latest_verdicts(source, [r.run_id for r in found])
         traces = source.list_traces(limit=limit) if all_ else []
     listed = [{**r.to_json(), "analysis": [analysis.brief(c) for c in verdicts.get(r.run_id, [])]} for r in found]
