@@ -35,6 +35,9 @@ LIBRARIES = {  # environment -> what the user installs beside the SDK (`pip inst
     # the earlier major lines agents still run (test_client_versions.py); openai 1/2 and anthropic 0 send via httpx
     "openai1-anthropic0": ("openai>=1,<2", "anthropic>=0.30,<1"),
     "openai2-anthropic1": ("openai>=2,<3", "anthropic>=1,<2"),
+    # Gemini and Bedrock agents (test_gemini_agent.py, test_bedrock_agent.py): their SDKs alone beside ours
+    "gemini": ("google-genai",),
+    "bedrock": ("boto3",),
 }
 INSTALL_TIMEOUT_S = 600
 
