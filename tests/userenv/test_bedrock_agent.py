@@ -14,14 +14,12 @@ replays them with zero live calls, the vent not opened again.
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from userkit import UserEnv, World, replay
+from userkit import UserEnv, World, effects, record, replay
 
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv
@@ -105,16 +103,9 @@ def bedrock_world(world: World, tmp_path_factory) -> Iterator[World]:
         yield BedrockWorld(collector=world.collector, model=model, home=tmp_path_factory.mktemp("aws-home"))
 
 
-def effects(folder: Path) -> int:
-    path = folder / "effects.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
 def test_a_bedrock_agent_is_recorded_and_replayed_with_zero_live_calls(user_envs, bedrock_world: World, tmp_path):
     service, user = "user-bedrock", user_envs["bedrock"]
-    (tmp_path / "agent.py").write_text(textwrap.dedent(KEEPER).lstrip())
-    done = subprocess.run(user.command("agent.py"), cwd=tmp_path, env=bedrock_world.agent_env(user, service),
-                          capture_output=True, text=True, timeout=300)
+    done = record(bedrock_world, user, KEEPER, tmp_path, service)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "calls are not recorded" not in done.stderr and "was not seen" not in done.stderr, done.stderr
     assert done.stdout.splitlines() == [SCRIPT[1].text, SCRIPT[2].text]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from userkit import BIN, UserEnv, World, replay
+from userkit import BIN, UserEnv, World, effects, replay
 
 from agentreplay_otel import semconv
 
@@ -129,11 +129,6 @@ def installed(user: UserEnv) -> dict[str, Any]:
             "print(json.dumps({'versions': found, 'requires': m.requires('agentreplay-otel') or []}))")
     done = subprocess.run([str(user.python), "-c", code], capture_output=True, text=True, timeout=60, check=True)
     return json.loads(done.stdout)
-
-
-def effects(folder: Path) -> int:
-    path = folder / "effects.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def fork(world: World, user: UserEnv, run_id: str, agent_dir: Path, service: str, step: int,

@@ -19,10 +19,9 @@ import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from userkit import INSTALL_TIMEOUT_S, UserEnv, World, clean_env, replay
+from userkit import INSTALL_TIMEOUT_S, UserEnv, World, clean_env, effects, replay
 
 from agentreplay_otel import semconv
 
@@ -80,11 +79,6 @@ def crewai_env(wheels, tmp_path_factory) -> Iterator[UserEnv]:
                           capture_output=True, text=True, env=clean_env(), timeout=INSTALL_TIMEOUT_S)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     yield UserEnv("crewai", venv)
-
-
-def effects(folder: Path) -> int:
-    path = folder / "effects.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 def test_a_crewai_crew_is_recorded_and_replayed_with_zero_live_calls(crewai_env, world: World, tmp_path):

@@ -13,13 +13,10 @@ them with zero live calls, the shopping list not written again.
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from userkit import UserEnv, World, replay
+from userkit import UserEnv, World, effects, record, replay
 
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv
@@ -94,16 +91,9 @@ def gemini_world(world: World) -> Iterator[World]:
         yield GeminiWorld(collector=world.collector, model=model)
 
 
-def effects(folder: Path) -> int:
-    path = folder / "effects.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
-
-
 def test_a_gemini_agent_is_recorded_and_replayed_with_zero_live_calls(user_envs, gemini_world: World, tmp_path):
     service, user = "user-gemini", user_envs["gemini"]
-    (tmp_path / "agent.py").write_text(textwrap.dedent(PLANNER).lstrip())
-    done = subprocess.run(user.command("agent.py"), cwd=tmp_path, env=gemini_world.agent_env(user, service),
-                          capture_output=True, text=True, timeout=300)
+    done = record(gemini_world, user, PLANNER, tmp_path, service)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "calls are not recorded" not in done.stderr and "was not seen" not in done.stderr, done.stderr
     assert done.stdout.splitlines() == [SCRIPT[1].text, SCRIPT[2].text]

@@ -12,13 +12,10 @@ agent runs, its tools recorded.
 
 from __future__ import annotations
 
-import subprocess
-import textwrap
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from userkit import World, replay
+from userkit import effects, record, replay
 
 from agentreplay_otel import semconv
 
@@ -172,20 +169,6 @@ CASES = {
     "langgraph": Case("langgraph", SQL_LANGGRAPH, "run_sql", 2),
     "tools": Case("tools", CONVERTER_TOOLS, "to_celsius", 0),
 }
-
-
-def record(world: World, user, source: str, folder: Path, service: str) -> subprocess.CompletedProcess:
-    """The user's step: ``opentelemetry-instrument python agent.py`` from the agent's folder."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "agent.py").write_text(textwrap.dedent(source).lstrip())
-    return subprocess.run(user.command("agent.py"), cwd=folder, env=world.agent_env(user, service),
-                          capture_output=True, text=True, timeout=300)
-
-
-def effects(folder: Path) -> int:
-    """What the agent's tools did in the world (each tool body writes a line)."""
-    path = folder / "effects.jsonl"
-    return len(path.read_text().splitlines()) if path.exists() else 0
 
 
 @pytest.mark.parametrize("name", list(CASES))

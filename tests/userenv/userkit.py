@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -210,3 +211,17 @@ def replay(world: World, user: UserEnv, run_id: str, agent_dir: Path, service: s
     except ValueError:
         doc = {}
     return Replayed(done.returncode, doc, done.stdout + done.stderr)
+
+
+def record(world: World, user: UserEnv, source: str, folder: Path, service: str) -> subprocess.CompletedProcess[str]:
+    """The user's step: ``opentelemetry-instrument python agent.py`` from the agent's folder."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "agent.py").write_text(textwrap.dedent(source).lstrip())
+    return subprocess.run(user.command("agent.py"), cwd=folder, env=world.agent_env(user, service),
+                          capture_output=True, text=True, timeout=300)
+
+
+def effects(folder: Path) -> int:
+    """What the agent's tools did in the world (each tool body writes a line to effects.jsonl)."""
+    path = folder / "effects.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
