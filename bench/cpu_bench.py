@@ -41,7 +41,6 @@ import importlib
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -53,6 +52,8 @@ from instrumentation_bench import (  # noqa: E402  (the sibling bench, run as a 
     DEPS,
     MODES,
     PEERS,
+    Worker,
+    _env_for,
     capture_answers,
     messages,
     model_server,
@@ -182,48 +183,6 @@ def worker(name: str, answers_path: str, warm: int) -> None:
 
 
 # --- the driver ---------------------------------------------------------------------------------
-class Worker:
-    def __init__(self, name: str, env: dict[str, str], answers: Path, warm: int) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker", name, "--answers", str(answers), "--warm", str(warm)],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )
-        if self._line() != "ready":
-            raise RuntimeError(f"{name}: the worker did not start")
-
-    def _line(self) -> str:
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"{self.name}: the worker ended (its stderr says why)")
-        return line.strip()
-
-    def pair(self, mode: str, calls: int) -> dict[str, list[float]]:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(f"{mode} {calls}\n")
-        self.proc.stdin.flush()
-        got: dict[str, list[float]] = json.loads(self._line())
-        return got
-
-    def close(self) -> None:
-        if self.proc.stdin is not None:
-            self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
-def _env_for(name: str, deps: Path, seed: int) -> dict[str, str] | None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_", "TRACELOOP_"))}
-    env["PYTHONHASHSEED"] = str(seed)
-    folder = PEERS.get(name, (None, None))[0]
-    if folder is not None:
-        path = deps / folder
-        if not path.is_dir():
-            return None
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(path), env.get("PYTHONPATH")]))
-    return env
-
-
 def _added(pair: dict[str, list[float]], calls: int) -> dict[str, float]:
     """µs a call added by the instrumented batch over the bare one beside it."""
     (bare_thread, bare_other), (inst_thread, inst_other) = pair["bare"], pair["instrumented"]
@@ -305,7 +264,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 env = dict(envs["null"])
                 env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.before_src, env.get("PYTHONPATH")]))
                 envs["agentreplay-before"] = env
-            workers = [Worker(n, env, answers, args.warm) for n, env in envs.items()]
+            workers = [Worker(n, env, [__file__, "--worker", n, "--answers", str(answers), "--warm", str(args.warm)])
+                       for n, env in envs.items()]
             for w in workers:
                 pairs.setdefault(w.name, {m: [] for m in MODES})
                 for mode in MODES:
@@ -317,7 +277,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         if turn >= (stream_rounds if mode == "stream" else args.rounds):
                             continue
                         for w in workers:
-                            pairs[w.name][mode][-1].append(_added(w.pair(mode, args.calls), args.calls))
+                            pairs[w.name][mode][-1].append(_added(w.batch(mode, args.calls), args.calls))
                     workers = workers[1:] + workers[:1]
             finally:
                 for w in workers:

@@ -284,10 +284,13 @@ def model_server() -> Iterator[str]:
         proc.wait(timeout=10)
 
 
-def _env_for(name: str, deps: Path) -> dict[str, str] | None:
-    """The worker's environment: its peer's folder on the path; None when the peer is not installed."""
+def _env_for(name: str, deps: Path, seed: int | None = None) -> dict[str, str] | None:
+    """The worker's environment: its peer's folder on the path (a name not in PEERS has none), the hash
+    seed when given; None when the peer is not installed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_", "TRACELOOP_"))}
-    folder = PEERS[name][0]
+    if seed is not None:
+        env["PYTHONHASHSEED"] = str(seed)
+    folder = PEERS.get(name, (None, None))[0]
     if folder is not None:
         path = deps / folder
         if not path.is_dir():
@@ -297,13 +300,13 @@ def _env_for(name: str, deps: Path) -> dict[str, str] | None:
 
 
 class Worker:
-    """One configuration's process, asked for a batch of calls at a time."""
+    """One configuration's process (``python ARGV...``, a bench's ``--worker`` mode), asked for a batch of
+    calls at a time: a line ``MODE CALLS`` in, one JSON line of measurements out."""
 
-    def __init__(self, name: str, env: dict[str, str], base_url: str, warm: int) -> None:
+    def __init__(self, name: str, env: dict[str, str], argv: list[str]) -> None:
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--worker", name, "--base-url", base_url, "--warm", str(warm)],
-            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [sys.executable, *argv], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )
         if self._line() != "ready":
             raise RuntimeError(f"{name}: the worker did not start")
@@ -325,7 +328,7 @@ class Worker:
     def close(self) -> None:
         if self.proc.stdin is not None:
             self.proc.stdin.close()
-        self.proc.wait(timeout=30)
+        self.proc.wait(timeout=60)
 
 
 def summarise(samples: dict[str, dict[str, dict[str, list[float]]]]) -> dict[str, Any]:
@@ -392,7 +395,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return counted
     samples = {n: {m: {"wall": [], "cpu": []} for m in MODES} for n in envs}
     with model_server() as base_url:
-        workers = [Worker(n, env, base_url, args.warm) for n, env in envs.items()]
+        workers = [Worker(n, env, [__file__, "--worker", n, "--base-url", base_url, "--warm", str(args.warm)])
+                   for n, env in envs.items()]
         try:
             for round_no in range(args.rounds):
                 for mode in MODES:
