@@ -76,7 +76,8 @@ def crewai_env(wheels, tmp_path_factory) -> Iterator[UserEnv]:
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env(), timeout=120)
     done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
                            str(wheels["agentreplay_otel"]), "crewai[litellm]"],
-                          capture_output=True, text=True, env=clean_env(), timeout=INSTALL_TIMEOUT_S)
+                          capture_output=True, text=True, env=clean_env(),
+                          timeout=2 * INSTALL_TIMEOUT_S)  # ~1 GB: four times the others' install, cold
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     yield UserEnv("crewai", venv)
 
