@@ -37,7 +37,6 @@ measured in the same run (before and after side by side).
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import statistics
@@ -51,9 +50,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 from instrumentation_bench import (  # noqa: E402  (the sibling bench, run as a script)
     DEPS,
     MODES,
-    PEERS,
     Worker,
     _env_for,
+    _instrument,
     capture_answers,
     messages,
     model_server,
@@ -67,40 +66,9 @@ NULL_TOLERANCE_US = 10.0
 # --- one configuration, in a worker process --------------------------------------------------
 def _setup(name: str) -> Any:
     """Instrument ``name`` (nothing for ``null``); the tracer provider, or None."""
-    if name == "agentreplay-before":
-        name = "agentreplay"
-    from opentelemetry import trace
-    from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-
     if name == "null":
         return None
-
-    class DiscardExporter(SpanExporter):
-        def export(self, spans: Any) -> SpanExportResult:
-            return SpanExportResult.SUCCESS
-
-        def shutdown(self) -> None:
-            pass
-
-    exporter: SpanExporter = DiscardExporter()
-    if name == "agentreplay":
-        from agentreplay_otel import identity, semconv
-        from agentreplay_otel.chain import ChainingSpanExporter
-
-        provider = TracerProvider(resource=Resource.create({semconv.AGENT_ID: "bench"}))
-        exporter = ChainingSpanExporter(exporter, signing_key=identity.generate_key())  # as the launcher does
-    else:
-        provider = TracerProvider()
-    if name in ("official", "openai-v2"):  # content on the span, in the latest conventions
-        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
-        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
-    provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=65536))
-    trace.set_tracer_provider(provider)
-    module = importlib.import_module(PEERS[name][1] or "")
-    module.OpenAIInstrumentor().instrument(tracer_provider=provider)
-    return provider
+    return _instrument("agentreplay" if name == "agentreplay-before" else name)
 
 
 def _clients(name: str, answers: dict[str, Any]) -> tuple[Any, Any, Any]:

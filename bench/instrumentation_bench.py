@@ -83,8 +83,8 @@ def messages() -> list[dict[str, str]]:
 
 
 # --- one configuration, in a worker process --------------------------------------------------
-def _instrument(name: str, *, export_at_exit: bool = False) -> None:
-    """Set up ``name`` in this (fresh) process: a provider batching into a discarding exporter.
+def _instrument(name: str, *, export_at_exit: bool = False) -> Any:
+    """Set up ``name`` in this (fresh) process: a provider batching into a discarding exporter (returned).
 
     ``export_at_exit``: the batch processor exports only when the process ends, so no switch to its
     thread lands inside a counted call (what it exports is counted on its own thread)."""
@@ -118,6 +118,7 @@ def _instrument(name: str, *, export_at_exit: bool = False) -> None:
     trace.set_tracer_provider(provider)
     module = importlib.import_module(PEERS[name][1] or "")
     module.OpenAIInstrumentor().instrument(tracer_provider=provider)
+    return provider
 
 
 def measure(client: Any, calls: int, stream: bool) -> tuple[list[float], list[float]]:
