@@ -111,10 +111,13 @@ def test_the_collector_writes_a_halted_runs_incident_on_its_own(tmp_path):
         world.record(STORY_REQUEST, check=False)
         run_id = world.newest_verified_run()
         walkthrough = tmp_path / "incidents" / run_id / "walkthrough.html"
+        # the folder is renamed into place whole, then recorded in the store and counted: wait for the count
         deadline = time.monotonic() + 60
-        while not walkthrough.exists() and time.monotonic() < deadline:
-            time.sleep(0.3)
         stats = collector.client().stats()
+        while not (walkthrough.exists() and stats["analysis"]["incidents_written"] >= 1) \
+                and time.monotonic() < deadline:
+            time.sleep(0.3)
+            stats = collector.client().stats()
     assert walkthrough.exists(), (tmp_path / "collector.log").read_text()[-3000:]
     assert stats["analysis"]["incidents_written"] >= 1 and stats["analysis"]["incidents_failed"] == 0
     claim = json.loads((walkthrough.parent / "claim.json").read_text())
