@@ -27,6 +27,7 @@ from __future__ import annotations
 import enum
 import functools
 import hashlib
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -145,24 +146,52 @@ def verify(
     if org_key is not None and keys is not None:
         raise ValueError("verify() takes keys the caller vouches for, or org_key with certificates; not both")
     spans = list(records)
-    malformed = _malformed_ids(spans)
+    trace_ids = {r.trace_id for r in spans}
+    malformed = _malformed_ids(spans, trace_ids)
     if malformed is not None:
         return malformed
-    if len({r.trace_id for r in spans}) > 1:
+    if len(trace_ids) > 1:
         raise ValueError("verify() takes the spans of one run (one trace id)")
     run_id = spans[0].trace_id if spans else ""
-    chain, attached = partition_chain(_dedupe(spans))
+    # Span ids all distinct (the usual run): nothing to deduplicate, and no id reused (see run()).
+    distinct = len({r.span_id for r in spans}) == len(spans)
+    chain, attached = partition_chain(spans if distinct else _dedupe(spans))
     anchor = _Anchor(keys=keys, org_key=org_key, certificates=certificates)
-    return _Verifier(run_id, chain, attached, anchor, require_seal).run()
+    return _Verifier(run_id, chain, attached, anchor, require_seal, distinct_ids=distinct).run()
 
 
-def _malformed_ids(spans: list[SpanRecord]) -> ChainReport | None:
+_SPAN_IDS = re.compile(r"(?:[0-9a-f]{16},)*")
+_PARENT_IDS = re.compile(r"(?:(?:[0-9a-f]{16})?,)*")
+_SEQS = re.compile(r"(?:[0-9]+,)*")
+_HEX64S = re.compile(r"(?:[0-9a-fA-F]{64},)*")
+
+
+def _all_match(pattern: re.Pattern[str], values: list[Any]) -> bool:
+    """Whether every value is a string of ``pattern``'s item form: one C-level match for a whole run's
+    values, each followed by a comma. A value that is not a string, or that holds a comma itself (the
+    string then has more commas than values), makes it False: the caller then looks value by value."""
+    if not values:
+        return True
+    try:
+        text = ",".join(values) + ","
+    except TypeError:
+        return False
+    return text.count(",") == len(values) and pattern.fullmatch(text) is not None
+
+
+def _malformed_ids(spans: list[SpanRecord], trace_ids: set[str] | None = None) -> ChainReport | None:
     """A forged report for the first span whose trace, span or parent id is not in its stored form.
 
     The recorder and the collector only ever write ids as lower-case hex (:mod:`agentreplay_otel.ids`);
     any other id was written by hand, and is refused before it reaches anything that names files
     or writes code after a run id. The report names the span by its seq, never by the bad id.
     """
+    if (
+        all(is_trace_id(t) for t in (trace_ids if trace_ids is not None else {r.trace_id for r in spans}))
+        and _all_match(_SPAN_IDS, [r.span_id for r in spans])
+        and _all_match(_PARENT_IDS, [r.parent_span_id for r in spans])
+    ):
+        return None  # every id well formed, checked a run at a time; else the first bad one, span by span
     for r in spans:
         if not is_trace_id(r.trace_id):
             what = f"its trace id (the run id) is not {TRACE_ID_FORM}"
@@ -250,12 +279,13 @@ def _dedupe(records: list[SpanRecord]) -> list[SpanRecord]:
 
 class _Verifier:
     def __init__(self, run_id: str, records: list[SpanRecord], attached: list[SpanRecord], anchor: _Anchor,
-                 require_seal: bool):
+                 require_seal: bool, *, distinct_ids: bool = False):
         self.run_id = run_id
         self.records = records
         self.attached = attached
         self.anchor = anchor
         self.require_seal = require_seal
+        self.distinct_ids = distinct_ids  # no two spans given share a span id
 
     def fail(self, problem: ChainProblem, record: SpanRecord | None, detail: str, seq: int | None = None,
              seal: SealStatus = SealStatus.UNCHECKED) -> ChainReport:
@@ -280,6 +310,9 @@ class _Verifier:
                     " not a run, or its chain is gone", seq=0,
                 )
             return self.fail(ChainProblem.TRUNCATED, None, "no spans: the run is empty", seq=0)
+        fast = self._links()
+        if fast is not None:
+            return fast
         by_seq: dict[int, SpanRecord] = {}
         seq_of: dict[int, int] = {}  # id(record) -> its seq, read once
         for r in self.records:
@@ -332,6 +365,38 @@ class _Verifier:
                 return self.fail(ChainProblem.FORGED, r, "the first span does not start the chain")
             expected_prev = attributes[semconv.CHAIN_HASH]
         return self.check_seal(ordered)
+
+    def _links(self) -> ChainReport | None:
+        """:meth:`run` for a chain whose links are all well formed, whose seqs are all different and
+        whose span ids are all different (a run as recorded): the same checks in the same order, on
+        whole columns at a time, with the link hashes computed inline. None when it is not such a
+        chain: :meth:`run` then checks it span by span and names the first problem."""
+        records = self.records
+        attrs = [r.attributes for r in records]
+        raw_seqs = [a.get(semconv.CHAIN_SEQ) for a in attrs]
+        prevs = [a.get(semconv.CHAIN_PREV) for a in attrs]
+        hashes = [a.get(semconv.CHAIN_HASH) for a in attrs]
+        if not (
+            self.distinct_ids
+            and _all_match(_SEQS, raw_seqs)
+            and _all_match(_HEX64S, prevs)
+            and _all_match(_HEX64S, hashes)
+        ):
+            return None
+        seqs = [int(s) for s in raw_seqs]
+        if len(set(seqs)) != len(seqs):
+            return None  # two spans claim one seq: named by the span-by-span pass
+        order = sorted(range(len(records)), key=seqs.__getitem__)
+        sha256, fromhex, canonical = hashlib.sha256, bytes.fromhex, canonical_span
+        expected_prev = GENESIS_HASH
+        for index, i in enumerate(order):
+            if seqs[i] != index:
+                return None  # a gap or a reordering: named by the span-by-span pass
+            prev = prevs[i]
+            if sha256(fromhex(prev) + canonical(records[i])).hexdigest() != hashes[i] or prev != expected_prev:
+                return None  # edited, forged or reordered: named by the span-by-span pass
+            expected_prev = hashes[i]
+        return self.check_seal([records[i] for i in order])
 
     def check_seal(self, ordered: list[SpanRecord]) -> ChainReport:
         roots = [r for r in ordered if r.is_root]
