@@ -53,6 +53,8 @@ from agentreplay_collector.models import (
     RULE_REPLAY_VERIFIED,
     SCOPE_AGENT,
     SCOPE_RUN,
+    TOOL_ATTRIBUTES,
+    TOOL_SPAN_PREFIX,
     Alert,
     DecisionRecord,
     Halt,
@@ -328,10 +330,16 @@ class ScopeProcessor:
         now = time.time_ns()
         day = utc_day(now)  # spend goes in the day the collector received it
         self.settle_overdue(now)
+        multipliers: dict[str, float] = {}  # each agent's spend multiplier, read once an export
         for record in request.records:
             agent = identity.agent_id if identity is not None else record.resource.get(semconv.AGENT_ID, "")
-            m = manifest or self.manifest_for(None, record.attributes.get(semconv.MANIFEST_SHA256, ""))
-            self._judge(Held(record=record, agent=agent, manifest=m, day=day))
+            attrs = record.attributes
+            m = manifest or self.manifest_for(None, attrs.get(semconv.MANIFEST_SHA256, ""))
+            if attrs.get(semconv.RUN_KIND) is None and not attrs.get(semconv.REPLAY_SOURCE):
+                # Neither a run span nor a replayed call (most spans): live, whatever its run's verdict.
+                self._count(record, agent, m, day, replayed=False, multipliers=multipliers)
+            else:
+                self._judge(Held(record=record, agent=agent, manifest=m, day=day))
         self._arm_claim_timer()
 
     # --- replays ------------------------------------------------------------------------------
@@ -402,15 +410,28 @@ class ScopeProcessor:
         marked replayed, but nothing follows from them: no halt, no alert, no violation, and its
         cost is not the agent's day's spend.
         """
-        record, agent, m, day = span.record, span.agent, span.manifest, span.day
+        self._count(span.record, span.agent, span.manifest, span.day, replayed=replayed)
+
+    def _count(
+        self,
+        record: SpanRecord,
+        agent: str,
+        m: Manifest | None,
+        day: str,
+        *,
+        replayed: bool,
+        multipliers: dict[str, float] | None = None,
+    ) -> None:
+        """:meth:`_observe` of one span (``multipliers``: the agents' spend multipliers read so far in
+        this export, so that each is read once an export)."""
         run = self._run(record.trace_id, agent)
         fingerprint = _fingerprint(record)
         if fingerprint in run.spans:
             return  # the same span again: counted once
         run.spans.add(fingerprint)
         attrs = record.attributes
-        tool = tool_of(record.name, attrs)
-        admitted = self._agent_decisions(record, agent, tool or "", replayed=replayed)
+        tool = _tool_of(record.name, attrs)
+        admitted = self._agent_decisions(record, agent, tool or "", replayed=replayed) if record.events else None
         if admitted is False and tool is not None and self.halted(record.trace_id, agent) is not None:
             tool = None  # refused while halted, and the collector has it halted: the call never ran
         cost = _cost(attrs.get(semconv.COST_USD))
@@ -423,7 +444,12 @@ class ScopeProcessor:
             )
             self._collector_violation(record, agent, tool or "", verdict, replayed=replayed)
             cost = 0.0
-        multiplier = self.trust.multiplier(agent)
+        if multipliers is None:
+            multiplier = self.trust.multiplier(agent)
+        elif (known := multipliers.get(agent)) is not None:
+            multiplier = known
+        else:
+            multiplier = multipliers[agent] = self.trust.multiplier(agent)
         if tool is not None and m is not None:
             usage = Usage(
                 tool_calls=dict(run.seen),
@@ -447,7 +473,7 @@ class ScopeProcessor:
             day_spend = self._day.get((agent, day), 0.0) + cost
             if not replayed:  # a replay's calls spent nothing of the agent's day
                 self._day[(agent, day)] = day_spend
-            if m is not None and tool is None:
+            if m is not None and tool is None and _over_cap(m, run.spend_usd, day_spend, multiplier):
                 verdict = evaluate_spend(
                     m,
                     Usage(run_spend_usd=run.spend_usd, day_spend_usd=day_spend),
@@ -664,6 +690,31 @@ def _cost(raw: str | None) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) and value >= 0 else None
+
+
+def _over_cap(m: Manifest, run_spend: float, day_spend: float, multiplier: float) -> bool:
+    """Whether :func:`evaluate_spend` (no cost added, a cap reached allowed) would refuse this spend:
+    its own comparisons, so that a span within the caps (nearly all) is judged without building a
+    decision; one over a cap is judged by it."""
+    run_cap, day_cap = m.per_run_usd, m.per_day_usd
+    return (run_cap is not None and run_spend > run_cap * multiplier + 1e-9) or (
+        day_cap is not None and day_spend > day_cap * multiplier + 1e-9
+    )
+
+
+_TOOL_KEYS = frozenset(TOOL_ATTRIBUTES)
+
+
+def _tool_of(name: str, attributes: Mapping[str, str]) -> str | None:
+    """:func:`tool_of`, with the usual answer for a span that is no tool call found by set lookups:
+    none of the tool attributes (the tool's name among them), no tool span name, no tool operation."""
+    if (
+        _TOOL_KEYS.isdisjoint(attributes)
+        and not name.startswith(TOOL_SPAN_PREFIX)
+        and attributes.get(semconv.GEN_AI_OPERATION_NAME) != semconv.OP_EXECUTE_TOOL
+    ):
+        return None
+    return tool_of(name, attributes)
 
 
 def _fingerprint(record: SpanRecord) -> bytes:
