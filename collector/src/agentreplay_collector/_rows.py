@@ -314,9 +314,13 @@ LOG_NODE_COLUMNS = ("Level", "Idx", "Hash", "LoggedAt")
 LOG_CHECKPOINT_COLUMNS = ("TreeSize", "RootHash", "Timestamp", "Kid", "Signed")
 
 
-def log_leaf_row(entry: LogEntry) -> list[Any]:
-    leaf = entry.decoded()
-    return [entry.index, leaf.run_id, leaf.leaf_hash(), entry.leaf.decode("utf-8"), dt(entry.logged_ns)]
+def log_leaf_row(entry: LogEntry, known: tuple[str, bytes] | None = None) -> list[Any]:
+    """``known``: the leaf's run id and leaf hash, when the caller encoded the leaf (else decoded here)."""
+    if known is None:
+        leaf = entry.decoded()
+        known = (leaf.run_id, leaf.leaf_hash())
+    run_id, digest = known
+    return [entry.index, run_id, digest, entry.leaf.decode("utf-8"), dt(entry.logged_ns)]
 
 
 def log_entry_from_row(r: Sequence[Any]) -> LogEntry:

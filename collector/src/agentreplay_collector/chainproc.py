@@ -31,8 +31,10 @@ regression runs alike, before the verdict itself is written.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import math
+import operator
 import threading
 import time
 from collections import OrderedDict
@@ -55,7 +57,7 @@ from agentreplay_otel.core import (
     ChainReport,
     SpanRecord,
     chain_head,
-    partition_chain,
+    claims_chain,
     semconv,
     verify,
 )
@@ -128,16 +130,18 @@ class ChainProcessor:
         budget = self.config.max_buffered_spans
         touched: dict[str, _Run] = {}
         with self._lock:
-            for record in records:
-                run = self._runs.get(record.trace_id)
+            # A run's spans come together in an export: each stretch of one run's spans is taken at once.
+            for run_id, stretch in itertools.groupby(records, _TRACE_ID):
+                spans = list(stretch)
+                run = self._runs.get(run_id)
                 if run is None:
-                    run = self._runs[record.trace_id] = self._new_run(record.trace_id, now)
+                    run = self._runs[run_id] = self._new_run(run_id, now)
                 run.last_seen = now
-                if record.is_root:
+                if "" in map(_PARENT_ID, spans):  # a run span (no parent) among them
                     run.root_seen = True
                 if run.records is not None:
-                    run.records.append(record)
-                    self._buffered += 1
+                    run.records.extend(spans)
+                    self._buffered += len(spans)
                 if not run.announced:
                     touched[run.run_id] = run
             firsts = {run_id: list(run.records or ()) for run_id, run in touched.items()}
@@ -338,17 +342,40 @@ class ChainProcessor:
     @staticmethod
     def _summary(run_id: str, records: list[SpanRecord], report: ChainReport | None) -> RunSummary:
         """The run's row, from its chain's spans: spans of other services in its trace (attached)
-        name no agent, cost nothing and are not counted (verify counts them apart)."""
-        records, _attached = partition_chain(records)
-        roots = [r for r in records if r.is_root]
-        root = roots[-1] if roots else None
-        first = root or (records[0] if records else None)
+        name no agent, cost nothing and are not counted (verify counts them apart).
+
+        One pass over the spans: the last run span, the first span, the children's cost (summed in
+        their order, as :func:`run_cost` sums), the earliest start and the latest end."""
+        root: SpanRecord | None = None
+        first: SpanRecord | None = None
+        count = 0
+        cost = 0.0
+        start_ns: int | None = None
+        end_ns: int | None = None
+        for r in records:
+            resource = r.resource
+            if semconv.AGENT_ID not in resource and not claims_chain(r.attributes, resource):
+                continue  # attached: another service's span
+            count += 1
+            if first is None:
+                first = r
+            if not r.parent_span_id:
+                root = r
+            else:
+                raw = r.attributes.get(semconv.COST_USD)
+                if raw:
+                    cost += _cost_of(raw)
+            if start_ns is None or r.start_ns < start_ns:
+                start_ns = r.start_ns
+            if end_ns is None or r.end_ns > end_ns:
+                end_ns = r.end_ns
+        if not cost:  # no child's cost: the run span's, as run_cost(children) or run_cost([root])
+            cost = run_cost([root]) if root is not None else 0.0
+        first = root or first
         resource = first.resource if first else {}
         attrs = root.attributes if root else {}
-        children = [r for r in records if not r.is_root]
-        cost = run_cost(children) or (run_cost([root]) if root else 0.0)
         if report is None:
-            chain = ChainStatus(run_id=run_id, status=ChainState.PENDING, seal="", span_count=len(records))
+            chain = ChainStatus(run_id=run_id, status=ChainState.PENDING, seal="", span_count=count)
         else:
             chain = ChainStatus.from_report(report, time.time_ns())
         return RunSummary(
@@ -358,8 +385,8 @@ class ChainProcessor:
             service_name=resource.get(semconv.SERVICE_NAME, ""),
             run_kind=attrs.get(semconv.RUN_KIND, semconv.RUN_KIND_RECORD if root else ""),
             name=root.name if root else "",
-            start_ns=min((r.start_ns for r in records), default=0),
-            end_ns=max((r.end_ns for r in records), default=0),
+            start_ns=start_ns if start_ns is not None else 0,
+            end_ns=end_ns if end_ns is not None else 0,
             span_count=chain.span_count,
             status_code=root.status_code if root else "Unset",
             cost_usd=cost,
@@ -384,21 +411,30 @@ def run_cost(records: Iterable[SpanRecord]) -> float:
     for r in records:
         raw = r.attributes.get(semconv.COST_USD)
         if raw:
-            try:
-                value = float(raw)
-            except ValueError:
-                continue
-            if math.isfinite(value) and value >= 0:
-                total += value
+            total += _cost_of(raw)
     return total
+
+
+def _cost_of(raw: str) -> float:
+    """A cost attribute's amount; 0.0 for one that is not a finite amount >= 0 (adding 0.0 to a sum
+    of amounts >= 0 leaves it as it was)."""
+    try:
+        value = float(raw)
+    except ValueError:
+        return 0.0
+    return value if math.isfinite(value) and value >= 0 else 0.0
+
+
+_TRACE_ID = operator.attrgetter("trace_id")
+_PARENT_ID = operator.attrgetter("parent_span_id")
 
 
 def _reused_span_ids(records: list[SpanRecord], report: ChainReport) -> ChainReport:
     """A chain whose links all check but where two different spans share one span id is forged:
     each span id names one call, and an agent that reuses ids must not pass three calls off as one
     (a retried export, the same span again, is one span and no reuse)."""
-    if not report.intact:
-        return report
+    if not report.intact or len({r.span_id for r in records}) == len(records):
+        return report  # no span id given twice: none reused
     hashes: dict[str, set[str]] = {}
     for r in records:
         hashes.setdefault(r.span_id, set()).add(r.attributes.get(semconv.CHAIN_HASH, ""))

@@ -897,17 +897,29 @@ class Store:
 
     # --- the transparency log (see translog.py for the tree; here, its rows) --------------------------
     def insert_log_entries(
-        self, nodes: Sequence[tuple[merkle.Node, bytes]], entries: Sequence[LogEntry], logged_ns: int
+        self,
+        nodes: Sequence[tuple[merkle.Node, bytes]],
+        entries: Sequence[LogEntry],
+        logged_ns: int,
+        *,
+        known: Sequence[tuple[str, bytes]] | None = None,
     ) -> None:
         """Append to the log: the perfect subtrees the new leaves complete, then the leaves (each insert
         writes the leaves' by-run projection with them). In that order, so that a crash in between leaves
         rows beyond the log's size (written again, and replaced, when those positions are filled) and
-        never a leaf without its nodes."""
+        never a leaf without its nodes. ``known``: each entry's run id and leaf hash, from the leaves the
+        caller encoded (else each leaf is decoded for them)."""
         rows = [_rows.log_node_row(node, digest, logged_ns) for node, digest in nodes]
         self._insert(schema.LOG_NODES, _rows.LOG_NODE_COLUMNS, rows)
-        self._insert(schema.LOG_LEAVES, _rows.LOG_LEAF_COLUMNS, [_rows.log_leaf_row(e) for e in entries])
+        pairs: list[tuple[str, bytes]] = (
+            list(known) if known is not None else [(leaf.run_id, leaf.leaf_hash()) for leaf in
+                                                   (e.decoded() for e in entries)]
+        )
+        leaf_rows = [_rows.log_leaf_row(e, pair) for e, pair in zip(entries, pairs, strict=True)]
+        self._insert(schema.LOG_LEAVES, _rows.LOG_LEAF_COLUMNS, leaf_rows)
         if self.own_writes is not None:
-            self.own_writes.logged((e.run_id, e) for e in sorted(entries, key=lambda e: e.index))
+            by_index = sorted(zip(entries, pairs, strict=True), key=lambda ep: ep[0].index)
+            self.own_writes.logged((run_id, e) for e, (run_id, _) in by_index)
 
     def _add_log_runs_projection(self, opts: schema.SchemaOptions) -> None:
         """A store whose log_leaves predates its by-run projection gets it: added, then built for the

@@ -251,10 +251,14 @@ class TransparencyLog:
             frontier = self._frontier.copy()
             entries: list[LogEntry] = []
             nodes: list[tuple[merkle.Node, bytes]] = []
+            known: list[tuple[str, bytes]] = []
             for leaf in leaves:
-                entries.append(LogEntry(index=frontier.size, leaf=leaf.encode(), logged_ns=now))
-                nodes.extend(frontier.append(leaf.leaf_hash()))
-            self.store.insert_log_entries(nodes, entries, now)
+                data = leaf.encode()  # once: the entry's bytes and its hash in the tree
+                digest = merkle.leaf_hash(data)
+                entries.append(LogEntry(index=frontier.size, leaf=data, logged_ns=now))
+                known.append((leaf.run_id, digest))
+                nodes.extend(frontier.append(digest))
+            self.store.insert_log_entries(nodes, entries, now, known=known)
             self._frontier = frontier
             self.appended += len(entries)
             return len(entries)
