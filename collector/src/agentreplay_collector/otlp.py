@@ -7,13 +7,19 @@ dict is built for the store. Spans that claim an AgentReplay run's chain
 :class:`~agentreplay_otel.canonical.SpanRecord` for the chain processor, with every
 attribute value converted exactly as :func:`~agentreplay_otel.canonical.stored_string`
 does, so the hash computed here equals the recorder's.
+
+A protobuf export is first offered to a compiled pass over its bytes (:func:`decode_wire`, the
+optional ``_otlpwire`` module) that fills the same lists without protobuf's Python objects; where it
+is not built, is turned off (``AGENTREPLAY_PURE_OTLP=1``) or is not sure of the input, the pure path
+below converts it, and alone decides what is refused.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Iterable
+import os
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,6 +204,11 @@ def _array_string(values: Any) -> str:
             return stored_string([any_value(v) for v in values])
         floats = floats or which == "double_value"
         items.append(getattr(v, which))
+    return scalar_array_string(items, floats)
+
+
+def scalar_array_string(items: list[Any], floats: bool) -> str:
+    """``stored_string`` of a list of str, int, bool and float (``floats``: whether any is a float)."""
     if not floats:  # strings, ints and booleans: orjson writes json.dumps's bytes (floats it spells otherwise)
         try:
             return orjson.dumps(items).decode("utf-8")
@@ -341,6 +352,25 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
                             resource=resource,
                         )
                     )
+    columns: list[list[Any]] = [
+        ts, trace_ids, span_ids, parent_ids, trace_states, names, kinds, services, res_off, res_k, res_v,
+        scope_names, scope_versions, attr_off, attr_k, attr_v, dur, status_codes, status_msgs,
+        ev.off, ev.a, ev.b, ev.m_off, ev.m_k, ev.m_v,
+        ln.off, ln.a, ln.b, ln.c, ln.m_off, ln.m_k, ln.m_v,
+    ]  # fmt: skip
+    return _converted(columns, records, agents, days)
+
+
+def _converted(
+    columns: Sequence[list[Any]], records: list[SpanRecord], agents: set[str], days: set[int]
+) -> ConvertedRequest:
+    """The Arrow table of the flat columns (both paths fill the same, in this order) and the records."""
+    (
+        ts, trace_ids, span_ids, parent_ids, trace_states, names, kinds, services, res_off, res_k, res_v,
+        scope_names, scope_versions, attr_off, attr_k, attr_v, dur, status_codes, status_msgs,
+        ev_off, ev_time, ev_name, ev_moff, ev_mk, ev_mv,
+        ln_off, ln_tid, ln_sid, ln_state, ln_moff, ln_mk, ln_mv,
+    ) = columns  # fmt: skip
     try:
         table = pa.Table.from_arrays(
             [
@@ -359,14 +389,59 @@ def convert(request: ExportTraceServiceRequest) -> ConvertedRequest:
                 pa.array(dur, pa.uint64()),
                 pa.array(status_codes, pa.string()),
                 pa.array(status_msgs, pa.string()),
-                *ev.event_arrays(),
-                *ln.link_arrays(),
+                _list_array(ev_off, pa.array(ev_time, _TS)),
+                _list_array(ev_off, pa.array(ev_name, pa.string())),
+                _list_array(ev_off, _map_array(ev_moff, ev_mk, ev_mv)),
+                _list_array(ln_off, pa.array(ln_tid, pa.string())),
+                _list_array(ln_off, pa.array(ln_sid, pa.string())),
+                _list_array(ln_off, pa.array(ln_state, pa.string())),
+                _list_array(ln_off, _map_array(ln_moff, ln_mk, ln_mv)),
             ],
             schema=TRACE_ARROW_SCHEMA,
         )
     except (pa.ArrowInvalid, OverflowError) as exc:
         raise MalformedRequest(f"a span time is out of range: {exc}") from exc
     return ConvertedRequest(table=table, records=records, agent_ids=frozenset(agents), days=frozenset(days))
+
+
+# --- the compiled pass ----------------------------------------------------------------------
+try:
+    from agentreplay_collector import _otlpwire
+except ImportError:  # built without a C compiler: the pure path alone
+    _otlpwire = None  # type: ignore[assignment]
+
+PURE_ENV = "AGENTREPLAY_PURE_OTLP"
+
+
+def wire_decoder_available() -> bool:
+    """Whether protobuf exports go through the compiled pass (built, and not turned off)."""
+    return _otlpwire is not None and os.environ.get(PURE_ENV, "") in ("", "0")
+
+
+@dataclass(slots=True)
+class WireRequest:
+    """A protobuf export read by the compiled pass: what the checks before conversion need, then the rows."""
+
+    resource_agents: list[str | None]  # the agent id each resource with spans names (the auth check's)
+    days: set[int]
+    columns: list[list[Any]]
+    records: list[SpanRecord]
+    agents: set[str]
+
+    def convert(self) -> ConvertedRequest:
+        return _converted(self.columns, self.records, self.agents, self.days)
+
+
+def decode_wire(body: bytes) -> WireRequest | None:
+    """The export read straight from its protobuf bytes, or None: then :func:`parse_protobuf` and
+    :func:`convert` decide (the compiled pass is not built or turned off, or is not sure of the input)."""
+    if not wire_decoder_available():
+        return None
+    decoded = _otlpwire.decode(body, scalar_array_string)
+    if decoded is None:
+        return None
+    columns, records, agents, days, resource_agents = decoded
+    return WireRequest(resource_agents=resource_agents, days=days, columns=columns, records=records, agents=agents)
 
 
 def _check_run_ids(name: str, attrs: dict[str, str]) -> None:
@@ -381,6 +456,10 @@ def _map_array(offsets: list[int], keys: list[str], values: list[str]) -> pa.Map
     return pa.MapArray.from_arrays(
         pa.array(offsets, pa.int32()), pa.array(keys, pa.string()), pa.array(values, pa.string())
     )
+
+
+def _list_array(offsets: list[int], values: pa.Array) -> pa.ListArray:
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
 
 
 class _Nested:
@@ -426,20 +505,3 @@ class _Nested:
             self.b.append(link.span_id.hex())
             self.c.append(link.trace_state)
         self.off.append(len(self.a))
-
-    def _lists(self, values: pa.Array) -> pa.ListArray:
-        return pa.ListArray.from_arrays(pa.array(self.off, pa.int32()), values)
-
-    def _maps(self) -> pa.ListArray:
-        return self._lists(_map_array(self.m_off, self.m_k, self.m_v))
-
-    def event_arrays(self) -> list[pa.Array]:
-        return [self._lists(pa.array(self.a, _TS)), self._lists(pa.array(self.b, pa.string())), self._maps()]
-
-    def link_arrays(self) -> list[pa.Array]:
-        return [
-            self._lists(pa.array(self.a, pa.string())),
-            self._lists(pa.array(self.b, pa.string())),
-            self._lists(pa.array(self.c, pa.string())),
-            self._maps(),
-        ]

@@ -132,18 +132,23 @@ class Pipeline:
     def _prepare(
         self, parse: Parse, body: bytes, authorization: str | None, identity: AgentIdentity | None
     ) -> otlp.ConvertedRequest:
-        """Parse, check each resource against the token, convert, and claim the runs (a parse thread)."""
+        """Parse, check each resource against the token, convert, and claim the runs (a parse thread).
+
+        A protobuf export the compiled pass reads whole (it refuses nothing: what it is not sure of
+        comes back None) takes the same checks in the same order from what it read."""
         try:
-            request = parse(body)
-            if self.auth is not None:
-                self.auth.check(authorization, _resource_agents(request))
-            days = len(otlp.span_days(request))
-            if days > MAX_EXPORT_DAYS:  # refused before the costly conversion
-                raise ExportRejected(
-                    f"the spans start on {days} different days; one export may hold at most"
-                    f" {MAX_EXPORT_DAYS} (send them in several exports)"
-                )
-            converted = otlp.convert(request)
+            wire = otlp.decode_wire(body) if parse is otlp.parse_protobuf else None
+            if wire is not None:
+                if self.auth is not None:
+                    self.auth.check(authorization, wire.resource_agents)
+                _check_days(len(wire.days))
+                converted = wire.convert()
+            else:
+                request = parse(body)
+                if self.auth is not None:
+                    self.auth.check(authorization, _resource_agents(request))
+                _check_days(len(otlp.span_days(request)))  # refused before the costly conversion
+                converted = otlp.convert(request)
         except RecursionError as exc:
             raise MalformedRequest("not an OTLP ExportTraceServiceRequest: nested too deep") from exc
         if self.owners is not None and converted.records:
@@ -175,6 +180,14 @@ class Pipeline:
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _check_days(days: int) -> None:
+    if days > MAX_EXPORT_DAYS:
+        raise ExportRejected(
+            f"the spans start on {days} different days; one export may hold at most"
+            f" {MAX_EXPORT_DAYS} (send them in several exports)"
+        )
 
 
 def _resource_agents(request: ExportTraceServiceRequest) -> list[str | None]:

@@ -1,0 +1,24 @@
+"""The collector's one compiled module, optional: without a C compiler (or Cython) the package installs
+without it and converts OTLP through the pure-Python path, which gives the same rows."""
+
+from setuptools import Extension, setup
+
+try:
+    from Cython.Build import cythonize
+except ImportError:  # no Cython: the pure path alone
+    ext_modules = []
+else:
+    ext_modules = cythonize(
+        [
+            Extension(
+                "agentreplay_collector._otlpwire",
+                ["src/agentreplay_collector/_otlpwire.pyx"],
+            )
+        ],
+        compiler_directives={"language_level": "3"},
+        quiet=True,
+    )
+    for extension in ext_modules:  # cythonize builds new Extensions: optional is set on what it returns
+        extension.optional = True
+
+setup(ext_modules=ext_modules)
