@@ -160,10 +160,11 @@ def _added(pair: dict[str, list[float]], calls: int) -> dict[str, float]:
             "bare_calling_thread": bare_thread / calls * 1e6}
 
 
-def summarise(pairs: dict[str, dict[str, list[list[dict[str, float]]]]]) -> dict[str, Any]:
+def summarise(pairs: dict[str, dict[str, list[list[dict[str, float]]]]],
+              modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     """pairs[name][mode][repeat] = per-pair figures -> medians, spread and ratios."""
     result: dict[str, Any] = {}
-    for mode in MODES:
+    for mode in modes:
         entry: dict[str, Any] = {}
         for name, by_mode in pairs.items():
             reps = by_mode[mode]
@@ -206,6 +207,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--stream-rounds", type=int, help="batch pairs for streamed calls (default: 3x --rounds: "
                                                           "a streamed call is 9x as long, its pairs as noisy)")
     parser.add_argument("--repeats", type=int, default=3, help="fresh processes per configuration")
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES),
+                        help="the modes measured (a long plain run leaves out the streamed calls)")
     parser.add_argument("--warm", type=int, default=30, help="unmeasured calls per client and mode")
     parser.add_argument("--deps", default=str(DEPS), help="folder with one folder per peer (pip --target)")
     parser.add_argument("--only", nargs="*", help="configurations to run (null and openai-v2 always run)")
@@ -235,13 +238,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             workers = [Worker(n, env, [__file__, "--worker", n, "--answers", str(answers), "--warm", str(args.warm)])
                        for n, env in envs.items()]
             for w in workers:
-                pairs.setdefault(w.name, {m: [] for m in MODES})
-                for mode in MODES:
+                pairs.setdefault(w.name, {m: [] for m in args.modes})
+                for mode in args.modes:
                     pairs[w.name][mode].append([])
             try:
                 stream_rounds = args.stream_rounds or 3 * args.rounds
-                for turn in range(max(args.rounds, stream_rounds)):
-                    for mode in MODES:
+                rounds = {"plain": args.rounds, "stream": stream_rounds}
+                for turn in range(max(rounds[mode] for mode in args.modes)):
+                    for mode in args.modes:
                         if turn >= (stream_rounds if mode == "stream" else args.rounds):
                             continue
                         for w in workers:
@@ -260,7 +264,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "stream_rounds": args.stream_rounds or 3 * args.rounds, "repeats": args.repeats,
         "message_bytes": len(json.dumps(messages())), "configs": list(pairs),
     }
-    result.update(summarise(pairs))
+    result["modes"] = list(args.modes)
+    result.update(summarise(pairs, tuple(args.modes)))
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

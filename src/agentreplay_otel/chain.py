@@ -37,7 +37,7 @@ from agentreplay_otel.canonical import (
 from agentreplay_otel.chainverify import ChainProblem, ChainReport, KeyLookup, SealStatus, link_hash
 from agentreplay_otel.chainverify import verify as verify_records
 from agentreplay_otel.identity import key_id, seal_payload, sign
-from agentreplay_otel.store_once import store_once
+from agentreplay_otel.store_once import keep_views, store_once, taken_views
 
 _log = logging.getLogger(__name__)
 
@@ -81,13 +81,15 @@ def record_from_span(
 
 
 def _stored(attributes: Mapping[str, Any] | None) -> dict[str, str]:
-    """Each value as the store keeps it; most already are strings (copied as they are, at C speed)."""
+    """Each value as the store keeps it; most already are strings (copied as they are, at C speed), and
+    an integer is its digits (what :func:`stored_string` makes of one, without its tests of type)."""
     if not attributes:
         return {}
     out = dict(attributes)
     for key, value in attributes.items():
-        if type(value) is not str:
-            out[key] = stored_string(value)
+        kind = type(value)
+        if kind is not str:
+            out[key] = str(value) if kind is int else stored_string(value)
     return out
 
 
@@ -126,6 +128,7 @@ class Chainer:
         self._kid = key_id(signing_key) if signing_key else None
         self._agent_id = agent_id
         self._redactor = redaction.string_values(redactor) if redactor is not None else None
+        keep_views()  # the recorder keeps the strings of the views it writes, for store_once
         self._open: dict[int, _RunChain] = {}
         self._sealed: OrderedDict[int, _RunChain] = OrderedDict()
         self._lock = threading.Lock()
@@ -142,9 +145,10 @@ class Chainer:
     def _augment(self, span: ReadableSpan) -> ReadableSpan:
         attributes = _attributes_of(span)
         events = list(span.events)
+        written = taken_views(attributes)  # before redaction: a view it changes is parsed back
         if self._redactor is not None:
             attributes, events = self._redact(attributes, events)
-        store_once(attributes)  # an LLM call's content once: hashed and exported as stored
+        store_once(attributes, written)  # an LLM call's content once: hashed and exported as stored
         is_run = span.parent is None or span.parent.is_remote
         record = record_from_span(span, attributes, events, with_resource=is_run)
         trace_id = span.context.trace_id

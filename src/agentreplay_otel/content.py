@@ -27,12 +27,65 @@ except ImportError:  # optional: json writes the same text
 
 def to_json(value: Any) -> str:
     """Compact JSON of any value; strings stay JSON strings so the type survives replay."""
-    if _orjson is not None and _orjson_writes_alike(value):
+    if _orjson is not None and _writes_alike(value):
         try:
             return _orjson.dumps(value).decode()
         except _orjson.JSONEncodeError:  # an integer past 64 bits, a lone surrogate: json decides
             pass
     return _ENCODER.encode(value)
+
+
+def to_json_with_strings(value: Any, min_chars: int) -> tuple[str, list[str] | None]:
+    """:func:`to_json`, and the strings of ``min_chars`` or more in ``value`` in the order its JSON holds
+    them (each object's values and each array's items, depth first; keys left out; repeats kept), found
+    by the walk orjson's path takes anyway; None for them when ``json`` wrote the text (anything else)."""
+    if _orjson is not None:
+        strings: list[str] = []
+        try:
+            alike = _alike(value, min_chars, strings)
+        except RecursionError:  # nested past the interpreter's limit: to_json's stack walk decides
+            return to_json(value), None
+        if alike:
+            try:
+                return _orjson.dumps(value).decode(), strings
+            except _orjson.JSONEncodeError:
+                pass
+    return _ENCODER.encode(value), None
+
+
+_LEAVES = frozenset({str, int, bool, type(None)})  # what orjson and json write alike (an int up to 64 bits)
+
+
+def _writes_alike(value: Any) -> bool:
+    try:
+        return _alike(value, 0, None)
+    except RecursionError:
+        return _orjson_writes_alike(value)
+
+
+def _alike(value: Any, min_chars: int, strings: list[str] | None) -> bool:
+    """:func:`_orjson_writes_alike` by recursion (a few levels for a message list: a call a level costs
+    less than a stack's push and pop a value), collecting the long strings into ``strings`` if given."""
+    kind = type(value)
+    if kind is dict:
+        for key in value:
+            if type(key) is not str:
+                return False
+        items = value.values()
+    elif kind is list or kind is tuple:
+        items = value
+    else:
+        if strings is not None and kind is str and len(value) >= min_chars:
+            strings.append(value)
+        return kind in _LEAVES
+    for item in items:
+        kind = type(item)
+        if kind is str:
+            if strings is not None and len(item) >= min_chars:
+                strings.append(item)
+        elif kind not in _LEAVES and not _alike(item, min_chars, strings):
+            return False
+    return True
 
 
 def _orjson_writes_alike(value: Any) -> bool:

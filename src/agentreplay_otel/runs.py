@@ -288,12 +288,14 @@ def start_step_span(
     attributes: dict[str, Any],
     tracer: trace.Tracer | None = None,
     provider: str | None = None,
+    run: RunState | None = None,
 ) -> Span:
     """Start (not activate) the span of one LLM or tool call, numbered within its run.
 
     ``provider``: an LLM call's ``gen_ai.provider.name``, which the run span takes from its first.
+    ``run``: the caller's run when the caller looked it up already (else it is looked up here).
     """
-    state = _run_for_call(tracer)
+    state = run if run is not None else _run_for_call(tracer)
     if provider is not None:
         state.use_provider(provider)
     attributes[semconv.STEP] = state.next_step()
@@ -347,6 +349,9 @@ def _run_for_call(tracer: trace.Tracer | None) -> RunState:
 
 def _ensure_auto_run() -> RunState:
     global _auto_run
+    state = _auto_run  # open already (every call after the first): no lock to take
+    if state is not None:
+        return state
     with _auto_lock:
         if _auto_run is None:
             name = _entrypoint_name()

@@ -22,6 +22,7 @@ from json.encoder import encode_basestring
 from typing import Any, Final
 
 from agentreplay_otel import semconv
+from agentreplay_otel.content import to_json_with_strings
 
 try:
     import orjson as _orjson
@@ -32,9 +33,13 @@ _VIEWS: Final = (
     (semconv.REQUEST, (semconv.GEN_AI_SYSTEM_INSTRUCTIONS, semconv.GEN_AI_INPUT_MESSAGES)),
     (semconv.RESPONSE, (semconv.GEN_AI_OUTPUT_MESSAGES,)),
 )
+_VIEW_NAMES: Final = tuple(name for _, views in _VIEWS for name in views)
 _REF = '{"agentreplay.ref":'
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))  # as the client libraries encode
 _literal: Callable[[str], str] = encode_basestring  # a string's JSON literal, as _ENCODER writes it
+# agentreplay.content.refs as _ENCODER writes it, for the lists of changed bodies there can be
+_LISTED: Final[dict[tuple[str, ...], str]] = {names: _ENCODER.encode(list(names)) for names in
+                  ((semconv.REQUEST,), (semconv.RESPONSE,), (semconv.REQUEST, semconv.RESPONSE))}
 SHARED_MIN_CHARS: Final = 32  # shorter strings cost less than their reference
 
 
@@ -49,12 +54,69 @@ def _loads(text: str) -> Any:
     return json.loads(text)
 
 
-def _view_strings(attributes: Mapping[str, Any], views: tuple[str, ...]) -> list[str]:
-    """The long strings of the view attributes, each once, in the order they are replaced (longest first)."""
+# --- the views' strings as the recorder wrote them ---------------------------------------------
+# The recorder writes a view from values it holds and walks them as it does (:func:`view_json`): their
+# long strings are kept here, by the id of the text written, until the chain takes them with the span
+# (:func:`taken_views`), so the export thread need not parse the text back to find them. A text is
+# held while it is here (its id stays its own); one whose span is never chained (dropped, or no chain
+# in this process) is let go when the table is full.
+_written: dict[int, tuple[str, list[str]]] = {}
+_WRITTEN_KEPT: Final = 1024  # texts
+_WRITTEN_CHARS: Final = 1 << 23  # their characters, all together (an approximate count: no lock)
+_written_chars = 0
+_keeping = False  # set by the chain (:func:`keep_views`): nothing takes them otherwise
+
+
+def keep_views() -> None:
+    """Keep the strings of each view written from now on, for :func:`taken_views` (the chain's)."""
+    global _keeping
+    _keeping = True
+
+
+def view_json(value: Any) -> str:
+    """A view attribute's JSON (:func:`~agentreplay_otel.content.to_json`), its long strings kept for
+    :func:`store_once` when the chain will take them."""
+    global _written_chars
+    text, strings = to_json_with_strings(value, SHARED_MIN_CHARS)
+    if strings is not None and _keeping:
+        if len(_written) >= _WRITTEN_KEPT or _written_chars > _WRITTEN_CHARS:
+            _written.clear()
+            _written_chars = 0
+        _written[id(text)] = (text, strings)
+        _written_chars += len(text)
+    return text
+
+
+Written = Mapping[str, tuple[str, list[str]]]
+"""A span's view attributes as :func:`view_json` wrote them: the name, (the text, the strings it holds)."""
+
+
+def taken_views(attributes: Mapping[str, Any]) -> Written:
+    """What :func:`view_json` kept of a span's view attributes, taken out of the table (take it before
+    anything changes the attributes: a view changed since, by redaction say, is then parsed back)."""
+    global _written_chars
+    found = {}
+    for name in _VIEW_NAMES:
+        text = attributes.get(name)
+        if type(text) is str:
+            entry = _written.pop(id(text), None)
+            if entry is not None and entry[0] is text:
+                found[name] = entry
+                _written_chars -= len(text)
+    return found
+
+
+def _view_strings(attributes: Mapping[str, Any], views: tuple[str, ...], written: Written | None = None) -> list[str]:
+    """The long strings of the view attributes, each once, in the order they are replaced (longest first).
+    A view whose text is still the one :func:`view_json` wrote has them from there (``written``)."""
     seen: dict[str, None] = {}
     for name in views:
         text = attributes.get(name)
         if isinstance(text, str):
+            entry = written.get(name) if written else None
+            if entry is not None and entry[0] is text:
+                seen.update(dict.fromkeys(entry[1]))  # keys seen before keep their place, as below
+                continue
             try:
                 value = _loads(text)
             except ValueError:
@@ -107,14 +169,22 @@ def _ref(index: int) -> str:
 
 
 def _replaced(body: str, literals: list[str]) -> tuple[str, int]:
-    """The body with each literal replaced by its reference, and how many replacements were made (each
-    literal's count from the length it took off: a literal is longer than its reference)."""
+    """The body with each literal replaced by its reference (as ``str.replace`` does, in turn: every
+    occurrence, left to right, none overlapping), and how many replacements were made. Found with
+    ``find``, which scans the body once a literal where ``replace`` counts them first, then replaces."""
     made = 0
     for index, literal in enumerate(literals):
-        ref = _ref(index)
-        shorter = body.replace(literal, ref)
-        made += (len(body) - len(shorter)) // (len(literal) - len(ref))
-        body = shorter
+        at = body.find(literal)
+        if at < 0:
+            continue
+        pieces, start, size = [], 0, len(literal)
+        while at >= 0:
+            pieces.append(body[start:at])
+            start = at + size
+            at = body.find(literal, start)
+        pieces.append(body[start:])
+        made += len(pieces) - 1
+        body = _ref(index).join(pieces)
     return body, made
 
 
@@ -150,11 +220,12 @@ def _restores(compact: str, made: int, literals: list[str], body: str) -> bool:
     return compact.count(_REF) == made or _restored(compact, literals) == body
 
 
-def store_once(attributes: dict[str, Any]) -> dict[str, Any]:
+def store_once(attributes: dict[str, Any], written: Written | None = None) -> dict[str, Any]:
     """``attributes`` with the view's strings referenced from the bodies (changed in place).
 
     A body is changed only if it comes back exactly (:func:`restore`); the bodies changed are
-    listed in ``agentreplay.content.refs``, so a reader knows what to restore.
+    listed in ``agentreplay.content.refs``, so a reader knows what to restore. ``written``: what
+    :func:`taken_views` gave for these attributes.
     """
     if semconv.CONTENT_REFS in attributes:
         return attributes
@@ -163,13 +234,14 @@ def store_once(attributes: dict[str, Any]) -> dict[str, Any]:
         body = attributes.get(body_name)
         if not isinstance(body, str) or _REF in body:
             continue
-        literals = _literals(_view_strings(attributes, views))
+        literals = _literals(_view_strings(attributes, views, written))
         compact, made = _replaced(body, literals) if literals else (body, 0)
         if made and _restores(compact, made, literals, body):
             attributes[body_name] = compact
             changed.append(body_name)
     if changed:
-        attributes[semconv.CONTENT_REFS] = _ENCODER.encode(changed)
+        listed = _LISTED.get(tuple(changed))
+        attributes[semconv.CONTENT_REFS] = listed if listed is not None else _ENCODER.encode(changed)
     return attributes
 
 

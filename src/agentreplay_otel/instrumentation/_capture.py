@@ -24,11 +24,43 @@ DROPPED_HEADERS = frozenset({"content-length", "content-encoding", "transfer-enc
                              "set-cookie", "date", "server", "alt-svc", "via", "cf-ray", "strict-transport-security"})
 
 
+def header(headers: Any, name: bytes) -> str:
+    """``headers.get(name, "")`` for a lower-case ASCII ``name``: read from the list both packages keep
+    their headers in (their ``get`` re-encodes the name and builds a list, ~1 µs), else through ``get``."""
+    items = getattr(headers, "_list", None)
+    if type(items) is not list:
+        return str(headers.get(name.decode(), ""))
+    found = [value for _, key, value in items if key == name]
+    if not found:
+        return ""
+    encoding = headers.encoding
+    return found[0].decode(encoding) if len(found) == 1 else ", ".join(v.decode(encoding) for v in found)
+
+
+def kept_headers(headers: Any) -> dict[str, str]:
+    """The response headers a replay gives back: lower-case names, repeated ones joined by ", " (as
+    ``items()`` joins them), without :data:`DROPPED_HEADERS`. Read from the packages' list when their
+    names are ASCII (the case: already lower-case there); ``items()`` decodes each twice over."""
+    items = getattr(headers, "_list", None)
+    if type(items) is not list or headers.encoding != "ascii":
+        return {k.lower(): v for k, v in headers.items() if k.lower() not in DROPPED_HEADERS}
+    out: dict[str, str] = {}
+    for _, key, value in items:
+        name = key.decode("ascii")
+        if name in DROPPED_HEADERS:
+            continue
+        if name in out:
+            out[name] += ", " + value.decode("ascii")
+        else:
+            out[name] = value.decode("ascii")
+    return out
+
+
 def after_send(call: LLMCall, response: Any, on_done: Callable[[], None] | None = None) -> None:
     """Keep the response of ``call``: at once if it was read, else as the library reads it."""
     ex = call.exchange
     ex.status = response.status_code
-    ex.headers = {k.lower(): v for k, v in response.headers.items() if k.lower() not in DROPPED_HEADERS}
+    ex.headers = kept_headers(response.headers)
     if not settings.current().capture_content:
         if on_done is not None:
             on_done()
@@ -43,7 +75,7 @@ def after_send(call: LLMCall, response: Any, on_done: Callable[[], None] | None 
 
 def _keep(call: LLMCall, response: Any, content: bytes) -> None:
     text = content.decode(response.encoding or "utf-8", errors="replace")
-    if "text/event-stream" in response.headers.get("content-type", ""):
+    if "text/event-stream" in header(response.headers, b"content-type"):
         call.exchange.events = sse_events(text)
     else:
         call.exchange.body = text
@@ -69,7 +101,7 @@ class _Keeper:
         self.on_done = on_done
         self.chunks: list[bytes] = []
         self.done_ = False
-        self.decoder = _decoder(response.headers.get("content-encoding", ""), _package(response))
+        self.decoder = _decoder(header(response.headers, b"content-encoding"), _package(response))
 
     def add(self, chunk: bytes) -> None:
         try:

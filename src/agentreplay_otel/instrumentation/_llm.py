@@ -23,7 +23,8 @@ from agentreplay_otel.errors import AgentReplayError
 from agentreplay_otel.instrumentation._attributes import set_built
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.pricing import cost_usd
-from agentreplay_otel.runs import start_step_span
+from agentreplay_otel.runs import RunState, start_step_span
+from agentreplay_otel.store_once import view_json
 
 _log = logging.getLogger(__name__)
 
@@ -80,6 +81,7 @@ class LLMCall:
     def __init__(
         self,
         *,
+        run: RunState | None = None,
         tracer: trace.Tracer,
         metrics: GenAIMetrics | None,
         provider: str,
@@ -116,14 +118,14 @@ class LLMCall:
         # (the request's values are the caller's), and the content we encoded go in after.
         head: dict[str, Any] = dict(self.metric_attributes)
         self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=head, tracer=tracer,
-                                          provider=provider)
+                                          provider=provider, run=run)
         self.step: int | None = head.get(semconv.STEP)  # its place in the run, as the call began
         rest = {k: v for k, v in attributes.items() if k not in head}
         if settings.current().capture_content:
             if input_messages is not None:
-                rest[semconv.GEN_AI_INPUT_MESSAGES] = to_json(input_messages)
+                rest[semconv.GEN_AI_INPUT_MESSAGES] = view_json(input_messages)
             if system_instructions is not None:
-                rest[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = to_json(system_instructions)
+                rest[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = view_json(system_instructions)
         if rest:
             set_built(self.span, rest)
 
@@ -166,7 +168,7 @@ class LLMCall:
             intercept.current().charge(format(self.span.get_span_context().trace_id, "032x"), cost)
         if settings.current().capture_content:
             if result.output_messages is not None:
-                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = to_json(result.output_messages)
+                attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = view_json(result.output_messages)
             attrs.update(self._response_attributes(result))
         set_built(self.span, attrs)
         self._record_metrics(result, error=error)

@@ -39,7 +39,7 @@ from opentelemetry import trace
 
 from agentreplay_otel import intercept, semconv
 from agentreplay_otel.errors import AgentReplayError
-from agentreplay_otel.instrumentation._capture import DROPPED_HEADERS, after_send
+from agentreplay_otel.instrumentation._capture import DROPPED_HEADERS, after_send, header
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
 from agentreplay_otel.recording import RecordedStep
 from agentreplay_otel.runs import _run_for_call
@@ -73,6 +73,16 @@ def in_flight(call: LLMCall) -> Iterator[None]:
         _in_flight.reset(token)
 
 
+def take_flight(call: LLMCall) -> contextvars.Token[LLMCall | None]:
+    """:func:`in_flight` without a generator (a call's wrapper enters it on every call): the token
+    :func:`land` takes back."""
+    return _in_flight.set(call)
+
+
+def land(token: contextvars.Token[LLMCall | None]) -> None:
+    _in_flight.reset(token)
+
+
 def package_of(message: Any) -> ModuleType:
     """The HTTP package (``httpx2`` or ``httpx``) a request or response belongs to: what answers it
     in the agent's stead is built with the same one, which the client library then reads."""
@@ -101,7 +111,7 @@ def check_seen(call: LLMCall, library: str) -> bool:
 
 # --- one exchange -------------------------------------------------------------------------
 def _json_body(request: Any) -> dict[str, Any] | None:
-    if "json" not in request.headers.get("content-type", ""):
+    if "json" not in header(request.headers, b"content-type"):
         return None
     try:
         body = json.loads(request.content or b"{}")
@@ -123,7 +133,7 @@ def _before_send(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
     """
     interceptor = intercept.current()
     if not getattr(interceptor, "reads_request_body", True) and interceptor.acts:
-        if "json" in request.headers.get("content-type", ""):
+        if "json" in header(request.headers, b"content-type"):
             try:
                 call.exchange.request_text = (request.content or b"{}").decode("utf-8")
             except UnicodeDecodeError:
@@ -298,8 +308,15 @@ def _send(original: Callable[..., Any]) -> Callable[..., Any]:
             return refused if refused is not None else original(client, request, **kwargs)
         request, response = _prepared(call, request)
         if response is None:
-            with _live(call, own):
+            token = _sending.set(True)  # _live(call, own), inline: every exchange passes here
+            try:
                 response = original(client, request, **kwargs)
+            except BaseException as exc:
+                if own:
+                    call.fail(exc)
+                raise
+            finally:
+                _sending.reset(token)
             if CROSSING in request.extensions:  # the answer back in the agent's API
                 response = request.extensions[CROSSING].incoming(response)
         return _received(call, response, own)
@@ -316,8 +333,15 @@ def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
             return refused if refused is not None else await original(client, request, **kwargs)
         request, response = _prepared(call, request)
         if response is None:
-            with _live(call, own):
+            token = _sending.set(True)  # _live(call, own), inline: every exchange passes here
+            try:
                 response = await original(client, request, **kwargs)
+            except BaseException as exc:
+                if own:
+                    call.fail(exc)
+                raise
+            finally:
+                _sending.reset(token)
             if CROSSING in request.extensions:
                 response = await request.extensions[CROSSING].aincoming(response)
         return _received(call, response, own)

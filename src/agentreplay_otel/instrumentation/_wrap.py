@@ -33,7 +33,7 @@ from agentreplay_otel.instrumentation._stream import (
     tap_sse,
 )
 from agentreplay_otel.metrics import GenAIMetrics
-from agentreplay_otel.runs import _run_for_call
+from agentreplay_otel.runs import RunState, _run_for_call
 from agentreplay_otel.version import __version__
 
 _log = logging.getLogger(__name__)
@@ -94,12 +94,15 @@ def read_once_arguments(kwargs: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def begin(endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: Mapping[str, Any]) -> LLMCall | None:
-    """Start the call's span; None (the call then runs unrecorded) if that fails."""
+def begin(endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: Mapping[str, Any],
+          run: RunState | None = None) -> LLMCall | None:
+    """Start the call's span (in ``run``, the caller's run as :func:`enforce` found it, else looked up);
+    None (the call then runs unrecorded) if that fails."""
     try:
         request = clean_kwargs(kwargs)
         info = endpoint.request(instance, request)
         return LLMCall(
+            run=run,
             tracer=recorder.tracer,
             metrics=recorder.metrics,
             provider=endpoint.provider,
@@ -117,12 +120,14 @@ def begin(endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: Mapping
         return None
 
 
-def enforce(kwargs: Mapping[str, Any], tracer: trace.Tracer | None = None) -> None:
+def enforce(kwargs: Mapping[str, Any], tracer: trace.Tracer | None = None) -> RunState:
     """The interceptor's verdict before anything is sent: the guard raises RunHalted if the run is
-    halted, ScopeViolation if the model is not allowed or the run has already spent its cap."""
+    halted, ScopeViolation if the model is not allowed or the run has already spent its cap. The run
+    the call belongs to is returned (its span begins there)."""
     state = _run_for_call(tracer)  # opens the auto run if none is open (on the call's tracer): a refusal is recorded on it
     model = kwargs.get("model")
     intercept.current().before_llm(state.span, model if isinstance(model, str) else None)
+    return state
 
 
 class CallScope:
@@ -141,21 +146,20 @@ class CallScope:
         if _transport.call_in_flight() is not None:  # made by a recorded call (LiteLLM's through openai's):
             self.call = None  # its exchange is that call's, recorded once
             return
-        enforce(kwargs, recorder.tracer)
-        self.call = begin(endpoint, recorder, instance, kwargs)
+        run = enforce(kwargs, recorder.tracer)
+        self.call = begin(endpoint, recorder, instance, kwargs, run)
 
     def __enter__(self) -> CallScope:
         if self.call is not None:
             self._token = otel_context.attach(trace.set_span_in_context(self.call.span))
-            self._flight = _transport.in_flight(self.call)
-            self._flight.__enter__()
+            self._flight = _transport.take_flight(self.call)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         call = self.call
         if call is None:
             return
-        self._flight.__exit__(None, None, None)
+        _transport.land(self._flight)
         otel_context.detach(self._token)
         if exc is not None:
             call.fail(call.refusal or exc)
@@ -224,8 +228,32 @@ def async_wrapper(endpoint: Endpoint, recorder: Recorder) -> Callable[..., Any]:
     return wrapper
 
 
+_servers: dict[int, tuple[Any, dict[str, Any]]] = {}  # id(base URL) -> (the URL, its attributes)
+_SERVERS_KEPT = 64
+
+
 def server_attributes(base_url: Any) -> dict[str, Any]:
-    """``server.address``/``server.port`` from a client's base URL (an httpx-style URL or a string)."""
+    """``server.address``/``server.port`` from a client's base URL (an httpx-style URL or a string).
+
+    A client's URL is read once (its ``host`` and ``port`` parse it again at every read): a string or
+    an ``httpx``/``httpx2`` URL, both immutable, is remembered with its attributes (and so keeps its id).
+    """
+    found = _servers.get(id(base_url))
+    if found is not None and found[0] is base_url:
+        return dict(found[1])
+    attrs = _server_attributes(base_url)
+    kind = type(base_url)
+    if kind is str or (kind.__name__ == "URL" and kind.__module__ in _URL_MODULES):
+        if len(_servers) >= _SERVERS_KEPT:
+            _servers.clear()
+        _servers[id(base_url)] = (base_url, dict(attrs))
+    return attrs
+
+
+_URL_MODULES = frozenset({"httpx2", "httpx", "httpx2._urls", "httpx._urls"})  # where their URL says it is from
+
+
+def _server_attributes(base_url: Any) -> dict[str, Any]:
     try:
         if isinstance(base_url, str):
             from urllib.parse import urlsplit
