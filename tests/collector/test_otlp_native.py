@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -84,25 +85,38 @@ def test_recorded_runs_convert_alike() -> None:
 WEATHER = ToolCallSpec("get_weather", {"city": "Paris"}, id="call_weather")
 
 
-def test_an_instrumented_openai_agent_converts_alike(instrumented: Any) -> None:
-    """The recorder's own export of a real client's run (chat, tool call, stream, error): read by the
-    compiled pass (no fallback), row for row as the pure path."""
-    server = LLMServer([ScriptedReply(tool_calls=[WEATHER]), ScriptedReply(text="Sunny in Paris.")]).start()
+@agentreplay_otel.tool(side_effect=True, cost=lambda city: 1.5)
+def book(city: str) -> dict[str, Any]:
+    return {"city": city, "confirmation": "ABC123", "seats": [1, 2]}
+
+
+def test_an_instrumented_agent_converts_alike(instrumented: Any) -> None:
+    """The recorder's own export of real clients' run (OpenAI chat with a tool call, a stream, a
+    tool, Anthropic, an error): read by the compiled pass (no fallback), row for row as the pure path."""
+    server = LLMServer(
+        [ScriptedReply(tool_calls=[WEATHER]), ScriptedReply(text="Sunny in Paris."), ScriptedReply(text="Done.")]
+    ).start()
     try:
         client = openai.OpenAI(base_url=server.base_url_openai, api_key="test", max_retries=0)
         with agentreplay_otel.run("booker"):
             messages: list[Any] = [{"role": "user", "content": "Weather in Paris? ☀ «quick»"}]
             client.chat.completions.create(model="gpt-4o-mini", messages=messages, temperature=0.2)
-            stream = client.chat.completions.create(model="gpt-4o-mini", messages=messages, stream=True)
+            stream = client.chat.completions.create(
+                model="gpt-4o-mini", messages=messages, stream=True, stream_options={"include_usage": True}
+            )
             for _ in stream:
                 pass
+            book("Paris")
+            claude = anthropic.Anthropic(base_url=server.base_url_anthropic, api_key="test", max_retries=0)
+            claude.messages.create(model="claude-sonnet-4-5", max_tokens=50, messages=messages)
             with pytest.raises(openai.APIError):
                 bad = openai.OpenAI(base_url=server.base_url + "/nowhere", api_key="t", max_retries=0)
                 bad.chat.completions.create(model="gpt-4o-mini", messages=messages)
     finally:
         server.stop()
     spans = instrumented.spans()
-    assert len(spans) >= 3
+    names = {s.name for s in spans}
+    assert {"invoke_agent booker", "execute_tool book", "chat gpt-4o-mini", "chat claude-sonnet-4-5"} <= names
     converted = same(encode_spans(spans).SerializeToString())
     assert {r.trace_id for r in converted.records} and all(r.resource for r in converted.records)
 
@@ -308,6 +322,27 @@ def _unreadable_values(request: ExportTraceServiceRequest) -> bool:
 def test_values_it_does_not_read_go_to_the_pure_path(request: ExportTraceServiceRequest) -> None:
     """Bytes, key-value lists and nested arrays anywhere: declined (the pure path converts); else read."""
     same(request.SerializeToString(), native=not _unreadable_values(request))
+
+
+_BASE = record_request(runs=1, children=2).SerializeToString()
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, len(_BASE) - 1), st.integers(0, 255), st.sampled_from("rid")), max_size=4))
+def test_mutated_bytes_are_read_alike_or_left_to_the_pure_path(edits: list[tuple[int, int, str]]) -> None:
+    """A recorder export with bytes replaced, inserted or deleted: whatever the compiled pass reads,
+    the pure path reads too, to the same output; what it declines may be anything."""
+    body = bytearray(_BASE)
+    for at, byte, how in edits:
+        at = min(at, len(body) - 1)
+        if how == "r":
+            body[at] = byte
+        elif how == "i":
+            body.insert(at, byte)
+        elif len(body) > 1:
+            del body[at]
+    if otlp.decode_wire(bytes(body)) is not None:
+        same(bytes(body))
 
 
 # --- the shared corpus of malformed and forged exports, through the pipeline --------------------
