@@ -132,11 +132,13 @@ def canonical_span(record: SpanRecord) -> bytes:
         "events": [
             {"name": e.name, "time": str(e.time_ns), "attributes": dict(e.attributes)}
             for e in record.events
-        ],
+        ] if record.events else [],
     }
     # The fixed keys above are ASCII; when the attribute keys are too (the usual case, one
     # C-level check), sorted json.dumps is JCS without walking the tree.
-    if "".join(attributes).isascii() and all("".join(e.attributes).isascii() for e in record.events):
+    if "".join(attributes).isascii() and (
+        not record.events or all("".join(e.attributes).isascii() for e in record.events)
+    ):
         return _dumps(doc)
     return canonical_text_tree(doc)
 

@@ -24,6 +24,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.trace import SpanKind, StatusCode
 
 from agentreplay_otel import redaction, semconv
 from agentreplay_otel.canonical import (
@@ -61,23 +62,30 @@ def record_from_span(
     ctx = span.context
     parent = span.parent
     status = span.status
+    events = span.events if events is None else events
+    kind, code = span.kind, status.status_code
     return SpanRecord(
         trace_id=format(ctx.trace_id, "032x") if ctx else "",
         span_id=format(ctx.span_id, "016x") if ctx else "",
         parent_span_id=format(parent.span_id, "016x") if parent else "",
         name=span.name,
-        kind=kind_name(span.kind.value),
+        kind=_KINDS[kind] if kind in _KINDS else kind_name(kind.value),
         start_ns=span.start_time or 0,
         end_ns=span.end_time or 0,
-        status_code=status_name(status.status_code.value),
+        status_code=_STATUSES[code] if code in _STATUSES else status_name(code.value),
         status_message=status.description or "",
         attributes=_stored(span.attributes if attributes is None else attributes),
         events=tuple(
-            EventRecord(name=e.name, time_ns=e.timestamp, attributes=_stored(e.attributes))
-            for e in (span.events if events is None else events)
-        ),
+            EventRecord(name=e.name, time_ns=e.timestamp, attributes=_stored(e.attributes)) for e in events
+        ) if events else (),
         resource={k: stored_string(v) for k, v in span.resource.attributes.items()} if with_resource else {},
     )
+
+
+# The stored names of the SDK's kinds and status codes, by the enum members themselves (their ``value``
+# is a descriptor call each).
+_KINDS = {kind: kind_name(kind.value) for kind in SpanKind}
+_STATUSES = {code: status_name(code.value) for code in StatusCode}
 
 
 def _stored(attributes: Mapping[str, Any] | None) -> dict[str, str]:
@@ -278,6 +286,16 @@ class ChainingSpanExporter(SpanExporter):
 
 
 def _copy_span(span: ReadableSpan, attributes: Mapping[str, Any], events: list[Event]) -> ReadableSpan:
+    """The span with other attributes and events. The SDK's own span (what its processors hand on) is
+    copied field by field at C speed, as its constructor would set them from its properties (the links a
+    tuple, no instrumentation info); any other through the constructor."""
+    fields = getattr(span, "__dict__", None)
+    if type(span) is ReadableSpan and fields is not None and fields.keys() == _READABLE_FIELDS:
+        copy = ReadableSpan.__new__(ReadableSpan)
+        copy.__dict__.update(fields)
+        copy.__dict__.update(_attributes=attributes, _events=events, _links=tuple(fields["_links"]),
+                             _instrumentation_info=None)
+        return copy
     return ReadableSpan(
         name=span.name,
         context=span.context,
@@ -292,6 +310,9 @@ def _copy_span(span: ReadableSpan, attributes: Mapping[str, Any], events: list[E
         end_time=span.end_time,
         instrumentation_scope=span.instrumentation_scope,
     )
+
+
+_READABLE_FIELDS = frozenset(ReadableSpan(name="").__dict__)  # what the SDK's constructor sets
 
 
 def verify(

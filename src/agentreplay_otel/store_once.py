@@ -177,11 +177,17 @@ def _replaced(body: str, literals: list[str]) -> tuple[str, int]:
         at = body.find(literal)
         if at < 0:
             continue
-        pieces, start, size = [], 0, len(literal)
-        while at >= 0:
-            pieces.append(body[start:at])
-            start = at + size
-            at = body.find(literal, start)
+        start = at + len(literal)
+        then = body.find(literal, start)
+        if then < 0:  # the usual case: once
+            body = body[:at] + _ref(index) + body[start:]
+            made += 1
+            continue
+        pieces = [body[:at]]
+        while then >= 0:
+            pieces.append(body[start:then])
+            start = then + len(literal)
+            then = body.find(literal, start)
         pieces.append(body[start:])
         made += len(pieces) - 1
         body = _ref(index).join(pieces)

@@ -164,8 +164,9 @@ class LLMCall:
         cost = cost_usd(result.response_model or self.model, result.input_tokens, result.output_tokens)
         if cost is not None and self.charged:
             attrs[semconv.COST_USD] = cost
-            # counted against the caps: the next call sees it
-            intercept.current().charge(format(self.span.get_span_context().trace_id, "032x"), cost)
+            interceptor = intercept.current()
+            if interceptor is not intercept.PASSTHROUGH:  # counted against the caps: the next call sees it
+                interceptor.charge(format(self.span.get_span_context().trace_id, "032x"), cost)
         if settings.current().capture_content:
             if result.output_messages is not None:
                 attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = view_json(result.output_messages)
