@@ -207,6 +207,7 @@ class Store:
         self._clients_lock = threading.Lock()
         self._closed = False
         self.own_writes = OwnWrites() if self.exclusive else None
+        self._column_types: dict[tuple[str, tuple[str, ...]], list[Any]] = {}  # per table and columns
 
     @classmethod
     def from_config(cls, cfg: ClickHouseConfig) -> Store:
@@ -294,6 +295,7 @@ class Store:
     # --- schema and writes ---------------------------------------------------------------
     def ensure_schema(self, opts: schema.SchemaOptions | None = None) -> None:
         opts = opts or schema.SchemaOptions(database=self.database)
+        self._column_types.clear()  # read again after the schema's changes
         self._retire_first_classifications(opts)
         for statement in [*schema.ddl(opts), *schema.added_columns(opts)]:
             self._call("DDL", "command", statement)
@@ -347,8 +349,17 @@ class Store:
         self._insert(schema.TRUST_SCORES, _rows.TRUST_COLUMNS, [_rows.trust_row(t) for t in scores])
 
     def _insert(self, table: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-        if rows:
-            self._call(f"{table} insert", "insert", f"{self.database}.{table}", list(rows), column_names=list(columns))
+        if not rows:
+            return
+        target = f"{self.database}.{table}"
+        key = (target, tuple(columns))
+        types = self._column_types.get(key)
+        if types is None:  # clickhouse-connect asks the store (DESCRIBE TABLE) on every insert otherwise
+            context = self._call(f"{table} insert", "create_insert_context", target, list(columns))
+            types = self._column_types[key] = list(context.column_types)
+        self._call(
+            f"{table} insert", "insert", target, list(rows), column_names=list(columns), column_types=types
+        )
 
     # --- reads (RunReader) -----------------------------------------------------------------
     def list_runs(
