@@ -211,6 +211,9 @@ cdef class _Decoder:
     cdef list ln_off, ln_tid, ln_sid, ln_state, ln_moff, ln_mk, ln_mv
     cdef list records, resource_agents
     cdef list span_keys, span_values, event_keys, event_values, span_names
+    cdef unsigned char last_trace[16]  # the previous span's trace id and its hex (a run's spans share it)
+    cdef str last_tid
+    cdef uint64_t last_day
     cdef set agents, days
 
     def __cinit__(self, array_string):
@@ -227,6 +230,8 @@ cdef class _Decoder:
         self.agents, self.days = set(), set()
         self.span_keys, self.span_values, self.event_keys, self.event_values = [], [], [], []
         self.span_names = []
+        self.last_tid = None
+        self.last_day = 0xFFFFFFFFFFFFFFFF
 
     def result(self):
         columns = [
@@ -769,7 +774,12 @@ cdef class _Decoder:
         if REPLAY_OF in attrs:
             raise _Unsure()  # the pure path checks the run id it names
         resource, service, rkeys, rvals, resource_claims = context
-        tid = _hex(&trace_id)
+        if self.last_tid is not None and memcmp(self.last_trace, trace_id.p, 16) == 0:
+            tid = self.last_tid
+        else:
+            tid = _hex(&trace_id)
+            memcpy(self.last_trace, trace_id.p, 16)
+            self.last_tid = tid
         sid = _hex(&span_id)
         pid = _hex(&parent) if parent_len else EMPTY
         kind_text = KINDS[kind] if kind < 6 else KINDS[0]
@@ -781,7 +791,9 @@ cdef class _Decoder:
         end_ns = end
 
         self.ts.append(start_ns)
-        self.days.add(start // DAY_NS)
+        if start // DAY_NS != self.last_day:
+            self.last_day = start // DAY_NS
+            self.days.add(self.last_day)
         self.dur.append(end - start)  # modulo 2**64, as the pure path masks it
         self.trace_ids.append(tid)
         self.span_ids.append(sid)
