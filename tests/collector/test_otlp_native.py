@@ -82,6 +82,21 @@ def test_recorded_runs_convert_alike() -> None:
     assert converted.span_count == 15 == len(converted.records)
 
 
+def test_a_replayed_runs_root_is_read_and_a_bad_run_id_left_to_the_pure_path() -> None:
+    """A replay's root names the run it replays: a run id is read by the pass; anything else is
+    declined, and the pure path refuses it."""
+    request = record_request(runs=1, children=1)
+    root = request.resource_spans[0].scope_spans[0].spans[-1]
+    attribute = root.attributes.add()
+    attribute.key = semconv.REPLAY_OF
+    attribute.value.string_value = "0af7651916cd43dd8448eb211c80319c"
+    assert same(request.SerializeToString()).table.num_rows == 2
+    attribute.value.string_value = "0AF7651916CD43DD8448EB211C80319C'; DROP TABLE runs"
+    assert otlp.decode_wire(request.SerializeToString()) is None
+    with pytest.raises(otlp.MalformedRequest, match="must be a run id"):
+        otlp.convert(otlp.parse_protobuf(request.SerializeToString()))
+
+
 WEATHER = ToolCallSpec("get_weather", {"city": "Paris"}, id="call_weather")
 
 

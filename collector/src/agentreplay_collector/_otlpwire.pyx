@@ -6,9 +6,9 @@ protobuf objects (same values, same SpanRecords), plus each resource's agent id 
 check, reading the wire format directly instead of protobuf's Python objects. It handles the
 inputs a recorder sends and nothing else: anything it is not sure of (a wire type it does not
 expect, a singular field given twice, invalid UTF-8, an attribute value that is a key-value list,
-bytes or empty, an id of the wrong length, a time past Arrow's range, a span naming a replayed
-run) makes it answer None, and the caller converts the same bytes through the pure path, whose
-refusals are then the only ones. Unknown fields are skipped, as protobuf does.
+bytes or empty, an id of the wrong length, a time past Arrow's range, a replayed run named by
+something that is no run id) makes it answer None, and the caller converts the same bytes through
+the pure path, whose refusals are then the only ones. Unknown fields are skipped, as protobuf does.
 """
 
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
@@ -19,7 +19,7 @@ from libc.string cimport memcmp, memcpy
 
 import dataclasses
 
-from agentreplay_otel.core import EventRecord, SpanRecord, claims_chain, kind_name, semconv, status_name
+from agentreplay_otel.core import EventRecord, SpanRecord, claims_chain, is_trace_id, kind_name, semconv, status_name
 
 
 cdef extern from "Python.h":
@@ -771,8 +771,9 @@ cdef class _Decoder:
             raise _Unsure()  # the pure path refuses it, naming the span
         if kind > 0x7FFFFFFF or start > MAX_TIME:
             raise _Unsure()
-        if REPLAY_OF in attrs:
-            raise _Unsure()  # the pure path checks the run id it names
+        replayed = attrs.get(REPLAY_OF)
+        if replayed is not None and not is_trace_id(replayed):
+            raise _Unsure()  # the pure path refuses it, naming the span
         resource, service, rkeys, rvals, resource_claims = context
         if self.last_tid is not None and memcmp(self.last_trace, trace_id.p, 16) == 0:
             tid = self.last_tid
