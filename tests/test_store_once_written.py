@@ -93,3 +93,21 @@ def test_the_replacements_are_str_replace_in_turn(body: str, literals: list[str]
         made += expected.count(literal)
         expected = expected.replace(literal, so._ref(index))
     assert so._replaced(body, literals) == (expected, made)
+
+
+_LONG_PIECES = st.sampled_from(['"', "a" * 10, "ab" * 6, "b", "é", "\\\"", "x" * 17])
+
+
+@settings(max_examples=500, deadline=None)
+@given(body=st.lists(_LONG_PIECES, max_size=16).map("".join),
+       literals=st.lists(st.lists(_LONG_PIECES, min_size=2, max_size=5).map("".join), min_size=1, max_size=4))
+def test_literals_longer_than_the_head_looked_for_are_replaced_as_str_replace_does(
+    body: str, literals: list[str]
+) -> None:
+    """Literals past the first characters looked for (so._HEAD), where those characters come back in
+    places the whole literal is not: the same replacements as str.replace in turn."""
+    expected, made = body, 0
+    for index, literal in enumerate(literals):
+        made += expected.count(literal)
+        expected = expected.replace(literal, so._ref(index))
+    assert so._replaced(body, literals) == (expected, made)
