@@ -289,17 +289,20 @@ def start_step_span(
     tracer: trace.Tracer | None = None,
     provider: str | None = None,
     run: RunState | None = None,
+    at_start: bool = True,
 ) -> Span:
     """Start (not activate) the span of one LLM or tool call, numbered within its run.
 
     ``provider``: an LLM call's ``gen_ai.provider.name``, which the run span takes from its first.
     ``run``: the caller's run when the caller looked it up already (else it is looked up here).
+    ``at_start``: False where nothing reads them as the span starts and the caller sets ``attributes``
+    (its step given) right after.
     """
     state = run if run is not None else _run_for_call(tracer)
     if provider is not None:
         state.use_provider(provider)
     attributes[semconv.STEP] = state.next_step()
-    return _start_in_run(state, name, kind=kind, attributes=attributes, tracer=tracer)
+    return _start_in_run(state, name, kind=kind, attributes=attributes if at_start else None, tracer=tracer)
 
 
 def start_run_span(
@@ -318,7 +321,7 @@ def start_run_span(
 
 
 def _start_in_run(
-    state: RunState, name: str, *, kind: SpanKind, attributes: dict[str, Any], tracer: trace.Tracer | None
+    state: RunState, name: str, *, kind: SpanKind, attributes: dict[str, Any] | None, tracer: trace.Tracer | None
 ) -> Span:
     current = trace.get_current_span()
     parent_ctx = None if current.get_span_context().is_valid else state.context

@@ -148,3 +148,79 @@ def test_chunks_of_skips_only_a_layer_that_re_yields():
     stream = openai.Stream.__new__(openai.Stream)  # the installed client's stream is read a layer down
     stream._iterator = iter([6])  # noqa: SLF001
     assert chunks_of(stream) is stream._iterator  # noqa: SLF001
+
+
+def _openai_call(provider: TracerProvider) -> dict:
+    """One chat call through the instrumentor on ``provider``: its finished span's attributes, in order."""
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    OpenAIInstrumentor().instrument(tracer_provider=provider)
+    server = LLMServer([ScriptedReply(text="one two three")]).start()
+    try:
+        client = openai.OpenAI(base_url=server.base_url_openai, api_key="test", max_retries=0)
+        with runs.run("head", tracer_provider=provider):
+            client.chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "Lisbon?"}])
+    finally:
+        OpenAIInstrumentor().uninstrument()
+        server.stop()
+    (span,) = [s for s in exporter.get_finished_spans() if s.name.startswith("chat")]
+    return dict(span.attributes)
+
+
+class _Reading:
+    """A sampler that reads the attributes (a sampler of the user's): they must be there at the start."""
+
+    def __init__(self) -> None:
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+        self.seen: list[dict] = []
+        self._on = ALWAYS_ON
+
+    def should_sample(self, context, trace_id, name, kind=None, attributes=None, links=None):
+        self.seen.append(dict(attributes or {}))
+        return self._on.should_sample(context, trace_id, name, kind, attributes, links)
+
+    def get_description(self) -> str:
+        return "reading"
+
+
+def test_a_span_started_without_its_head_stores_the_same_attributes_in_the_same_order():
+    from agentreplay_otel.instrumentation._attributes import head_unread_at_start
+
+    plain = TracerProvider()
+    assert head_unread_at_start(plain.get_tracer("t"))
+    reading = _Reading()
+    sampled = TracerProvider(sampler=reading)  # type: ignore[arg-type]
+    assert not head_unread_at_start(sampled.get_tracer("t"))
+    late, early = _openai_call(plain), _openai_call(sampled)
+    drop = {semconv.GEN_AI_RESPONSE_ID, semconv.STEP}  # the server's id for each answer, the run's count
+    assert [k for k in late if k not in drop] == [k for k in early if k not in drop]
+    assert list(late)[:6] == [semconv.GEN_AI_OPERATION_NAME, semconv.GEN_AI_PROVIDER_NAME,
+                              semconv.GEN_AI_REQUEST_MODEL, semconv.SERVER_ADDRESS, semconv.SERVER_PORT, semconv.STEP]
+    chat = [seen for seen in reading.seen if seen.get(semconv.GEN_AI_OPERATION_NAME) == "chat"]
+    assert chat and chat[0][semconv.GEN_AI_REQUEST_MODEL] == "gpt-4o-mini" and semconv.STEP in chat[0]
+
+
+def test_a_processor_that_looks_at_the_start_sees_the_head():
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    from agentreplay_otel.instrumentation._attributes import head_unread_at_start
+
+    class Looking(SpanProcessor):
+        def __init__(self) -> None:
+            self.seen: list[dict] = []
+
+        def on_start(self, span, parent_context=None) -> None:
+            self.seen.append(dict(span.attributes))
+
+    provider = TracerProvider()
+    tracer = provider.get_tracer("t")
+    assert head_unread_at_start(tracer)
+    looking = Looking()
+    provider.add_span_processor(looking)
+    assert not head_unread_at_start(tracer)  # asked again as the processors change
+    _openai_call(provider)
+    assert any(seen.get(semconv.GEN_AI_REQUEST_MODEL) == "gpt-4o-mini" for seen in looking.seen)

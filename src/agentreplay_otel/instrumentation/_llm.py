@@ -20,7 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from agentreplay_otel import intercept, semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.errors import AgentReplayError
-from agentreplay_otel.instrumentation._attributes import set_built
+from agentreplay_otel.instrumentation._attributes import head_unread_at_start, set_built
 from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.pricing import cost_usd
 from agentreplay_otel.runs import RunState, start_step_span
@@ -116,9 +116,11 @@ class LLMCall:
         name = f"{operation} {model}" if model else operation
         # What a sampler may look at is there as the span starts; the rest, checked by type only
         # (the request's values are the caller's), and the content we encoded go in after.
+        # Where nothing reads them as it starts (head_unread_at_start), they go in with the rest, first.
         head: dict[str, Any] = dict(self.metric_attributes)
+        late = head_unread_at_start(tracer)
         self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=head, tracer=tracer,
-                                          provider=provider, run=run)
+                                          provider=provider, run=run, at_start=not late)
         self.step: int | None = head.get(semconv.STEP)  # its place in the run, as the call began
         rest = {k: v for k, v in attributes.items() if k not in head}
         if settings.current().capture_content:
@@ -126,7 +128,9 @@ class LLMCall:
                 rest[semconv.GEN_AI_INPUT_MESSAGES] = view_json(input_messages)
             if system_instructions is not None:
                 rest[semconv.GEN_AI_SYSTEM_INSTRUCTIONS] = view_json(system_instructions)
-        if rest:
+        if late:
+            set_built(self.span, {**head, **rest})
+        elif rest:
             set_built(self.span, rest)
 
     def times_each_chunk(self) -> bool:
