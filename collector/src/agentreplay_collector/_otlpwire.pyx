@@ -179,6 +179,16 @@ cdef object _span_record(
     return record
 
 
+cdef inline int _once(uint32_t tag, uint32_t wire, bint* seen) except -1:
+    """A singular field: the wire type its schema gives, and only once (protobuf would merge or
+    overwrite a second one; the pure path decides what that means)."""
+    _expect(tag, wire)
+    if seen[0]:
+        raise _Unsure()
+    seen[0] = True
+    return 0
+
+
 cdef inline str _cached_text(Cur* c, list cache, Py_ssize_t slot):
     """``_text``, reusing the string decoded at the same place of the previous span when the bytes are
     the same (attribute keys and most values repeat): equal UTF-8 bytes are an equal string."""
@@ -360,12 +370,9 @@ cdef class _Decoder:
             tag = _tag(c)
             field = tag >> 3
             if field == 1:
-                _expect(tag, 2)
-                if have_key:
-                    raise _Unsure()
+                _once(tag, 2, &have_key)
                 _sub(c, &s)
                 key = _cached_text(&s, keys, slot) if keys is not None else _text(&s)
-                have_key = True
             elif field == 2:
                 _expect(tag, 2)
                 if value is not None:
@@ -418,19 +425,13 @@ cdef class _Decoder:
             tag = _tag(c)
             field = tag >> 3
             if field == 1:
-                _expect(tag, 2)
-                if have_name:
-                    raise _Unsure()
+                _once(tag, 2, &have_name)
                 _sub(c, &s)
                 name = _text(&s)
-                have_name = True
             elif field == 2:
-                _expect(tag, 2)
-                if have_version:
-                    raise _Unsure()
+                _once(tag, 2, &have_version)
                 _sub(c, &s)
                 version = _text(&s)
-                have_version = True
             elif field == 3:  # scope attributes: not stored, but parsed (protobuf checks their UTF-8)
                 _expect(tag, 2)
                 _sub(c, &s)
@@ -471,11 +472,8 @@ cdef class _Decoder:
             tag = _tag(c)
             field = tag >> 3
             if field == 1:
-                _expect(tag, 2)
-                if have_resource:
-                    raise _Unsure()  # protobuf would merge the two
+                _once(tag, 2, &have_resource)  # protobuf would merge the two
                 _sub(c, &resource_bytes)
-                have_resource = True
             elif field == 2:
                 _expect(tag, 2)
                 _sub(c, &s)
@@ -514,11 +512,8 @@ cdef class _Decoder:
             tag = _tag(c)
             field = tag >> 3
             if field == 1:
-                _expect(tag, 2)
-                if have_scope:
-                    raise _Unsure()
+                _once(tag, 2, &have_scope)
                 _sub(c, &scope_bytes)
-                have_scope = True
             elif field == 2:
                 _expect(tag, 2)
                 _sub(c, &s)
@@ -551,18 +546,12 @@ cdef class _Decoder:
             tag = _tag(c)
             field = tag >> 3
             if field == 2:
-                _expect(tag, 2)
-                if have_message:
-                    raise _Unsure()
+                _once(tag, 2, &have_message)
                 _sub(c, &s)
                 message = _text(&s)
-                have_message = True
             elif field == 3:
-                _expect(tag, 0)
-                if have_code:
-                    raise _Unsure()
+                _once(tag, 0, &have_code)
                 code = _varint(c)
-                have_code = True
             else:
                 _skip(c, tag & 7)
         if code > 0x7FFFFFFF:  # an int32 enum: negative or truncated values are the pure path's
@@ -581,18 +570,12 @@ cdef class _Decoder:
             tag = _tag(c)
             field = tag >> 3
             if field == 1:
-                _expect(tag, 1)
-                if have_time:
-                    raise _Unsure()
+                _once(tag, 1, &have_time)
                 time = _fixed64(c)
-                have_time = True
             elif field == 2:
-                _expect(tag, 2)
-                if have_name:
-                    raise _Unsure()
+                _once(tag, 2, &have_name)
                 _sub(c, &s)
                 name = _cached_text(&s, self.span_names, 1)
-                have_name = True
             elif field == 3:
                 _expect(tag, 2)
                 _sub(c, &s)
@@ -625,24 +608,15 @@ cdef class _Decoder:
             tag = _tag(c)
             field = tag >> 3
             if field == 1:
-                _expect(tag, 2)
-                if have_trace:
-                    raise _Unsure()
+                _once(tag, 2, &have_trace)
                 _sub(c, &trace_id)
-                have_trace = True
             elif field == 2:
-                _expect(tag, 2)
-                if have_span:
-                    raise _Unsure()
+                _once(tag, 2, &have_span)
                 _sub(c, &span_id)
-                have_span = True
             elif field == 3:
-                _expect(tag, 2)
-                if have_state:
-                    raise _Unsure()
+                _once(tag, 2, &have_state)
                 _sub(c, &s)
                 state = _text(&s)
-                have_state = True
             elif field == 4:
                 _expect(tag, 2)
                 _sub(c, &s)
@@ -688,55 +662,31 @@ cdef class _Decoder:
                 _sub(c, &s)
                 self._attribute(attrs, &s, False, self.span_keys, self.span_values)
             elif field == 1:
-                _expect(tag, 2)
-                if have_trace:
-                    raise _Unsure()
+                _once(tag, 2, &have_trace)
                 _sub(c, &trace_id)
-                have_trace = True
             elif field == 2:
-                _expect(tag, 2)
-                if have_span:
-                    raise _Unsure()
+                _once(tag, 2, &have_span)
                 _sub(c, &span_id)
-                have_span = True
             elif field == 3:
-                _expect(tag, 2)
-                if have_state:
-                    raise _Unsure()
+                _once(tag, 2, &have_state)
                 _sub(c, &s)
                 state = _text(&s)
-                have_state = True
             elif field == 4:
-                _expect(tag, 2)
-                if have_parent:
-                    raise _Unsure()
+                _once(tag, 2, &have_parent)
                 _sub(c, &parent)
-                have_parent = True
             elif field == 5:
-                _expect(tag, 2)
-                if have_name:
-                    raise _Unsure()
+                _once(tag, 2, &have_name)
                 _sub(c, &s)
                 name = _cached_text(&s, self.span_names, 0)
-                have_name = True
             elif field == 6:
-                _expect(tag, 0)
-                if have_kind:
-                    raise _Unsure()
+                _once(tag, 0, &have_kind)
                 kind = _varint(c)
-                have_kind = True
             elif field == 7:
-                _expect(tag, 1)
-                if have_start:
-                    raise _Unsure()
+                _once(tag, 1, &have_start)
                 start = _fixed64(c)
-                have_start = True
             elif field == 8:
-                _expect(tag, 1)
-                if have_end:
-                    raise _Unsure()
+                _once(tag, 1, &have_end)
                 end = _fixed64(c)
-                have_end = True
             elif field == 11:
                 _expect(tag, 2)
                 _sub(c, &s)
@@ -749,12 +699,9 @@ cdef class _Decoder:
                 self._link(&s)
                 links += 1
             elif field == 15:
-                _expect(tag, 2)
-                if have_status:
-                    raise _Unsure()
+                _once(tag, 2, &have_status)
                 _sub(c, &s)
                 status = self._status(&s)
-                have_status = True
             elif field == 10 or field == 12 or field == 14:
                 _expect(tag, 0)
                 _varint(c)
