@@ -234,40 +234,34 @@ def _varint(n: int) -> bytes:
             return bytes(out)
 
 
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``data[i]`` and the index after it."""
+    value = 0
+    shift = 0
+    while True:
+        byte = data[i]
+        i += 1
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if byte < 0x80:
+            return value, i
+
+
 def _fields(data: bytes) -> Iterator[tuple[int, int, bytes, bytes]]:
     """(field number, wire type, tag+length bytes, payload) of each field of a well-formed message."""
     i = 0
     while i < len(data):
         start = i
-        key = 0
-        shift = 0
-        while True:
-            byte = data[i]
-            i += 1
-            key |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
+        key, i = _read_varint(data, i)
         wire = key & 7
         if wire == 0:
-            j = i
-            while data[j] & 0x80:
-                j += 1
-            end = j + 1
+            end = _read_varint(data, i)[1]
         elif wire == 1:
             end = i + 8
         elif wire == 5:
             end = i + 4
         else:
-            length = 0
-            shift = 0
-            while True:
-                byte = data[i]
-                i += 1
-                length |= (byte & 0x7F) << shift
-                shift += 7
-                if byte < 0x80:
-                    break
+            length, i = _read_varint(data, i)
             end = i + length
         yield key >> 3, wire, data[start:i], data[i:end]
         i = end
