@@ -724,10 +724,11 @@ def _fingerprint(record: SpanRecord) -> bytes:
     One JSON array of every part, keys sorted (so the same span in another attribute order is
     the same span, and no two different spans encode alike), hashed: orjson writes it in C, about
     half the cost of joining the parts in Python and a third of hashing their ``repr``."""
-    doc = [
+    events = record.events
+    doc = (  # a tuple, and no list for the events when there are none: the same JSON, built for less
         record.span_id, record.name, record.start_ns, record.end_ns, record.status_code, record.attributes,
-        [[e.name, e.time_ns, e.attributes] for e in record.events],
-    ]
+        [[e.name, e.time_ns, e.attributes] for e in events] if events else (),
+    )
     try:
         encoded = orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
     except TypeError:  # a lone surrogate orjson refuses: the standard encoder escapes it
