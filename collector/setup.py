@@ -1,5 +1,6 @@
-"""The collector's one compiled module, optional: without a C compiler (or Cython) the package installs
-without it and converts OTLP through the pure-Python path, which gives the same rows."""
+"""The collector's compiled modules (the OTLP pass, the chain's link hash), optional: without a C compiler
+(or Cython) the package installs without them and takes the pure-Python paths, which give the same rows
+and digests."""
 
 from setuptools import Extension, setup
 
@@ -13,7 +14,11 @@ else:
             Extension(
                 "agentreplay_collector._otlpwire",
                 ["src/agentreplay_collector/_otlpwire.pyx"],
-            )
+            ),
+            Extension(
+                "agentreplay_collector._linkhash",
+                ["src/agentreplay_collector/_linkhash.pyx"],
+            ),
         ],
         compiler_directives={"language_level": "3"},
         quiet=True,

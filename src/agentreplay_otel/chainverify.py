@@ -131,6 +131,7 @@ def verify(
     require_seal: bool = False,
     org_key: Ed25519PublicKey | None = None,
     certificates: CertificateLookup | None = None,
+    link: Callable[[str, SpanRecord], str] = link_hash,
 ) -> ChainReport:
     """Recompute a run's chain and check its seal; report the first problem found.
 
@@ -142,6 +143,9 @@ def verify(
 
     Spans of other services (attached, see :func:`partition_chain`) are counted in
     ``attached_spans`` and otherwise left out: they neither break nor prove anything.
+
+    ``link``: :func:`link_hash`, or a function that returns the same digest for every span (the
+    collector's compiled one).
     """
     if org_key is not None and keys is not None:
         raise ValueError("verify() takes keys the caller vouches for, or org_key with certificates; not both")
@@ -157,7 +161,7 @@ def verify(
     distinct = len({r.span_id for r in spans}) == len(spans)
     chain, attached = partition_chain(spans if distinct else _dedupe(spans))
     anchor = _Anchor(keys=keys, org_key=org_key, certificates=certificates)
-    return _Verifier(run_id, chain, attached, anchor, require_seal, distinct_ids=distinct).run()
+    return _Verifier(run_id, chain, attached, anchor, require_seal, distinct_ids=distinct, link=link).run()
 
 
 _SPAN_IDS = re.compile(r"(?:[0-9a-f]{16},)*")
@@ -279,13 +283,15 @@ def _dedupe(records: list[SpanRecord]) -> list[SpanRecord]:
 
 class _Verifier:
     def __init__(self, run_id: str, records: list[SpanRecord], attached: list[SpanRecord], anchor: _Anchor,
-                 require_seal: bool, *, distinct_ids: bool = False):
+                 require_seal: bool, *, distinct_ids: bool = False,
+                 link: Callable[[str, SpanRecord], str] = link_hash):
         self.run_id = run_id
         self.records = records
         self.attached = attached
         self.anchor = anchor
         self.require_seal = require_seal
         self.distinct_ids = distinct_ids  # no two spans given share a span id
+        self.link = link
 
     def fail(self, problem: ChainProblem, record: SpanRecord | None, detail: str, seq: int | None = None,
              seal: SealStatus = SealStatus.UNCHECKED) -> ChainReport:
@@ -350,7 +356,7 @@ class _Verifier:
                 if owner is not None:
                     return self.fail(ChainProblem.REORDERED, r, f"seq {seq} links to seq {owner}")
                 return self.fail(ChainProblem.MISSING, r, f"seq {index} is missing before this span", seq=index)
-            if link_hash(prev, r) != attributes[semconv.CHAIN_HASH]:
+            if self.link(prev, r) != attributes[semconv.CHAIN_HASH]:
                 return self.fail(ChainProblem.EDITED, r, "the span's content does not match its hash")
             if prev != expected_prev:
                 owner = hash_owner.get(prev)
@@ -388,13 +394,13 @@ class _Verifier:
         if len(set(seqs)) != len(seqs):
             return None  # two spans claim one seq: named by the span-by-span pass
         order = sorted(range(len(records)), key=seqs.__getitem__)
-        sha256, fromhex, canonical = hashlib.sha256, bytes.fromhex, canonical_span
+        link = self.link
         expected_prev = GENESIS_HASH
         for index, i in enumerate(order):
             if seqs[i] != index:
                 return None  # a gap or a reordering: named by the span-by-span pass
             prev = prevs[i]
-            if sha256(fromhex(prev) + canonical(records[i])).hexdigest() != hashes[i] or prev != expected_prev:
+            if link(prev, records[i]) != hashes[i] or prev != expected_prev:
                 return None  # edited, forged or reordered: named by the span-by-span pass
             expected_prev = hashes[i]
         return self.check_seal([records[i] for i in order])

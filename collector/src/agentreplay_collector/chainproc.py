@@ -62,6 +62,11 @@ from agentreplay_otel.core import (
     verify,
 )
 
+try:  # each span's link hash written in C where the collector was built with it: the same digest
+    from agentreplay_collector._linkhash import link_hash as _link_hash
+except ImportError:  # installed without a C compiler
+    from agentreplay_otel.core import link_hash as _link_hash
+
 _log = logging.getLogger(__name__)
 _TICK_S = 0.1
 _GATHER_S = 0.5
@@ -301,8 +306,8 @@ class ChainProcessor:
 
     def _verify(self, records: list[SpanRecord]) -> ChainReport:
         if self.org_key is not None:
-            return verify(records, org_key=self.org_key, certificates=self._certificate)
-        return verify(records, keys=self._key)
+            return verify(records, org_key=self.org_key, certificates=self._certificate, link=_link_hash)
+        return verify(records, keys=self._key, link=_link_hash)
 
     def _key(self, kid: str) -> Ed25519PublicKey | None:
         return self.keys.lookup(kid) or self._from_store(kid, self.store.get_agent_key)

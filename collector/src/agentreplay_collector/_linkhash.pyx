@@ -1,0 +1,241 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""A span's chain link hash written in C: the verifier's hottest step, for each span of each run.
+
+``link_hash(prev, record)`` is :func:`agentreplay_otel.chainverify.link_hash`: SHA-256 of the previous
+hash's bytes and the span's RFC 8785 form without its chain attributes. It writes that form itself,
+straight from the record's strings, where it can be sure of the bytes: every attribute key ASCII (so
+code-point order is JCS's UTF-16 order), every value a string, every time an integer within int64.
+Anything else (a lone surrogate, a key beyond ASCII) is hashed by the pure function, so the digest
+never depends on this module (tests/collector/test_linkhash.py holds the two to the same bytes).
+"""
+
+from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.dict cimport PyDict_GetItem
+from cpython.object cimport PyObject
+from cpython.unicode cimport PyUnicode_AsUTF8AndSize
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object text)
+from libc.stdlib cimport free, malloc, realloc
+from libc.string cimport memcpy
+
+import hashlib
+
+from agentreplay_otel import semconv
+from agentreplay_otel.chainverify import link_hash as _pure_link_hash
+
+_CHAIN = frozenset(semconv.CHAIN_ATTRIBUTES)
+_sha256 = hashlib.sha256
+_fromhex = bytes.fromhex
+
+cdef struct Buf:
+    char* data
+    Py_ssize_t size
+    Py_ssize_t cap
+
+cdef const char* _HEX = b"0123456789abcdef"
+
+
+cdef int _grow(Buf* b, Py_ssize_t extra) except -1:
+    cdef Py_ssize_t cap = b.cap
+    cdef char* data
+    if b.size + extra <= cap:
+        return 0
+    while cap < b.size + extra:
+        cap *= 2
+    data = <char*>realloc(b.data, cap)
+    if data == NULL:
+        raise MemoryError()
+    b.data = data
+    b.cap = cap
+    return 0
+
+
+cdef int _raw(Buf* b, const char* text, Py_ssize_t n) except -1:
+    _grow(b, n)
+    memcpy(b.data + b.size, text, n)
+    b.size += n
+    return 0
+
+
+cdef unsigned char _PLAIN[256]  # 1: a byte written as it is (not '"', not '\\', no control)
+for _c in range(256):
+    _PLAIN[_c] = 1 if _c >= 0x20 and _c != 34 and _c != 92 else 0
+
+
+cdef int _string(Buf* b, str value) except -1:
+    """A JSON string as JCS writes it: UTF-8 as is, '"' and '\\' escaped, controls as \\b \\t \\n \\f \\r
+    or \\u00xx. Raises UnicodeEncodeError on a lone surrogate (the caller then takes the pure path)."""
+    cdef Py_ssize_t n, i = 0, run
+    cdef const unsigned char* s = <const unsigned char*>PyUnicode_AsUTF8AndSize(value, &n)
+    cdef unsigned char c
+    cdef char* out
+    _grow(b, 6 * n + 2)  # the worst case: every byte a \u00xx
+    out = b.data + b.size
+    out[0] = 34  # "
+    out += 1
+    while i < n:
+        run = i
+        while run < n and _PLAIN[s[run]]:
+            run += 1
+        if run > i:  # most strings are one such stretch: copied whole
+            memcpy(out, s + i, run - i)
+            out += run - i
+            i = run
+            if i == n:
+                break
+        c = s[i]
+        i += 1
+        out[0] = 92
+        if c == 34 or c == 92:
+            out[1] = <char>c
+        elif c == 8:
+            out[1] = 98  # \b
+        elif c == 9:
+            out[1] = 116  # \t
+        elif c == 10:
+            out[1] = 110  # \n
+        elif c == 12:
+            out[1] = 102  # \f
+        elif c == 13:
+            out[1] = 114  # \r
+        else:
+            out[1] = 117; out[2] = 48; out[3] = 48  # \u00
+            out[4] = _HEX[c >> 4]
+            out[5] = _HEX[c & 15]
+            out += 4
+        out += 2
+    out[0] = 34
+    out += 1
+    b.size = out - b.data
+    return 0
+
+
+cdef int _decimal(Buf* b, object value) except -1:
+    """A time (an int from 0 to 2**63 - 1) as the string of its digits, as JCS writes the span's times;
+    anything else raises, and the caller takes the pure path."""
+    if type(value) is not int:
+        raise TypeError("not an int")
+    cdef long long v = value  # OverflowError past int64
+    if v < 0:
+        raise OverflowError("a negative time")
+    cdef char digits[24]
+    cdef int n = 0
+    cdef unsigned long long u = <unsigned long long>v
+    if u == 0:
+        digits[0] = 48
+        n = 1
+    while u:
+        digits[n] = <char>(48 + u % 10)
+        u //= 10
+        n += 1
+    _grow(b, n + 2)
+    b.data[b.size] = 34
+    b.size += 1
+    while n:
+        n -= 1
+        b.data[b.size] = digits[n]
+        b.size += 1
+    b.data[b.size] = 34
+    b.size += 1
+    return 0
+
+
+cdef int _object(Buf* b, object attributes, bint drop_chain) except -1:
+    """A string-to-string mapping with its keys sorted; 1 when it is not one this module writes."""
+    cdef list keys = []
+    cdef dict mapping
+    cdef frozenset chain = _CHAIN
+    cdef PyObject* value
+    cdef bint first = True
+    if type(attributes) is not dict:
+        return 1
+    mapping = <dict>attributes
+    for key in mapping:
+        if type(key) is not str or not PyUnicode_IS_ASCII(key):
+            return 1
+        if drop_chain and key in chain:
+            continue
+        keys.append(key)
+    keys.sort()
+    _raw(b, b"{", 1)
+    for key in keys:
+        value = PyDict_GetItem(mapping, key)
+        if value == NULL or type(<object>value) is not str:
+            return 1
+        if not first:
+            _raw(b, b",", 1)
+        first = False
+        _string(b, <str>key)
+        _raw(b, b":", 1)
+        _string(b, <str>value)
+    _raw(b, b"}", 1)
+    return 0
+
+
+cdef int _span(Buf* b, object record) except -1:
+    """The span's canonical form (keys in JCS order, written out); 1 when the pure path must write it."""
+    cdef bint first = True
+    _raw(b, b'{"attributes":', 14)
+    if _object(b, record.attributes, True):
+        return 1
+    _raw(b, b',"end":', 7)
+    _decimal(b, record.end_ns)
+    _raw(b, b',"events":[', 11)
+    for event in record.events:
+        if not first:
+            _raw(b, b",", 1)
+        first = False
+        _raw(b, b'{"attributes":', 14)
+        if _object(b, event.attributes, False):
+            return 1
+        _raw(b, b',"name":', 8)
+        _string(b, event.name)
+        _raw(b, b',"time":', 8)
+        _decimal(b, event.time_ns)
+        _raw(b, b"}", 1)
+    _raw(b, b'],"kind":', 9)
+    _string(b, record.kind)
+    _raw(b, b',"name":', 8)
+    _string(b, record.name)
+    _raw(b, b',"parent_span_id":', 18)
+    _string(b, record.parent_span_id)
+    _raw(b, b',"span_id":', 11)
+    _string(b, record.span_id)
+    _raw(b, b',"start":', 9)
+    _decimal(b, record.start_ns)
+    _raw(b, b',"status":{"code":', 18)
+    _string(b, record.status_code)
+    _raw(b, b',"message":', 11)
+    _string(b, record.status_message)
+    _raw(b, b'},"trace_id":', 13)
+    _string(b, record.trace_id)
+    _raw(b, b"}", 1)
+    return 0
+
+
+def canonical(record):
+    """The span's RFC 8785 bytes without its chain attributes, or None where the pure path must write them."""
+    cdef Buf b
+    b.data = <char*>malloc(4096)
+    if b.data == NULL:
+        raise MemoryError()
+    b.size = 0
+    b.cap = 4096
+    try:
+        try:
+            if _span(&b, record):
+                return None
+        except (UnicodeEncodeError, OverflowError, TypeError):
+            return None
+        return PyBytes_FromStringAndSize(b.data, b.size)
+    finally:
+        free(b.data)
+
+
+def link_hash(str prev_hash, record):
+    """:func:`agentreplay_otel.chainverify.link_hash`, the same hex digest, written here where it can be."""
+    body = canonical(record)
+    if body is None:
+        return _pure_link_hash(prev_hash, record)
+    return _sha256(_fromhex(prev_hash) + body).hexdigest()
