@@ -22,14 +22,25 @@ later is the same for every variant but the one that skips an index or a view.
 Prints JSON and writes ``bench/results/insert.json``: µs per span per variant (the median of
 the rounds), each variant's ratio to ``production``, and the ceiling the production insert
 alone puts on spans per second per core.
+
+    python bench/insert_bench.py --merges [--rounds 3] [--sizes 1000,3300,10000,33000]
+
+What the store's writes cost in all, merges included, by the size of an insert: the production
+table in a fresh store in a process of its own per size and round (sizes interleaved), the same
+``--total`` spans written in inserts of each size, then the process's CPU until its background
+merges are done. A collector's inserts are as large as the exports that arrive while the last one
+runs, so this is what the senders' in-flight window costs the embedded store. Writes
+``bench/results/insert_merges.json``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +57,7 @@ from agentreplay_collector.otlp import convert, parse_protobuf  # noqa: E402
 from agentreplay_collector.store import Store  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "insert.json"
+MERGE_RESULTS = RESULTS.with_name("insert_merges.json")
 SKIP_INDEXES = ("idx_trace_id", "idx_res_attr_key", "idx_res_attr_value", "idx_span_attr_key",
                 "idx_span_attr_value", "idx_duration")
 VALUE_INDEXES = ("idx_res_attr_value", "idx_span_attr_value")
@@ -91,11 +103,78 @@ def insert_us_per_span(store: Store, tables: list[pa.Table]) -> float:
     return 1e6 * (time.process_time() - started) / sum(t.num_rows for t in tables)
 
 
+def _process_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+def merged_us_per_span(size: int, total: int) -> dict[str, float]:
+    """One size in this process: ``total`` spans in inserts of ``size``, then until merges are done."""
+    work = Path(tempfile.mkdtemp(prefix="insert-merges-"))
+    try:
+        agent = make_org(work, 1).agents[0]
+        spans = pa.concat_tables([spans_table(500 + i, 10_000, agent) for i in range(-(-total // 10_000))])
+        store = Store(f"chdb://{work / 'store'}")
+        store.ensure_schema()
+        started = _process_cpu()
+        for offset in range(0, total, size):
+            store.insert_spans(spans.slice(offset, min(size, total - offset)))
+        inserted = _process_cpu()
+        settled = time.monotonic() + 60
+        while time.monotonic() < settled:  # merges run on the store's own threads after the inserts
+            time.sleep(1.0)
+            if not store.query("SELECT count() FROM system.merges")[0][0]:
+                time.sleep(1.0)  # a merge that was about to be picked up
+                if not store.query("SELECT count() FROM system.merges")[0][0]:
+                    break
+        done = _process_cpu()
+        store.close()
+        return {"inserts": round(1e6 * (inserted - started) / total, 2), "all": round(1e6 * (done - started) / total, 2)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def merges_main(sizes: list[int], rounds: int, total: int) -> dict[str, object]:
+    samples: dict[int, list[dict[str, float]]] = {size: [] for size in sizes}
+    for round_no in range(rounds):
+        for size in sizes[round_no % len(sizes):] + sizes[: round_no % len(sizes)]:
+            out = subprocess.run(
+                [sys.executable, __file__, "--merges-child", str(size), "--total", str(total)],
+                check=True, capture_output=True, text=True,
+            ).stdout
+            samples[size].append(json.loads(out.strip().splitlines()[-1]))
+            print(f"round {round_no + 1}/{rounds}: {size} rows an insert", file=sys.stderr)
+    result: dict[str, object] = {
+        "benchmark": "insert_merges",
+        "spans": total,
+        "rounds": rounds,
+        "us_per_span_all_work_by_insert_size": {
+            str(size): round(statistics.median(s["all"] for s in got), 2) for size, got in samples.items()
+        },
+        "us_per_span_inserts_alone_by_insert_size": {
+            str(size): round(statistics.median(s["inserts"] for s in got), 2) for size, got in samples.items()
+        },
+        "rounds_by_insert_size": {str(size): got for size, got in samples.items()},
+    }
+    MERGE_RESULTS.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return result
+
+
 def main(argv: list[str] | None = None) -> dict[str, object]:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rows", type=int, default=8192, help="rows per insert (large_inserts: four times as many)")
+    parser.add_argument("--merges", action="store_true", help="all the writes cost, merges included, by insert size")
+    parser.add_argument("--sizes", default="1000,3300,10000,33000", help="--merges: rows an insert")
+    parser.add_argument("--total", type=int, default=198_000, help="--merges: spans written at each size")
+    parser.add_argument("--merges-child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.merges_child is not None:
+        print(json.dumps(merged_us_per_span(args.merges_child, args.total)))
+        return {}
+    if args.merges:
+        return merges_main([int(x) for x in args.sizes.split(",")], args.rounds, args.total)
     work = Path(tempfile.mkdtemp(prefix="insert-bench-"))
     try:
         agent = make_org(work, 1).agents[0]
