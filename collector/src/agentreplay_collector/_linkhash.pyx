@@ -17,7 +17,7 @@ from cpython.unicode cimport PyUnicode_AsUTF8AndSize
 cdef extern from "Python.h":
     bint PyUnicode_IS_ASCII(object text)
 from libc.stdlib cimport free, malloc, realloc
-from libc.string cimport memcpy
+from libc.string cimport memcpy, strlen
 
 import hashlib
 
@@ -173,14 +173,26 @@ cdef int _object(Buf* b, object attributes, bint drop_chain) except -1:
     return 0
 
 
+cdef int _member(Buf* b, const char* before, str value) except -1:
+    """``before`` (the punctuation and the key, as they stand) and the value as a JSON string."""
+    _raw(b, before, strlen(before))
+    _string(b, value)
+    return 0
+
+
+cdef int _time_member(Buf* b, const char* before, object value) except -1:
+    _raw(b, before, strlen(before))
+    _decimal(b, value)
+    return 0
+
+
 cdef int _span(Buf* b, object record) except -1:
     """The span's canonical form (keys in JCS order, written out); 1 when the pure path must write it."""
     cdef bint first = True
     _raw(b, b'{"attributes":', 14)
     if _object(b, record.attributes, True):
         return 1
-    _raw(b, b',"end":', 7)
-    _decimal(b, record.end_ns)
+    _time_member(b, b',"end":', record.end_ns)
     _raw(b, b',"events":[', 11)
     for event in record.events:
         if not first:
@@ -189,27 +201,17 @@ cdef int _span(Buf* b, object record) except -1:
         _raw(b, b'{"attributes":', 14)
         if _object(b, event.attributes, False):
             return 1
-        _raw(b, b',"name":', 8)
-        _string(b, event.name)
-        _raw(b, b',"time":', 8)
-        _decimal(b, event.time_ns)
+        _member(b, b',"name":', event.name)
+        _time_member(b, b',"time":', event.time_ns)
         _raw(b, b"}", 1)
-    _raw(b, b'],"kind":', 9)
-    _string(b, record.kind)
-    _raw(b, b',"name":', 8)
-    _string(b, record.name)
-    _raw(b, b',"parent_span_id":', 18)
-    _string(b, record.parent_span_id)
-    _raw(b, b',"span_id":', 11)
-    _string(b, record.span_id)
-    _raw(b, b',"start":', 9)
-    _decimal(b, record.start_ns)
-    _raw(b, b',"status":{"code":', 18)
-    _string(b, record.status_code)
-    _raw(b, b',"message":', 11)
-    _string(b, record.status_message)
-    _raw(b, b'},"trace_id":', 13)
-    _string(b, record.trace_id)
+    _member(b, b'],"kind":', record.kind)
+    _member(b, b',"name":', record.name)
+    _member(b, b',"parent_span_id":', record.parent_span_id)
+    _member(b, b',"span_id":', record.span_id)
+    _time_member(b, b',"start":', record.start_ns)
+    _member(b, b',"status":{"code":', record.status_code)
+    _member(b, b',"message":', record.status_message)
+    _member(b, b'},"trace_id":', record.trace_id)
     _raw(b, b"}", 1)
     return 0
 
