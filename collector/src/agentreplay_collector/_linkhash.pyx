@@ -13,11 +13,11 @@ from cpython.bytes cimport PyBytes_FromStringAndSize
 from cpython.dict cimport PyDict_GetItem
 from cpython.object cimport PyObject
 from cpython.unicode cimport PyUnicode_AsUTF8AndSize
-
-cdef extern from "Python.h":
-    bint PyUnicode_IS_ASCII(object text)
 from libc.stdlib cimport free, malloc, realloc
 from libc.string cimport memcpy, strlen
+
+cdef extern from "Python.h":
+    bint PyUnicode_IS_ASCII(object text)  # not in Cython's cpython.unicode
 
 import hashlib
 
