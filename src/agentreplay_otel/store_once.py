@@ -171,25 +171,28 @@ def _ref(index: int) -> str:
 _HEAD: Final = 16  # a literal's first characters, looked for before the whole
 
 
+def _find(body: str, literal: str, start: int) -> int:
+    """``body.find(literal, start)``, found as ``find`` of the literal's first characters with each place
+    checked by ``startswith``: the same places, where ``find`` of a whole long literal first makes a
+    table of all its characters, a pass over them for each search (~0.5 µs a conversation's message)."""
+    head = literal[:_HEAD]
+    at = body.find(head, start)
+    while at >= 0 and not body.startswith(literal, at):
+        at = body.find(head, at + 1)
+    return at
+
+
 def _replaced(body: str, literals: list[str]) -> tuple[str, int]:
     """The body with each literal replaced by its reference (as ``str.replace`` does, in turn: every
     occurrence, left to right, none overlapping), and how many replacements were made. Found with
-    ``find``, which scans the body once a literal where ``replace`` counts them first, then replaces;
-    ``find`` of a literal's first characters, each place checked with ``startswith`` (the same places
-    as ``find`` of the whole, which first makes a table of a long needle's characters, a pass over
-    all of them, for each search: ~0.5 µs a conversation's message)."""
+    :func:`_find`, which scans the body once a literal where ``replace`` counts them first, then replaces."""
     made = 0
     for index, literal in enumerate(literals):
-        head = literal[:_HEAD]
-        at = body.find(head)
-        while at >= 0 and not body.startswith(literal, at):
-            at = body.find(head, at + 1)
+        at = _find(body, literal, 0)
         if at < 0:
             continue
         start = at + len(literal)
-        then = body.find(head, start)
-        while then >= 0 and not body.startswith(literal, then):
-            then = body.find(head, then + 1)
+        then = _find(body, literal, start)
         if then < 0:  # the usual case: once
             body = body[:at] + _ref(index) + body[start:]
             made += 1
@@ -198,9 +201,7 @@ def _replaced(body: str, literals: list[str]) -> tuple[str, int]:
         while then >= 0:
             pieces.append(body[start:then])
             start = then + len(literal)
-            then = body.find(head, start)
-            while then >= 0 and not body.startswith(literal, then):
-                then = body.find(head, then + 1)
+            then = _find(body, literal, start)
         pieces.append(body[start:])
         made += len(pieces) - 1
         body = _ref(index).join(pieces)
