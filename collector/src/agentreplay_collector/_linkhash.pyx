@@ -51,7 +51,9 @@ cdef int _grow(Buf* b, Py_ssize_t extra) except -1:
     return 0
 
 
-cdef int _raw(Buf* b, const char* text, Py_ssize_t n) except -1:
+cdef int _raw(Buf* b, const char* text) except -1:
+    """JSON punctuation and keys, as they stand."""
+    cdef Py_ssize_t n = strlen(text)
     _grow(b, n)
     memcpy(b.data + b.size, text, n)
     b.size += n
@@ -158,30 +160,30 @@ cdef int _object(Buf* b, object attributes, bint drop_chain) except -1:
             continue
         keys.append(key)
     keys.sort()
-    _raw(b, b"{", 1)
+    _raw(b, b"{")
     for key in keys:
         value = PyDict_GetItem(mapping, key)
         if value == NULL or type(<object>value) is not str:
             return 1
         if not first:
-            _raw(b, b",", 1)
+            _raw(b, b",")
         first = False
         _string(b, <str>key)
-        _raw(b, b":", 1)
+        _raw(b, b":")
         _string(b, <str>value)
-    _raw(b, b"}", 1)
+    _raw(b, b"}")
     return 0
 
 
 cdef int _member(Buf* b, const char* before, str value) except -1:
     """``before`` (the punctuation and the key, as they stand) and the value as a JSON string."""
-    _raw(b, before, strlen(before))
+    _raw(b, before)
     _string(b, value)
     return 0
 
 
 cdef int _time_member(Buf* b, const char* before, object value) except -1:
-    _raw(b, before, strlen(before))
+    _raw(b, before)
     _decimal(b, value)
     return 0
 
@@ -189,21 +191,21 @@ cdef int _time_member(Buf* b, const char* before, object value) except -1:
 cdef int _span(Buf* b, object record) except -1:
     """The span's canonical form (keys in JCS order, written out); 1 when the pure path must write it."""
     cdef bint first = True
-    _raw(b, b'{"attributes":', 14)
+    _raw(b, b'{"attributes":')
     if _object(b, record.attributes, True):
         return 1
     _time_member(b, b',"end":', record.end_ns)
-    _raw(b, b',"events":[', 11)
+    _raw(b, b',"events":[')
     for event in record.events:
         if not first:
-            _raw(b, b",", 1)
+            _raw(b, b",")
         first = False
-        _raw(b, b'{"attributes":', 14)
+        _raw(b, b'{"attributes":')
         if _object(b, event.attributes, False):
             return 1
         _member(b, b',"name":', event.name)
         _time_member(b, b',"time":', event.time_ns)
-        _raw(b, b"}", 1)
+        _raw(b, b"}")
     _member(b, b'],"kind":', record.kind)
     _member(b, b',"name":', record.name)
     _member(b, b',"parent_span_id":', record.parent_span_id)
@@ -212,7 +214,7 @@ cdef int _span(Buf* b, object record) except -1:
     _member(b, b',"status":{"code":', record.status_code)
     _member(b, b',"message":', record.status_message)
     _member(b, b'},"trace_id":', record.trace_id)
-    _raw(b, b"}", 1)
+    _raw(b, b"}")
     return 0
 
 
