@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import statistics
 import subprocess
@@ -103,11 +102,6 @@ def insert_us_per_span(store: Store, tables: list[pa.Table]) -> float:
     return 1e6 * (time.process_time() - started) / sum(t.num_rows for t in tables)
 
 
-def _process_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
-
-
 def merged_us_per_span(size: int, total: int) -> dict[str, float]:
     """One size in this process: ``total`` spans in inserts of ``size``, then until merges are done."""
     work = Path(tempfile.mkdtemp(prefix="insert-merges-"))
@@ -116,10 +110,10 @@ def merged_us_per_span(size: int, total: int) -> dict[str, float]:
         spans = pa.concat_tables([spans_table(500 + i, 10_000, agent) for i in range(-(-total // 10_000))])
         store = Store(f"chdb://{work / 'store'}")
         store.ensure_schema()
-        started = _process_cpu()
+        started = time.process_time()
         for offset in range(0, total, size):
             store.insert_spans(spans.slice(offset, min(size, total - offset)))
-        inserted = _process_cpu()
+        inserted = time.process_time()
         settled = time.monotonic() + 60
         while time.monotonic() < settled:  # merges run on the store's own threads after the inserts
             time.sleep(1.0)
@@ -127,7 +121,7 @@ def merged_us_per_span(size: int, total: int) -> dict[str, float]:
                 time.sleep(1.0)  # a merge that was about to be picked up
                 if not store.query("SELECT count() FROM system.merges")[0][0]:
                     break
-        done = _process_cpu()
+        done = time.process_time()
         store.close()
         return {"inserts": round(1e6 * (inserted - started) / total, 2), "all": round(1e6 * (done - started) / total, 2)}
     finally:
