@@ -1,6 +1,6 @@
-"""The collector's compiled modules (the OTLP pass, the chain's link hash), optional: without a C compiler
-(or Cython) the package installs without them and takes the pure-Python paths, which give the same rows
-and digests."""
+"""The collector's compiled OTLP pass, optional: without a C compiler (or Cython) the package installs
+without it and takes the pure-Python path, which gives the same rows. (The chain's link hash is compiled
+with the SDK: ``agentreplay_otel._linkhash``.)"""
 
 from setuptools import Extension, setup
 
@@ -14,10 +14,6 @@ else:
             Extension(
                 "agentreplay_collector._otlpwire",
                 ["src/agentreplay_collector/_otlpwire.pyx"],
-            ),
-            Extension(
-                "agentreplay_collector._linkhash",
-                ["src/agentreplay_collector/_linkhash.pyx"],
             ),
         ],
         compiler_directives={"language_level": "3"},

@@ -40,6 +40,11 @@ from agentreplay_otel.chainverify import verify as verify_records
 from agentreplay_otel.identity import key_id, seal_payload, sign
 from agentreplay_otel.store_once import keep_views, store_once, taken_views
 
+try:  # each span's link hash written in C, from the span's own values, where the SDK was built with it
+    from agentreplay_otel._linkhash import link_span as _link_span
+except ImportError:  # installed without a C compiler: the record is built and hashed by the pure function
+    _link_span = None  # type: ignore[assignment]
+
 _log = logging.getLogger(__name__)
 
 Redactor = Callable[[str, str], str]
@@ -48,38 +53,73 @@ Redactor = Callable[[str, str], str]
 _SEALED_MEMORY = 4096  # sealed runs remembered, so a straggler span continues its run's chain
 
 
+SpanFields = tuple[str, str, str, str, str, int, int, str, str]
+"""A span's own fields as its record holds them: trace id, span id, parent span id, name, kind, start,
+end, status code, status message."""
+
+
+def span_fields(span: ReadableSpan) -> SpanFields:
+    """What the record of an SDK span holds besides its attributes, events and resource."""
+    ctx = span.context
+    parent = span.parent
+    status = span.status
+    kind, code = span.kind, status.status_code
+    return (
+        format(ctx.trace_id, "032x") if ctx else "",
+        format(ctx.span_id, "016x") if ctx else "",
+        format(parent.span_id, "016x") if parent else "",
+        span.name,
+        _KINDS[kind] if kind in _KINDS else kind_name(kind.value),
+        span.start_time or 0,
+        span.end_time or 0,
+        _STATUSES[code] if code in _STATUSES else status_name(code.value),
+        status.description or "",
+    )
+
+
 def record_from_span(
     span: ReadableSpan,
     attributes: Mapping[str, Any] | None = None,
     events: Iterable[Event] | None = None,
     *,
     with_resource: bool = True,
+    fields: SpanFields | None = None,
 ) -> SpanRecord:
-    """Reduce an SDK span to its stored form (optionally with replaced attributes/events).
+    """Reduce an SDK span to its stored form (optionally with replaced attributes/events, and its
+    :func:`span_fields` if already taken).
 
     The resource is not hashed; the chain processor asks for it only on run spans (the seal).
     """
-    ctx = span.context
-    parent = span.parent
-    status = span.status
+    trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, status_code, status_message = (
+        span_fields(span) if fields is None else fields
+    )
     events = span.events if events is None else events
-    kind, code = span.kind, status.status_code
     return SpanRecord(
-        trace_id=format(ctx.trace_id, "032x") if ctx else "",
-        span_id=format(ctx.span_id, "016x") if ctx else "",
-        parent_span_id=format(parent.span_id, "016x") if parent else "",
-        name=span.name,
-        kind=_KINDS[kind] if kind in _KINDS else kind_name(kind.value),
-        start_ns=span.start_time or 0,
-        end_ns=span.end_time or 0,
-        status_code=_STATUSES[code] if code in _STATUSES else status_name(code.value),
-        status_message=status.description or "",
+        trace_id=trace_id,
+        span_id=span_id,
+        parent_span_id=parent_span_id,
+        name=name,
+        kind=kind,
+        start_ns=start_ns,
+        end_ns=end_ns,
+        status_code=status_code,
+        status_message=status_message,
         attributes=_stored(span.attributes if attributes is None else attributes),
         events=tuple(
             EventRecord(name=e.name, time_ns=e.timestamp, attributes=_stored(e.attributes)) for e in events
         ) if events else (),
         resource={k: stored_string(v) for k, v in span.resource.attributes.items()} if with_resource else {},
     )
+
+
+def _link(prev: str, span: ReadableSpan, fields: SpanFields, attributes: dict[str, Any], events: list[Event]) -> str:
+    """``link_hash(prev, record_from_span(span, attributes, events))``: written in C from the span's own
+    values where the SDK was built with it and the bytes are certain (no record built), else the pure way."""
+    if _link_span is not None:
+        digest = _link_span(prev, fields, attributes, [(e.name, e.timestamp, e.attributes) for e in events])
+        if digest is not None:
+            return digest
+    return link_hash(prev, record_from_span(span, attributes, events, with_resource=False, fields=fields))
 
 
 # The stored names of the SDK's kinds and status codes, by the enum members themselves (their ``value``
@@ -158,7 +198,7 @@ class Chainer:
             attributes, events = self._redact(attributes, events)
         store_once(attributes, written)  # an LLM call's content once: hashed and exported as stored
         is_run = span.parent is None or span.parent.is_remote
-        record = record_from_span(span, attributes, events, with_resource=is_run)
+        fields = span_fields(span)
         trace_id = span.context.trace_id
         with self._lock:
             chain = self._open.get(trace_id) or self._sealed.get(trace_id)
@@ -167,7 +207,7 @@ class Chainer:
             prev = chain.last_hash
             chain.seq += 1
             seq = chain.seq
-            chain.last_hash = digest = link_hash(prev, record)
+            chain.last_hash = digest = _link(prev, span, fields, attributes, events)
             if is_run:
                 self._open.pop(trace_id, None)
                 self._sealed[trace_id] = chain
@@ -176,8 +216,8 @@ class Chainer:
         attributes[semconv.CHAIN_SEQ] = seq
         attributes[semconv.CHAIN_PREV] = prev
         attributes[semconv.CHAIN_HASH] = digest
-        if is_run:
-            self._seal(attributes, record, seq)
+        if is_run:  # the seal reads the run's record (its agent, its manifest), built for run spans alone
+            self._seal(attributes, record_from_span(span, attributes, events, fields=fields), seq)
         return _copy_span(span, attributes, events)
 
     def _seal(self, attributes: dict[str, Any], record: SpanRecord, seq: int) -> None:

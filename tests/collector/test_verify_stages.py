@@ -135,9 +135,9 @@ def test_column_checks_report_what_span_by_span_checks_report(case, require_seal
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_collectors_compiled_link_hash_gives_the_same_report(case):
-    """The collector verifies with its compiled link hash (built where a C compiler is: test_linkhash.py
+    """The collector verifies with the SDK's compiled link hash (built where a C compiler is: test_linkhash.py
     fails where it should be and is not): every case, well formed or not, reported as with the pure one."""
-    linkhash = pytest.importorskip("agentreplay_collector._linkhash")
+    linkhash = pytest.importorskip("agentreplay_otel._linkhash")
     records = CASES[case](_run())
     keys = {_KID: _KEY.public_key()}
     assert _outcome(records, keys=keys, require_seal=True, link=linkhash.link_hash) == _outcome(

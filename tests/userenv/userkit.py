@@ -23,7 +23,7 @@ from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCa
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {  # distribution -> what its build needs, relative to the checkout
-    "agentreplay_otel": ("pyproject.toml", "README.md", "src"),
+    "agentreplay_otel": ("pyproject.toml", "setup.py", "README.md", "src"),
     "agentreplay_collector": ("collector",),
     "agentreplay_replay": ("replay",),
 }

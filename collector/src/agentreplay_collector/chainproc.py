@@ -62,8 +62,8 @@ from agentreplay_otel.core import (
     verify,
 )
 
-try:  # each span's link hash written in C where the collector was built with it: the same digest
-    from agentreplay_collector._linkhash import link_hash as _link_hash
+try:  # each span's link hash written in C where the SDK was built with it: the same digest
+    from agentreplay_otel._linkhash import link_hash as _link_hash
 except ImportError:  # installed without a C compiler
     from agentreplay_otel.core import link_hash as _link_hash
 

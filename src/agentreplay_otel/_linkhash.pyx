@@ -1,12 +1,18 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""A span's chain link hash written in C: the verifier's hottest step, for each span of each run.
+"""A span's chain link hash written in C: hashed by the recorder as each span is exported, and again
+by the collector's verifier for each span of each run.
 
 ``link_hash(prev, record)`` is :func:`agentreplay_otel.chainverify.link_hash`: SHA-256 of the previous
 hash's bytes and the span's RFC 8785 form without its chain attributes. It writes that form itself,
 straight from the record's strings, where it can be sure of the bytes: every attribute key ASCII (so
 code-point order is JCS's UTF-16 order), every value a string, every time an integer within int64.
 Anything else (a lone surrogate, a key beyond ASCII) is hashed by the pure function, so the digest
-never depends on this module (tests/collector/test_linkhash.py holds the two to the same bytes).
+never depends on this module (tests/test_linkhash.py holds the two to the same bytes).
+
+``link_span(prev, fields, attributes, events)`` is the same digest of a span the recorder has not
+reduced to a record: its attributes as the SDK holds them, each value not a string written as the
+store keeps it (:func:`agentreplay_otel.canonical.stored_string`), so no record is built for it.
+Optional: the SDK installs without a C compiler and then hashes with the pure function.
 """
 
 from cpython.bytes cimport PyBytes_FromStringAndSize
@@ -22,6 +28,7 @@ cdef extern from "Python.h":
 import hashlib
 
 from agentreplay_otel import semconv
+from agentreplay_otel.canonical import stored_string as _stored_string
 from agentreplay_otel.chainverify import link_hash as _pure_link_hash
 
 _CHAIN = frozenset(semconv.CHAIN_ATTRIBUTES)
@@ -65,6 +72,18 @@ for _c in range(256):
     _PLAIN[_c] = 1 if _c >= 0x20 and _c != 34 and _c != 92 else 0
 
 
+cdef inline bint _plain8(const unsigned char* p) noexcept nogil:
+    """Whether none of the 8 bytes at ``p`` needs escaping (no control, '"' or '\\'), by the word's bits:
+    a byte below 0x20, or one equal to 0x22 or 0x5c, sets its top bit in the test below (exact for the
+    word as a whole), so a plain stretch is checked 8 bytes at a time."""
+    cdef unsigned long long x, quote, slash
+    memcpy(&x, p, 8)
+    quote = x ^ 0x2222222222222222ULL
+    slash = x ^ 0x5c5c5c5c5c5c5c5cULL
+    return ((((x - 0x2020202020202020ULL) & ~x) | ((quote - 0x0101010101010101ULL) & ~quote)
+             | ((slash - 0x0101010101010101ULL) & ~slash)) & 0x8080808080808080ULL) == 0
+
+
 cdef int _string(Buf* b, str value) except -1:
     """A JSON string as JCS writes it: UTF-8 as is, '"' and '\\' escaped, controls as \\b \\t \\n \\f \\r
     or \\u00xx. Raises UnicodeEncodeError on a lone surrogate (the caller then takes the pure path)."""
@@ -78,6 +97,8 @@ cdef int _string(Buf* b, str value) except -1:
     out += 1
     while i < n:
         run = i
+        while run + 8 <= n and _plain8(s + run):
+            run += 8
         while run < n and _PLAIN[s[run]]:
             run += 1
         if run > i:  # most strings are one such stretch: copied whole
@@ -143,15 +164,20 @@ cdef int _decimal(Buf* b, object value) except -1:
     return 0
 
 
-cdef int _object(Buf* b, object attributes, bint drop_chain) except -1:
-    """A string-to-string mapping with its keys sorted; 1 when it is not one this module writes."""
+cdef int _object(Buf* b, object attributes, bint drop_chain, bint mixed) except -1:
+    """A mapping of ASCII keys with its keys sorted; 1 when it is not one this module writes. Its values
+    are strings, or with ``mixed`` anything, each value not a string written as the store keeps it (an
+    int its digits, anything else :func:`~agentreplay_otel.canonical.stored_string`'s text)."""
     cdef list keys = []
     cdef dict mapping
     cdef frozenset chain = _CHAIN
-    cdef PyObject* value
+    cdef PyObject* found
+    cdef object value
     cdef bint first = True
     if type(attributes) is not dict:
-        return 1
+        if not mixed:
+            return 1
+        attributes = {} if attributes is None else dict(attributes)
     mapping = <dict>attributes
     for key in mapping:
         if type(key) is not str or not PyUnicode_IS_ASCII(key):
@@ -162,9 +188,16 @@ cdef int _object(Buf* b, object attributes, bint drop_chain) except -1:
     keys.sort()
     _raw(b, b"{")
     for key in keys:
-        value = PyDict_GetItem(mapping, key)
-        if value == NULL or type(<object>value) is not str:
+        found = PyDict_GetItem(mapping, key)
+        if found == NULL:
             return 1
+        value = <object>found
+        if type(value) is not str:
+            if not mixed:
+                return 1
+            value = str(value) if type(value) is int else _stored_string(value)
+            if not isinstance(value, str):
+                return 1
         if not first:
             _raw(b, b",")
         first = False
@@ -188,53 +221,78 @@ cdef int _time_member(Buf* b, const char* before, object value) except -1:
     return 0
 
 
-cdef int _span(Buf* b, object record) except -1:
-    """The span's canonical form (keys in JCS order, written out); 1 when the pure path must write it."""
-    cdef bint first = True
+cdef int _event(Buf* b, object name, object time_ns, object attributes, bint mixed) except -1:
     _raw(b, b'{"attributes":')
-    if _object(b, record.attributes, True):
+    if _object(b, attributes, False, mixed):
         return 1
-    _time_member(b, b',"end":', record.end_ns)
-    _raw(b, b',"events":[')
-    for event in record.events:
-        if not first:
-            _raw(b, b",")
-        first = False
-        _raw(b, b'{"attributes":')
-        if _object(b, event.attributes, False):
-            return 1
-        _member(b, b',"name":', event.name)
-        _time_member(b, b',"time":', event.time_ns)
-        _raw(b, b"}")
-    _member(b, b'],"kind":', record.kind)
-    _member(b, b',"name":', record.name)
-    _member(b, b',"parent_span_id":', record.parent_span_id)
-    _member(b, b',"span_id":', record.span_id)
-    _time_member(b, b',"start":', record.start_ns)
-    _member(b, b',"status":{"code":', record.status_code)
-    _member(b, b',"message":', record.status_message)
-    _member(b, b'},"trace_id":', record.trace_id)
+    _member(b, b',"name":', name)
+    _time_member(b, b',"time":', time_ns)
     _raw(b, b"}")
     return 0
 
 
-def canonical(record):
-    """The span's RFC 8785 bytes without its chain attributes, or None where the pure path must write them."""
+cdef int _span(Buf* b, tuple fields, object attributes, object events, bint mixed) except -1:
+    """The span's canonical form (keys in JCS order, written out); 1 when the pure path must write it.
+    ``fields``: trace id, span id, parent span id, name, kind, start, end, status code and message;
+    ``events``: (name, time, attributes) each."""
+    cdef bint first = True
+    if len(fields) != 9:
+        return 1
+    trace_id, span_id, parent_span_id, name, kind, start_ns, end_ns, status_code, status_message = fields
+    _raw(b, b'{"attributes":')
+    if _object(b, attributes, True, mixed):
+        return 1
+    _time_member(b, b',"end":', end_ns)
+    _raw(b, b',"events":[')
+    for event_name, event_time, event_attributes in events:
+        if not first:
+            _raw(b, b",")
+        first = False
+        if _event(b, event_name, event_time, event_attributes, mixed):
+            return 1
+    _member(b, b'],"kind":', kind)
+    _member(b, b',"name":', name)
+    _member(b, b',"parent_span_id":', parent_span_id)
+    _member(b, b',"span_id":', span_id)
+    _time_member(b, b',"start":', start_ns)
+    _member(b, b',"status":{"code":', status_code)
+    _member(b, b',"message":', status_message)
+    _member(b, b'},"trace_id":', trace_id)
+    _raw(b, b"}")
+    return 0
+
+
+cdef object _written(tuple fields, object attributes, object events, bint mixed):
+    """The canonical bytes, or None where the pure path must write them."""
     cdef Buf b
-    b.data = <char*>malloc(4096)
+    b.data = <char*>malloc(8192)
     if b.data == NULL:
         raise MemoryError()
     b.size = 0
-    b.cap = 4096
+    b.cap = 8192
     try:
         try:
-            if _span(&b, record):
+            if _span(&b, fields, attributes, events, mixed):
                 return None
-        except (UnicodeEncodeError, OverflowError, TypeError):
+        except (UnicodeEncodeError, OverflowError, TypeError, ValueError):
             return None
         return PyBytes_FromStringAndSize(b.data, b.size)
     finally:
         free(b.data)
+
+
+cdef str _digest(str prev_hash, bytes body):
+    hashed = _sha256(_fromhex(prev_hash))
+    hashed.update(body)
+    return hashed.hexdigest()
+
+
+def canonical(record):
+    """The span's RFC 8785 bytes without its chain attributes, or None where the pure path must write them."""
+    fields = (record.trace_id, record.span_id, record.parent_span_id, record.name, record.kind, record.start_ns,
+              record.end_ns, record.status_code, record.status_message)
+    events = [(e.name, e.time_ns, e.attributes) for e in record.events]
+    return _written(fields, record.attributes, events, False)
 
 
 def link_hash(str prev_hash, record):
@@ -242,4 +300,12 @@ def link_hash(str prev_hash, record):
     body = canonical(record)
     if body is None:
         return _pure_link_hash(prev_hash, record)
-    return _sha256(_fromhex(prev_hash) + body).hexdigest()
+    return _digest(prev_hash, body)
+
+
+def link_span(str prev_hash, tuple fields, dict attributes, events):
+    """The link hash of the record these would make (``fields`` in :class:`SpanRecord`'s order, up to
+    its status message; each event a (name, time, attributes)), each value not a string taken as the
+    store keeps it; None where the pure path must hash the record."""
+    body = _written(fields, attributes, events, True)
+    return None if body is None else _digest(prev_hash, body)
