@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 .PHONY: venv demo test bench bench-deps bench-instructions clean
 
 $(BIN)/agentreplay: pyproject.toml collector/pyproject.toml replay/pyproject.toml dev/pyproject.toml \
-		setup.py src/agentreplay_otel/_linkhash.pyx collector/setup.py collector/src/agentreplay_collector/_otlpwire.pyx  # the compiled modules
+		setup.py src/agentreplay_otel/_linkhash.pyx src/agentreplay_otel/_content.pyx collector/setup.py collector/src/agentreplay_collector/_otlpwire.pyx  # the compiled modules
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]' -e ./collector -e ./replay -e ./dev  # dev: test servers, the demo

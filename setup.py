@@ -1,5 +1,6 @@
-"""The SDK's compiled link hash, optional: without a C compiler (or Cython) the SDK installs without it
-and hashes with the pure-Python function, which gives the same digests (tests/test_linkhash.py)."""
+"""The SDK's compiled modules (the chain's link hash, the content walk), optional: without a C compiler
+(or Cython) the SDK installs without them and takes the pure-Python functions, which give the same digests
+and the same text (tests/test_linkhash.py, tests/test_content_compiled.py)."""
 
 from setuptools import Extension, setup
 
@@ -9,7 +10,10 @@ except ImportError:  # no Cython: the pure path alone
     ext_modules = []
 else:
     ext_modules = cythonize(
-        [Extension("agentreplay_otel._linkhash", ["src/agentreplay_otel/_linkhash.pyx"])],
+        [
+            Extension("agentreplay_otel._linkhash", ["src/agentreplay_otel/_linkhash.pyx"]),
+            Extension("agentreplay_otel._content", ["src/agentreplay_otel/_content.pyx"]),
+        ],
         compiler_directives={"language_level": "3"},
         quiet=True,
     )

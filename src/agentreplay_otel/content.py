@@ -24,6 +24,11 @@ try:
 except ImportError:  # optional: json writes the same text
     _orjson = None  # type: ignore[assignment]
 
+try:  # the walk below in C (~4x faster, on the agent's thread), where the SDK was built with it
+    from agentreplay_otel._content import alike as _compiled_alike
+except ImportError:  # installed without a C compiler
+    _compiled_alike = None  # type: ignore[assignment]
+
 
 def to_json(value: Any) -> str:
     """Compact JSON of any value; strings stay JSON strings so the type survives replay."""
@@ -42,7 +47,7 @@ def to_json_with_strings(value: Any, min_chars: int) -> tuple[str, list[str] | N
     if _orjson is not None:
         strings: list[str] = []
         try:
-            alike = _alike(value, min_chars, strings)
+            alike = _walk(value, min_chars, strings)
         except RecursionError:  # nested past the interpreter's limit: to_json's stack walk decides
             return to_json(value), None
         if alike:
@@ -58,7 +63,7 @@ _LEAVES = frozenset({str, int, bool, type(None)})  # what orjson and json write 
 
 def _writes_alike(value: Any) -> bool:
     try:
-        return _alike(value, 0, None)
+        return _walk(value, 0, None)
     except RecursionError:
         return _orjson_writes_alike(value)
 
@@ -86,6 +91,9 @@ def _alike(value: Any, min_chars: int, strings: list[str] | None) -> bool:
         elif kind not in _LEAVES and not _alike(item, min_chars, strings):
             return False
     return True
+
+
+_walk = _alike if _compiled_alike is None else _compiled_alike
 
 
 def _orjson_writes_alike(value: Any) -> bool:

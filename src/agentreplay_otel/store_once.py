@@ -29,6 +29,11 @@ try:
 except ImportError:  # optional: json.loads gives the same values
     _orjson = None  # type: ignore[assignment]
 
+try:  # the body's replacements in C, where the SDK was built with it: the same body
+    from agentreplay_otel._content import replaced as _compiled_replaced
+except ImportError:  # installed without a C compiler
+    _compiled_replaced = None  # type: ignore[assignment]
+
 _VIEWS: Final = (
     (semconv.REQUEST, (semconv.GEN_AI_SYSTEM_INSTRUCTIONS, semconv.GEN_AI_INPUT_MESSAGES)),
     (semconv.RESPONSE, (semconv.GEN_AI_OUTPUT_MESSAGES,)),
@@ -208,6 +213,15 @@ def _replaced(body: str, literals: list[str]) -> tuple[str, int]:
     return body, made
 
 
+def _replace(body: str, literals: list[str]) -> tuple[str, int]:
+    """:func:`_replaced`, in C where the SDK was built with it and the body has UTF-8 (no lone surrogate)."""
+    if _compiled_replaced is not None:
+        done = _compiled_replaced(body, literals, _REFS)
+        if done is not None:
+            return done
+    return _replaced(body, literals)
+
+
 def _restored(body: str, literals: list[str]) -> str:
     for index in range(len(literals) - 1, -1, -1):
         body = body.replace(_ref(index), literals[index])
@@ -255,7 +269,7 @@ def store_once(attributes: dict[str, Any], written: Written | None = None) -> di
         if not isinstance(body, str) or _REF in body:
             continue
         literals = _literals(_view_strings(attributes, views, written))
-        compact, made = _replaced(body, literals) if literals else (body, 0)
+        compact, made = _replace(body, literals) if literals else (body, 0)
         if made and _restores(compact, made, literals, body):
             attributes[body_name] = compact
             changed.append(body_name)
