@@ -1,13 +1,15 @@
 """Store.own_writes: on an exclusive store (embedded chDB) the verdict round's reads (when each run
-arrived, each run's last log leaf) are answered from what this process wrote, and the answers are
-the store's own; a store opened again (nothing remembered) reads the same from its tables."""
+arrived, each run's last log leaf, its row's marks) are answered from what this process wrote, and
+the answers are the store's own; a store opened again (nothing remembered) reads the same from its
+tables."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
-from agentreplay_collector.models import ChainState, ChainStatus, RunArrival, RunSummary
+from agentreplay_collector.models import ChainState, ChainStatus, LogEntry, RunArrival, RunMarks, RunSummary
 from agentreplay_collector.store import OwnWrites, Store
 from agentreplay_collector.translog import TransparencyLog
 from agentreplay_otel.core import ChainHead
@@ -94,3 +96,50 @@ def test_memory_is_bounded_and_forgets_oldest_first() -> None:
 
 def test_a_server_store_remembers_nothing() -> None:
     assert Store("http://localhost:8123").own_writes is None
+
+
+def _row(run_id: str, *, halted: bool = False, classification: str = "") -> RunSummary:
+    summary, _ = _verdict(run_id, ChainState.INTACT)
+    return dataclasses.replace(summary, halted=halted, classification=classification)
+
+
+def test_marks_are_those_of_the_newest_row_written_here() -> None:
+    memory = OwnWrites()
+    memory.arrived([RunArrival(run_id=r, agent_id="a", received_ns=1) for r in "abcd"])
+    assert memory.run_marks(["a", "z"]) == ({}, ["z"])  # opened here, no row with marks: none
+    memory.wrote_runs([_row("a"), _row("b", halted=True), _row("z", classification="FM-1.1")], 10)
+    assert memory.run_marks(["a", "b", "z"]) == ({"b": RunMarks(halted=True, classification="")}, ["z"])
+    memory.wrote_runs([_row("b", classification="FM-2.3")], 20)
+    memory.wrote_runs([_row("b")], 15)  # an older row written later: the newer one's marks stand
+    assert memory.run_marks(["b"]) == ({"b": RunMarks(halted=False, classification="FM-2.3")}, [])
+    memory.wrote_runs([_row("b")], 30)  # a newer row without marks clears them
+    assert memory.run_marks(["b"]) == ({}, [])
+    memory.wrote_runs([_row("c")], 40)
+    memory.wrote_runs([_row("c", halted=True)], 35)  # older than the row just written: the store decides
+    assert memory.run_marks(["c"]) == ({}, ["c"])
+    assert memory.arrival_times(["c"]) == ({}, ["c"])
+
+
+def test_a_run_whose_leaf_is_forgotten_is_asked_about() -> None:
+    memory = OwnWrites(capacity=2)
+    memory.arrived([RunArrival(run_id="a", agent_id="x", received_ns=1)])
+    entry = LogEntry(index=0, leaf=b"{}", logged_ns=1)
+    memory.logged([("a", entry), ("s1", entry), ("s2", entry)])  # stragglers' leaves push a's out
+    assert memory.last_leaves(["a"]) == ({}, ["a"])  # not "opened here and never logged"
+    assert memory.run_marks(["a"]) == ({}, ["a"])
+
+
+def test_runs_the_store_held_before_are_not_taken_for_opened_here() -> None:
+    memory = OwnWrites()
+    memory.held(["p"])  # a pending row read back at start
+    memory.arrived([RunArrival(run_id="p", agent_id="x", received_ns=1)])
+    assert memory.run_marks(["p"]) == ({}, ["p"])
+    assert memory.last_leaves(["p"]) == ({}, ["p"])
+    assert memory.arrival_times(["p"]) == ({}, ["p"])
+
+
+def test_a_row_with_marks_written_before_the_runs_arrival_is_the_stores() -> None:
+    memory = OwnWrites()
+    memory.wrote_runs([_row("m", halted=True), _row("n")], 10)
+    memory.arrived([RunArrival(run_id=r, agent_id="x", received_ns=1) for r in "mn"])
+    assert memory.run_marks(["m", "n"]) == ({}, ["m"])

@@ -72,10 +72,11 @@ _TICK_S = 0.1
 _GATHER_S = 0.5
 _GATHER_RUNS = 256
 """The thread judges the runs that went quiet once the first of them has waited ``_GATHER_S`` past
-its quiet period, or once ``_GATHER_RUNS`` are due: each round of verdicts costs the store about
-seven statements (the log's reads and inserts, the runs' marks and rows) whatever its size, so
-rounds of a few runs each tenth of a second cost more than the verification itself (measured:
-~10 µs a span at 20 runs a round, ~2 at 100)."""
+its quiet period, or once ``_GATHER_RUNS`` are due: each round of verdicts costs a shared store about
+seven statements (the log's reads and inserts, the runs' marks and rows) whatever its size, and an
+exclusive one three inserts (the log's nodes and leaves, the runs' rows: what the round would read
+back is this process's own writes), so rounds of a few runs each tenth of a second cost more than
+the verification itself (measured: ~10 µs a span at 20 runs a round, ~2 at 100)."""
 _KEY_MISS_TTL_S = 30.0
 _JUDGED_MEMORY = 65_536  # runs judged lately: a span arriving after the verdict re-judges its run soon
 _T = TypeVar("_T")
@@ -333,7 +334,9 @@ class ChainProcessor:
             self.store.insert_agent_keys(new, time.time_ns())
 
     def _carry_over(self, judged: list[RunSummary]) -> list[RunSummary]:
-        """Keep what other components wrote into a run's row (halted, classification)."""
+        """Keep the marks a run's row carries (halted, classification): read from the store, or on an
+        exclusive store from this process's own writes for the runs it opened (none, unless it wrote
+        them; nothing in the collector does), so a run copied in with marks keeps them."""
         if not judged:
             return judged
         marks = self.store.run_marks([r.run_id for r in judged])

@@ -117,15 +117,21 @@ _CLASSIFICATION_COLUMNS = (
 
 class OwnWrites:
     """What this process wrote to an exclusive store (see :attr:`Store.exclusive`), remembered so
-    that each round of verdicts reads nothing back: when each run it opened first arrived, and the
-    last log leaf of each run it logged.
+    that each round of verdicts reads nothing back: when each run it opened first arrived, the
+    last log leaf of each run it logged, and the marks (halted, classification) of the rows it
+    wrote for the runs it opened.
 
     A run's arrival is written once, when the collector first hears of it (the store then holds
     nothing of it: :class:`~agentreplay_collector.ownership.RunOwners`), so for a run whose arrival
     this process wrote, the earliest it wrote is the run's, and the log holds no leaf of it but
     those this process appended. The log is appended to by one process, in order, so the last leaf
-    this process appended for a run is that run's last. Bounded, oldest forgotten first; a run
-    forgotten, or not written here, is read from the store."""
+    this process appended for a run is that run's last. A run's row is written by this process
+    alone (its ``pending`` row with its first spans, then its verdicts), and only a run's own row
+    carries marks (the chain processor keeps those it reads back; nothing in the collector sets
+    them), so a run opened here has the marks of the newest row this process wrote of it: none, or
+    what it wrote. Bounded, oldest forgotten first; a run forgotten, not written here, or one the
+    store held a row of when it was opened (a ``pending`` run resumed at start, see
+    :meth:`held`), is read from the store."""
 
     CAPACITY = 262_144
 
@@ -134,21 +140,69 @@ class OwnWrites:
         self._lock = threading.Lock()
         self._arrived: OrderedDict[str, int] = OrderedDict()
         self._last_leaf: OrderedDict[str, LogEntry] = OrderedDict()
+        self._marks: dict[str, tuple[int, RunMarks]] = {}  # runs of _arrived whose newest row here has marks
+        self._newest_row_ns = 0
+        self._held: set[str] = set()  # runs the store held a row of before this process heard of them
+
+    def held(self, run_ids: Iterable[str]) -> None:
+        """Runs whose rows the store held before this process opened them (read back at start):
+        their marks, and everything else, stay the store's to answer."""
+        with self._lock:
+            for run_id in run_ids:
+                self._held.add(run_id)
+                self._forget(run_id)
 
     def arrived(self, arrivals: Iterable[RunArrival]) -> None:
         with self._lock:
             for a in arrivals:
+                if a.run_id in self._held:
+                    continue
                 known = self._arrived.get(a.run_id)
                 self._arrived[a.run_id] = a.received_ns if known is None else min(known, a.received_ns)
                 self._arrived.move_to_end(a.run_id)
-            _trim(self._arrived, self.capacity)
+            while len(self._arrived) > self.capacity:
+                forgotten, _ = self._arrived.popitem(last=False)
+                self._marks.pop(forgotten, None)
 
     def logged(self, entries: Iterable[tuple[str, LogEntry]]) -> None:
         with self._lock:
             for run_id, entry in entries:
                 self._last_leaf[run_id] = entry
                 self._last_leaf.move_to_end(run_id)
-            _trim(self._last_leaf, self.capacity)
+            while len(self._last_leaf) > self.capacity:
+                forgotten, _ = self._last_leaf.popitem(last=False)
+                self._forget(forgotten)  # else it would pass for a run opened here and never logged
+
+    def wrote_runs(self, runs: Sequence[RunSummary], updated_ns: int) -> None:
+        """Rows this process wrote to the runs table (``UpdatedAt`` = ``updated_ns``): the marks of
+        those of runs opened here. Rows of one run are normally written in ``UpdatedAt`` order; a
+        marked row older than a row already written, or written before its run's arrival, leaves
+        its run to the store."""
+        with self._lock:
+            newest = self._newest_row_ns
+            self._newest_row_ns = max(newest, updated_ns)
+            if not self._marks and not any(r.halted or r.classification for r in runs):
+                return  # what every round writes: nothing to remember
+            for run in runs:
+                run_id = run.run_id
+                if run_id not in self._arrived:
+                    if run.halted or run.classification:
+                        self._held.add(run_id)  # a row with marks before its arrival: the store's to answer
+                    continue
+                known = self._marks.get(run_id)
+                if known is not None and known[0] > updated_ns:
+                    continue  # a newer row's marks stand
+                if not (run.halted or run.classification):
+                    self._marks.pop(run_id, None)
+                elif updated_ns < newest and known is None:
+                    self._forget(run_id)  # a newer row of it may have been written unmarked
+                else:
+                    self._marks[run_id] = (updated_ns, RunMarks(halted=run.halted, classification=run.classification))
+
+    def _forget(self, run_id: str) -> None:
+        """Leave a run to the store (caller holds the lock)."""
+        self._arrived.pop(run_id, None)
+        self._marks.pop(run_id, None)
 
     def arrival_times(self, run_ids: Sequence[str]) -> tuple[dict[str, int], list[str]]:
         """The arrival times known here, and the runs to ask the store about."""
@@ -177,12 +231,19 @@ class OwnWrites:
                     unknown.append(run_id)
         return known, unknown
 
-
-def _trim(memory: OrderedDict[str, Any], capacity: int) -> None:
-    while len(memory) > capacity:
-        memory.popitem(last=False)
-
-
+    def run_marks(self, run_ids: Sequence[str]) -> tuple[dict[str, RunMarks], list[str]]:
+        """The marks known here (a run opened here whose rows carry none has none), and the runs
+        to ask the store about."""
+        known: dict[str, RunMarks] = {}
+        unknown: list[str] = []
+        with self._lock:
+            arrived, marks = self._arrived, self._marks
+            for run_id in run_ids:
+                if run_id not in arrived:
+                    unknown.append(run_id)
+                elif marks and (m := marks.get(run_id)) is not None:
+                    known[run_id] = m[1]
+        return known, unknown
 
 
 class Store:
@@ -323,6 +384,8 @@ class Store:
 
     def upsert_runs(self, runs: Sequence[RunSummary], updated_ns: int) -> None:
         self._insert(schema.RUNS, _rows.RUN_COLUMNS, [_rows.run_row(run, updated_ns) for run in runs])
+        if self.own_writes is not None:
+            self.own_writes.wrote_runs(runs, updated_ns)
 
     def insert_agent_keys(self, identities: Iterable[AgentIdentity], seen_ns: int) -> None:
         """Agent keys, and beside them the org's certificate of each (its identity token)."""
@@ -519,9 +582,14 @@ class Store:
         return str(rows[0][0]) if rows else None
 
     def pending_runs(self) -> list[str]:
+        """Runs not judged yet (what a previous process left): on an exclusive store, their rows
+        predate this process, so what they carry is read from the store (:meth:`OwnWrites.held`)."""
         sql = f"SELECT RunId FROM {self.database}.{schema.RUNS} FINAL WHERE ChainStatus = {{pending:String}}"
         rows = self._call("run list", "query", sql, parameters={"pending": str(ChainState.PENDING)}).result_rows
-        return [r[0] for r in rows]
+        found = [r[0] for r in rows]
+        if self.own_writes is not None:
+            self.own_writes.held(found)
+        return found
 
     def runs_with_root(self, run_ids: Sequence[str]) -> set[str]:
         """Which of these runs have their run (root) span stored."""
@@ -541,7 +609,16 @@ class Store:
         return int(self._call("count", "query", sql).result_rows[0][0])
 
     def run_marks(self, run_ids: Sequence[str]) -> dict[str, RunMarks]:
-        """Of these runs, those halted or classified (written by other components than the chain's)."""
+        """Of these runs, those halted or classified in their row (marks the chain processor keeps).
+        On an exclusive store, runs opened here are answered from memory (:class:`OwnWrites`)."""
+        known: dict[str, RunMarks] = {}
+        if self.own_writes is not None:
+            known, run_ids = self.own_writes.run_marks(run_ids)
+            if not run_ids:
+                return known
+        return known | self._stored_run_marks(run_ids)
+
+    def _stored_run_marks(self, run_ids: Sequence[str]) -> dict[str, RunMarks]:
         sql = (
             f"SELECT RunId, Halted, Classification FROM {self.database}.{schema.RUNS} FINAL"
             " WHERE RunId IN {ids:Array(String)} AND (Halted != 0 OR Classification != '')"
