@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agentreplay_collector import chainproc
 from agentreplay_otel import chainverify, identity, semconv
 from agentreplay_otel.canonical import GENESIS_HASH, SpanRecord
 from agentreplay_otel.chainverify import link_hash, verify
@@ -138,6 +139,7 @@ def test_the_collectors_compiled_link_hash_gives_the_same_report(case):
     """The collector verifies with the SDK's compiled link hash (built where a C compiler is: test_linkhash.py
     fails where it should be and is not): every case, well formed or not, reported as with the pure one."""
     linkhash = pytest.importorskip("agentreplay_otel._linkhash")
+    assert chainproc._link_hash is linkhash.link_hash  # what the collector's verifier hashes with
     records = CASES[case](_run())
     keys = {_KID: _KEY.public_key()}
     assert _outcome(records, keys=keys, require_seal=True, link=linkhash.link_hash) == _outcome(
