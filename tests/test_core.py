@@ -35,6 +35,7 @@ PINNED = [
     "KeyLookup",
     "SealStatus",
     "claims_chain",
+    "compiled_link_hash",
     "link_hash",
     "partition_chain",
     "verify",

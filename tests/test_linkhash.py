@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
 import types
 from typing import Any
 
@@ -26,7 +27,7 @@ from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode
 
 from agentreplay_otel import chain, semconv
 from agentreplay_otel.canonical import GENESIS_HASH, EventRecord, SpanRecord, canonical_span
-from agentreplay_otel.chainverify import link_hash
+from agentreplay_otel.chainverify import compiled_link_hash, link_hash
 
 try:
     from agentreplay_otel import _linkhash
@@ -42,6 +43,12 @@ def built() -> None:
             pytest.skip("no C compiler here: the SDK was installed without its compiled link hash")
         pytest.fail("a C compiler is here but agentreplay_otel._linkhash is not built: run `make venv`")
     assert chain._link_span is _linkhash.link_span
+    assert compiled_link_hash() is _linkhash.link_hash  # the collector's verifier's
+
+
+def test_without_the_module_the_verifiers_link_hash_is_the_pure_one(monkeypatch) -> None:
+    monkeypatch.setitem(sys.modules, "agentreplay_otel._linkhash", None)  # as if installed without a compiler
+    assert compiled_link_hash() is link_hash
 
 
 # Every character class JCS treats apart: controls with and without short escapes, quote, backslash,

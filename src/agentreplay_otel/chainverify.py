@@ -53,6 +53,17 @@ def link_hash(prev_hash: str, record: SpanRecord) -> str:
     return hashlib.sha256(bytes.fromhex(prev_hash) + canonical_span(record)).hexdigest()
 
 
+def compiled_link_hash() -> Callable[[str, SpanRecord], str]:
+    """:func:`link_hash` written in C where the SDK was built with it (the same digests, each span it
+    cannot be sure of handed to this one: tests/test_linkhash.py), else :func:`link_hash` itself. For
+    a verifier that hashes every span it reads (``verify(..., link=compiled_link_hash())``)."""
+    try:
+        from agentreplay_otel._linkhash import link_hash as compiled
+    except ImportError:  # installed without a C compiler
+        return link_hash
+    return compiled
+
+
 class ChainProblem(enum.StrEnum):
     EDITED = "edited"  # a span's content no longer matches its hash, or its successor's link
     MISSING = "missing"  # a seq is absent from the middle of the chain

@@ -58,14 +58,12 @@ from agentreplay_otel.core import (
     SpanRecord,
     chain_head,
     claims_chain,
+    compiled_link_hash,
     semconv,
     verify,
 )
 
-try:  # each span's link hash written in C where the SDK was built with it: the same digest
-    from agentreplay_otel._linkhash import link_hash as _link_hash
-except ImportError:  # installed without a C compiler
-    from agentreplay_otel.core import link_hash as _link_hash
+_link_hash = compiled_link_hash()  # each span's link hash written in C where the SDK was built with it
 
 _log = logging.getLogger(__name__)
 _TICK_S = 0.1
