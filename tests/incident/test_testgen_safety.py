@@ -164,6 +164,8 @@ def assert_safe(source: str, case: casefile.Case, verdict: Verdict) -> None:
 @example(t=texts('"""'), signed=False)
 @example(t=texts("x" * 100_000 + '"'), signed=True)
 @example(t=texts("\ud800\x00\\"), signed=True)
+@example(t={**texts(""), "argument": "A"}, signed=False)  # its values' variable, "as": a keyword
+@example(t={**texts(""), "argument": "clas"}, signed=False)  # "class"
 def test_no_recorded_text_becomes_code(t: dict[str, str], signed: bool):
     case = make_case(t, signed=signed)
     for verdict in (failed(t), good(t)):

@@ -193,6 +193,8 @@ def _argument_check(hit: ModeHit, steps: list[RecordedStep]) -> Check | None:
     var = _identifier(path.rsplit(".", 1)[-1])
     var = f"{var}_value" if var in _TAKEN else var
     plural = f"{var}s" if not var.endswith("s") else f"{var}_values"
+    if keyword.iskeyword(plural) or plural in _TAKEN:  # an argument "a" or "clas": "as", "class"
+        plural = f"{var}_values"
     head = f"{label(TASK_SPEC)}: the request says {quote!r}; {tool} got {path}="
     exact = _exact_value(quote)
     body = [f"{plural} = regression.arguments({_lit(tool)}, {_lit(path)})",
