@@ -25,6 +25,7 @@ checkout or from anywhere the package is installed.
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -105,6 +106,8 @@ def main() -> int:
                       f"bookings made: {world.bookings() - booked}")
         step("7. the incident: root cause, regression test, dispute and claim packets, walkthrough")
         folder = WORK / "incident"
+        # This run's alone: a test left by an earlier demo checks a case signed by that demo's org key.
+        shutil.rmtree(folder, ignore_errors=True)
         incident = cli(world, "incident", run_id, "-o", _shown(folder.resolve()))
         step("8. the generated test fails on the agent as recorded, and passes on the one-line fix")
         fixed = fixed_agent(WORK.resolve() / "fixed")
