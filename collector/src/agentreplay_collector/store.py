@@ -24,8 +24,8 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -113,6 +113,9 @@ _CLASSIFICATION_COLUMNS = (
     "RunId, Classifier, Model, PromptSha256, ChainHash, Verified, Verdict, FailureModes, CulpritStep,"
     " CulpritSpanId, VerdictJson, toUnixTimestamp64Nano(CreatedAt)"
 )
+
+
+_V = TypeVar("_V")
 
 
 class OwnWrites:
@@ -611,12 +614,7 @@ class Store:
     def run_marks(self, run_ids: Sequence[str]) -> dict[str, RunMarks]:
         """Of these runs, those halted or classified in their row (marks the chain processor keeps).
         On an exclusive store, runs opened here are answered from memory (:class:`OwnWrites`)."""
-        known: dict[str, RunMarks] = {}
-        if self.own_writes is not None:
-            known, run_ids = self.own_writes.run_marks(run_ids)
-            if not run_ids:
-                return known
-        return known | self._stored_run_marks(run_ids)
+        return self._remembered_then_stored(run_ids, OwnWrites.run_marks, self._stored_run_marks)
 
     def _stored_run_marks(self, run_ids: Sequence[str]) -> dict[str, RunMarks]:
         sql = (
@@ -1072,23 +1070,26 @@ class Store:
     def last_log_leaves(self, run_ids: Sequence[str]) -> dict[str, LogEntry]:
         """The last leaf each of these runs has in the log (runs never logged left out): on an
         exclusive store, from what this process appended where it can (:class:`OwnWrites`)."""
-        found: dict[str, LogEntry] = {}
-        ask = list(run_ids)
-        if self.own_writes is not None:
-            found, ask = self.own_writes.last_leaves(ask)
-        for entry in self.log_entries_of_runs(ask):  # in log order: the last one stays
-            found[entry.run_id] = entry
-        return found
+        return self._remembered_then_stored(run_ids, OwnWrites.last_leaves, self._stored_last_leaves)
+
+    def _stored_last_leaves(self, run_ids: Sequence[str]) -> dict[str, LogEntry]:
+        return {entry.run_id: entry for entry in self.log_entries_of_runs(run_ids)}  # in log order: the last stays
 
     def run_arrival_times(self, run_ids: Sequence[str]) -> dict[str, int]:
         """When the collector first received each of these runs (its own clock); unknown runs left out.
         On an exclusive store, runs whose arrival this process wrote are answered from memory."""
-        known: dict[str, int] = {}
-        if self.own_writes is not None:
-            known, run_ids = self.own_writes.arrival_times(run_ids)
-        if not run_ids:
-            return known
-        return known | self._stored_arrival_times(run_ids)
+        return self._remembered_then_stored(run_ids, OwnWrites.arrival_times, self._stored_arrival_times)
+
+    def _remembered_then_stored(
+        self,
+        run_ids: Sequence[str],
+        remembered: Callable[[OwnWrites, Sequence[str]], tuple[dict[str, _V], list[str]]],
+        stored: Callable[[Sequence[str]], dict[str, _V]],
+    ) -> dict[str, _V]:
+        """A verdict round's read: on an exclusive store, what this process's own writes answer
+        (:class:`OwnWrites`), and the store asked about the rest only (nothing asked for none)."""
+        known, ask = ({}, list(run_ids)) if self.own_writes is None else remembered(self.own_writes, run_ids)
+        return known | stored(ask) if ask else known
 
     def _stored_arrival_times(self, run_ids: Sequence[str]) -> dict[str, int]:
         sql = (
