@@ -1,7 +1,7 @@
 """The control API, beside the read API on the control endpoint (default 127.0.0.1:4320).
 
     POST /v1/authorize     agent token  {kind, tool, arguments, cost_usd, run_id, ...} -> Decision + spend
-    POST /v1/manifests     (signed)     a signed manifest; verified against the org key -> {"sha256"}
+    POST /v1/manifests     read token   a signed manifest; verified against the org key -> {"sha256"}
     GET  /v1/manifests/SHA read token   a registered manifest: {"sha256", "signed" (its JSON text as registered)}
     GET  /v1/watch?agent=  agent token  JSON lines: a snapshot of its halts, then halt/resume as they happen
     POST /v1/halts         admin token  {scope: run|agent, target, reason}: the kill switch
@@ -28,6 +28,7 @@ import asyncio
 import concurrent.futures
 import hmac
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -38,11 +39,14 @@ from starlette.routing import Route
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.auth import AuthProcessor
 from agentreplay_collector.errors import RequestError, StoreError
+from agentreplay_collector.inputs import count_field, json_object, query_int
 from agentreplay_collector.models import SCOPE_AGENT, SCOPE_RUN
 from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_otel.core import TRACE_ID_FORM, AgentIdentity, AgentReplayError, normal_trace_id
 
 PING_S = 5.0
+MAX_ALERTS = 10_000
+_log = logging.getLogger("agentreplay_collector")
 
 
 def routes(
@@ -78,18 +82,19 @@ def routes(
                 return await handler(request)
             except RequestError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
-            except (AgentReplayError, ValueError, KeyError, TypeError) as exc:
+            except (AgentReplayError, ValueError, KeyError, TypeError, OverflowError) as exc:
                 return JSONResponse({"error": f"{type(exc).__name__}: {exc}"}, status_code=400)
-            except StoreError as exc:
-                return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+            except StoreError as exc:  # the engine's own text to the log, not to the caller
+                _log.warning("control API: the store did not answer: %s", exc)
+                return JSONResponse({"error": "the store did not answer this request (the collector's log says "
+                                              "why): try again"}, status_code=503, headers={"Retry-After": "1"})
 
         return endpoint
 
     async def authorize(request: Request) -> JSONResponse:
         who = identity(request)
-        doc = json.loads(await request.body())
-        if not isinstance(doc, dict):
-            raise ValueError("expected a JSON object")
+        doc = json_object(await request.body(), what="an Authorize request (a JSON object)")
+        count_field(doc, "tool_calls")  # the calls the agent counted: a whole number, not 1e999 or "١٢"
         run_id = _run_id(str(doc.get("run_id") or ""), "run_id", optional=True)
         doc["run_id"] = run_id
         reads: list[concurrent.futures.Future[Any]] = []  # what would block: on threads, at once
@@ -104,7 +109,8 @@ def routes(
         return JSONResponse(answer, status_code=int(answer.pop("status", 200)))
 
     async def manifests(request: Request) -> JSONResponse:
-        return JSONResponse({"sha256": scope.register(json.loads(await request.body()))})
+        reader(request)  # a token the read API takes (the agent's own): nothing unauthenticated is parsed
+        return JSONResponse({"sha256": scope.register(json_object(await request.body(), what="a signed manifest"))})
 
     async def manifest(request: Request) -> JSONResponse:
         reader(request)  # any reader: a manifest says what agents may do, not what they did
@@ -143,7 +149,7 @@ def routes(
         refused = admin(request)
         if refused is not None:
             return refused
-        doc = json.loads(await request.body())
+        doc = json_object(await request.body(), what="{scope: run|agent, target: ID, reason}")
         kind, target = _target(doc)
         if kind == SCOPE_RUN and scope.owners.owner(target) is None:
             await asyncio.wrap_future(scope.owners.lookup_later(target))  # so that the halt reaches its agent
@@ -160,7 +166,7 @@ def routes(
         refused = admin(request)
         if refused is not None:
             return refused
-        kind, target = _target(json.loads(await request.body()))
+        kind, target = _target(json_object(await request.body(), what="{scope: run|agent, target: ID}"))
         if kind == SCOPE_RUN and scope.owners.owner(target) is None:
             await asyncio.wrap_future(scope.owners.lookup_later(target))
         return JSONResponse(
@@ -205,7 +211,7 @@ def routes(
 
     async def alerts(request: Request) -> JSONResponse:
         who = reader(request)
-        limit = int(request.query_params.get("limit", "100"))
+        limit = query_int(request.query_params, "limit", default=100, high=MAX_ALERTS)
         if scope.store is None:
             return JSONResponse({"alerts": []})
         listed = [

@@ -11,7 +11,8 @@
                                         {"traces": [TraceSummary...]}  traces that are not runs, newest first;
                                         admin token only (their spans: /v1/runs/{trace_id}/spans)
     GET /v1/keys/{kid}                  {"kid", "public_key"}      base64 raw Ed25519
-    GET /v1/stats                       the pipeline's counters
+    GET /v1/stats                       the pipeline's counters (admin token); an agent's token: where to
+                                        send OTLP and that agent's own figures only
     GET /v1/runs/{run_id}/classifications  {"run_id", "classifications": [...]}  every verdict, newest first
     GET /v1/classifications?run=ID&run=ID  {"classifications": [...]}  each judge's latest verdict per run
     POST /v1/classifications            {"classifications": [...]} -> {"stored": n}  admin token only
@@ -40,9 +41,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
-import datetime as dt
-import json
+import logging
+import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +57,7 @@ from starlette.routing import Route
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
 from agentreplay_collector.errors import RequestError, StoreUnavailable
 from agentreplay_collector.incidents import IncidentState
+from agentreplay_collector.inputs import MAX_NS, BadInput, ascii_int, json_object, query_int, time_ns
 from agentreplay_collector.models import (
     ModelTrial,
     RunSummary,
@@ -78,8 +81,9 @@ MAX_LEAVES = 10_000
 MAX_RANGES = 4096
 
 
-class BadQuery(ValueError):
-    pass
+_log = logging.getLogger("agentreplay_collector")
+BadQuery = BadInput  # a query parameter or body the route does not take: 400, saying what it takes
+STORE_FAILED = "the store did not answer this request (the collector's log says why): try again"
 
 
 class _NotFound(LookupError):
@@ -87,17 +91,8 @@ class _NotFound(LookupError):
 
 
 def parse_time_ns(value: str | None, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    if value.isdigit():
-        return int(value)
-    try:
-        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise BadQuery(f"{name} must be nanoseconds since the epoch or an ISO 8601 time") from exc
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=dt.UTC)
-    return int(parsed.timestamp()) * 1_000_000_000 + parsed.microsecond * 1000
+    """Nanoseconds since the epoch or an ISO 8601 time, ASCII only (:func:`.inputs.time_ns`)."""
+    return time_ns(value, name)
 
 
 def run_cursor(run: RunSummary) -> str:
@@ -110,9 +105,14 @@ def parse_cursor(value: str | None) -> tuple[int, str] | None:
         return None
     start, _, rid = value.partition(":")
     run_id = normal_trace_id(rid)
-    if not start.isdigit() or run_id is None:
-        raise BadQuery("after must be START_NS:RUN_ID, as a page's next gives it")
-    return int(start), run_id
+    expected = "after must be START_NS:RUN_ID, as a page's next gives it"
+    try:
+        start_ns = ascii_int(start, "after")
+    except BadInput:
+        raise BadQuery(expected) from None
+    if run_id is None:
+        raise BadQuery(expected)
+    return start_ns, run_id
 
 
 def parse_verdict(value: str | None) -> str | None:
@@ -132,9 +132,11 @@ def build_app(
     *,
     access: ReadAccess | None = None,
     owners: RunOwners | None = None,
+    agent_stats: Callable[[str], dict[str, Any]] | None = None,
 ) -> Starlette:
     """``store=None`` (the nop exporter): health and stats answer, reads are 503. ``access=None``:
-    every reader is an operator (tests of the read API alone)."""
+    every reader is an operator (tests of the read API alone). ``agent_stats``: one agent's own figures,
+    what ``/v1/stats`` tells that agent's token besides the endpoints."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentreplay-read")
     run_owners = owners if owners is not None else RunOwners(store)
 
@@ -169,7 +171,7 @@ def build_app(
             except RequestError as exc:
                 return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
             except StoreUnavailable as exc:
-                return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+                return store_failed(exc, store is None)
 
         return endpoint
 
@@ -184,10 +186,8 @@ def build_app(
 
     async def runs(request: Request) -> JSONResponse:
         q = request.query_params
-        limit_raw = q.get("limit", "100")
-        if not limit_raw.isdigit() or int(limit_raw) > MAX_LIMIT:
-            raise BadQuery(f"limit must be an integer from 0 to {MAX_LIMIT}")
         who = caller(request)
+        limit = _limit(q)
         agent = q.get("agent") or None
         if not who.operator:
             who.check_agent(agent or who.agent_id)
@@ -198,19 +198,17 @@ def build_app(
             status=q.get("status") or None,
             since_ns=parse_time_ns(q.get("since"), "since"),
             until_ns=parse_time_ns(q.get("until"), "until"),
-            limit=int(limit_raw),
+            limit=limit,
             after=parse_cursor(q.get("after")),
             verdict=parse_verdict(q.get("verdict")),
         )
-        page_full = bool(found) and len(found) == int(limit_raw)
+        page_full = bool(found) and len(found) == limit
         next_page = run_cursor(found[-1]) if page_full else None
         return JSONResponse({"runs": [r.to_json() for r in found], "next": next_page})
 
     async def traces(request: Request) -> JSONResponse:
         q = request.query_params
-        limit_raw = q.get("limit", "100")
-        if not limit_raw.isdigit() or int(limit_raw) > MAX_LIMIT:
-            raise BadQuery(f"limit must be an integer from 0 to {MAX_LIMIT}")
+        limit = _limit(q)
         prefix = q.get("prefix", "").lower()
         if prefix and not is_trace_id_prefix(prefix):
             raise BadQuery("prefix: up to 32 hex digits of a trace id")
@@ -222,7 +220,7 @@ def build_app(
             prefix=prefix,
             since_ns=parse_time_ns(q.get("since"), "since"),
             until_ns=parse_time_ns(q.get("until"), "until"),
-            limit=int(limit_raw),
+            limit=limit,
         )
         return JSONResponse({"traces": [t.to_json() for t in found]})
 
@@ -254,8 +252,14 @@ def build_app(
         return JSONResponse({"kid": kid, "public_key": encoded, "certificate": certificate})
 
     async def stats_endpoint(request: Request) -> JSONResponse:
-        caller(request)
-        return JSONResponse(stats())
+        who = caller(request)
+        if who.operator:
+            return JSONResponse(stats())
+        # the pipeline's counters add up every agent's exports, spans, runs and halts: an agent reads
+        # where to send OTLP (the replay CLI asks) and its own figures, nothing of the others'
+        assert who.agent_id is not None
+        own = agent_stats(who.agent_id) if agent_stats is not None else {}
+        return JSONResponse({"agent_id": who.agent_id, "endpoints": stats().get("endpoints"), **own})
 
     # --- failure analysis: verdicts on runs, read as the runs are, stored by an operator ------------
     async def run_classifications(request: Request) -> JSONResponse:
@@ -394,10 +398,10 @@ def build_app(
 
 def _classifications_in(body: bytes) -> list[StoredClassification]:
     """``{"classifications": [StoredClassification...]}``, each for a run id; else :class:`BadQuery`."""
+    doc = json_object(body, what='{"classifications": [...]}')
     try:
-        doc = json.loads(body)
         records = [StoredClassification.from_json(c) for c in doc["classifications"]]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
         raise BadQuery(f'expected {{"classifications": [...]}}: {exc}') from exc
     if not all(is_trace_id(r.run_id) for r in records):
         raise BadQuery(f"a classification's run_id is a trace id: {TRACE_ID_FORM}")
@@ -406,20 +410,38 @@ def _classifications_in(body: bytes) -> list[StoredClassification]:
 
 def _model_trials_in(body: bytes) -> list[ModelTrial]:
     """``{"trials": [ModelTrial...]}``, each for a run id; else :class:`BadQuery`."""
+    doc = json_object(body, what='{"trials": [...]}')
     try:
-        trials = [ModelTrial.from_json(t) for t in json.loads(body)["trials"]]
-    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        trials = [ModelTrial.from_json(t) for t in doc["trials"]]
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
         raise BadQuery(f'expected {{"trials": [...]}}: {exc}') from exc
     if not all(is_trace_id(t.run_id) for t in trials):
         raise BadQuery(f"a trial's run_id is a trace id: {TRACE_ID_FORM}")
     return trials
 
 
+def store_failed(exc: Exception, no_store: bool = False) -> JSONResponse:
+    """503 for a store that did not answer: the engine's own text goes to the log, not to the caller
+    (it names tables, columns and the engine's version); a collector without a store says so."""
+    if no_store:
+        return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": "1"})
+    _log.warning("read API: the store did not answer: %s", exc)
+    return JSONResponse({"error": STORE_FAILED}, status_code=503, headers={"Retry-After": "1"})
+
+
+def _limit(params: Any) -> int:
+    """``limit``: 0 to :data:`MAX_LIMIT`, 100 when absent."""
+    found = query_int(params, "limit", default=100, high=MAX_LIMIT)
+    assert found is not None
+    return found
+
+
 def _range(value: str) -> tuple[int, int]:
     start, _, end = value.partition("-")
-    if not (start.isdigit() and end.isdigit()):
-        raise BadQuery("a range is START-END (leaf positions)")
-    return int(start), int(end)
+    try:
+        return ascii_int(start, "range"), ascii_int(end, "range")
+    except BadInput:
+        raise BadQuery(f"a range is START-END (leaf positions from 0 to {MAX_NS}, ASCII digits)") from None
 
 
 def _count(request: Request, name: str, *, required: bool = True) -> Any:
@@ -429,9 +451,7 @@ def _count(request: Request, name: str, *, required: bool = True) -> Any:
         if required:
             raise BadQuery(f"{name} is required")
         return None
-    if not value.isdigit():
-        raise BadQuery(f"{name} must be a non-negative integer")
-    return int(value)
+    return ascii_int(value, name)
 
 
 # --- incidents: the files the incident writer left for a halted run ---------------------------------------
@@ -461,6 +481,87 @@ def incident_file(name: str) -> tuple[str, ...] | None:
     return parts if any(parts[-1].endswith(s) for s in INCIDENT_TYPES) else None
 
 
+# Each folder below the configured incidents folder is opened without following a link, and each file
+# too: a run's folder, its tests/ or a file in them that is a symbolic link (to /etc, to another run's
+# folder, to a key) is not an incident's, so it is neither listed nor served. Opened by descriptor, one
+# level at a time, so that nothing is swapped between a check and the read.
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | _NOFOLLOW
+
+
+def _open_folder(name: str, parent: int) -> int | None:
+    """The folder ``name`` in the folder ``parent`` (a descriptor), opened; None if it is not one (a
+    link to one included) or cannot be opened."""
+    try:
+        return os.open(name, _DIRECTORY, dir_fd=parent)
+    except OSError:
+        return None
+
+
+def _incident_folder(incidents_dir: Path, rid: str) -> int | None:
+    try:
+        root = os.open(incidents_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        return _open_folder(rid, root)
+    finally:
+        os.close(root)
+
+
+def _plain_files(folder: int, prefix: str) -> list[tuple[str, int]]:
+    with os.scandir(folder) as entries:
+        return [(prefix + e.name, e.stat(follow_symlinks=False).st_size) for e in entries
+                if e.is_file(follow_symlinks=False)]
+
+
+def incident_listing(incidents_dir: Path, rid: str) -> list[tuple[str, int]] | None:
+    """The files of the run's incident folder and its ``tests/`` that are served (name, bytes), links
+    left out; None when the run has no folder there (or its folder is a link)."""
+    folder = _incident_folder(incidents_dir, rid)
+    if folder is None:
+        return None
+    try:
+        found = _plain_files(folder, "")
+        tests = _open_folder("tests", folder)
+        if tests is not None:
+            try:
+                found += _plain_files(tests, "tests/")
+            finally:
+                os.close(tests)
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    return sorted((name, size) for name, size in found if incident_file(name) is not None)
+
+
+def incident_bytes(incidents_dir: Path, rid: str, parts: tuple[str, ...]) -> bytes | None:
+    """One file of the run's incident (``parts`` as :func:`incident_file` gives them), read only if no
+    folder on its way and not the file itself is a link, and it is a regular file; else None."""
+    folder = _incident_folder(incidents_dir, rid)
+    if folder is None:
+        return None
+    opened = [folder]
+    try:
+        for part in parts[:-1]:
+            inner = _open_folder(part, opened[-1])
+            if inner is None:
+                return None
+            opened.append(inner)
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=opened[-1])
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as fh:
+            return fh.read() if stat.S_ISREG(os.fstat(fh.fileno()).st_mode) else None
+    except OSError:
+        return None
+    finally:
+        for fd_open in opened:
+            os.close(fd_open)
+
+
 def incident_routes(
     store: Store | None,
     incidents_dir: Path | None,
@@ -477,8 +578,8 @@ def incident_routes(
     def error(text: str, status: int) -> JSONResponse:
         return JSONResponse({"error": text}, status_code=status, headers=headers)
 
-    async def folder(request: Request) -> Path | JSONResponse:
-        """The run's incident folder, if the caller may read the run and its incident is written."""
+    async def folder(request: Request) -> str | JSONResponse:
+        """The run whose incident is asked for, if the caller may read the run and its incident is written."""
         rid = normal_trace_id(request.path_params["run_id"])
         if rid is None:
             return error(f"a run id is a trace id: {TRACE_ID_FORM}", 400)
@@ -497,39 +598,41 @@ def incident_routes(
         try:
             written = await loop.run_in_executor(pool, store.incidents, IncidentState.WRITTEN)
         except StoreUnavailable as exc:
-            return error(str(exc), 503)
-        path = incidents_dir / rid
-        if not any(i.run_id == rid for i in written) or not path.is_dir():
+            response = store_failed(exc)
+            response.headers.update(headers)
+            return response
+        if not any(i.run_id == rid for i in written):
             return error(f"run {rid} has no incident", 404)
-        return path
+        return rid
 
     async def listing(request: Request) -> JSONResponse:
-        found = await folder(request)
-        if isinstance(found, JSONResponse):
-            return found
-        files = []
-        for path in sorted([*found.glob("*"), *found.glob("tests/*")]):
-            name = path.relative_to(found).as_posix()
-            if path.is_file() and not path.is_symlink() and incident_file(name) is not None:
-                files.append({"name": name, "bytes": path.stat().st_size,
-                              "content_type": INCIDENT_TYPES[path.suffix]})
-        return JSONResponse({"run_id": found.name, "files": files}, headers=headers)
+        rid = await folder(request)
+        if isinstance(rid, JSONResponse):
+            return rid
+        assert incidents_dir is not None
+        found = await asyncio.get_running_loop().run_in_executor(pool, incident_listing, incidents_dir, rid)
+        if found is None:
+            return error(f"run {rid} has no incident", 404)
+        files = [{"name": name, "bytes": size, "content_type": INCIDENT_TYPES[name[name.rindex("."):]]}
+                 for name, size in found]
+        return JSONResponse({"run_id": rid, "files": files}, headers=headers)
 
     async def file(request: Request) -> Response:
         parts = incident_file(request.path_params["name"])
         if parts is None:
             return error("not a file of an incident (walkthrough.html, root-cause.json, dispute.json, "
                          "claim.html, tests/NAME.py, ...)", 404)
-        found = await folder(request)
-        if isinstance(found, JSONResponse):
-            return found
-        path = found.joinpath(*parts)
-        if not path.is_file() or path.is_symlink() or not path.resolve().is_relative_to(found.resolve()):
+        rid = await folder(request)
+        if isinstance(rid, JSONResponse):
+            return rid
+        assert incidents_dir is not None
+        body = await asyncio.get_running_loop().run_in_executor(pool, incident_bytes, incidents_dir, rid, parts)
+        if body is None:
             return error("no such file in the incident", 404)
-        body = await asyncio.get_running_loop().run_in_executor(pool, path.read_bytes)
-        return Response(body, media_type=INCIDENT_TYPES[path.suffix], headers={
+        suffix = parts[-1][parts[-1].rindex("."):]
+        return Response(body, media_type=INCIDENT_TYPES[suffix], headers={
             **headers, "Content-Security-Policy": INCIDENT_CSP,
-            "Content-Disposition": f'inline; filename="{found.name[:12]}-{parts[-1]}"'})
+            "Content-Disposition": f'inline; filename="{rid[:12]}-{parts[-1]}"'})
 
     return [
         Route("/v1/runs/{run_id}/incident", listing, methods=["GET"]),

@@ -103,7 +103,8 @@ class Collector:
             access = ReadAccess(auth=self.auth, admin_token=admin_token, insecure=config.control.insecure)
             if config.control.insecure:
                 _log.warning("agentreplay_control is insecure: the read API answers without a token (loopback only)")
-            app = build_read_app(self.store, self.stats, access=access, owners=self.owners)
+            app = build_read_app(self.store, self.stats, access=access, owners=self.owners,
+                                 agent_stats=self.agent_stats)
             if self.scope is not None:
                 from agentreplay_collector import controlapi
 
@@ -257,6 +258,10 @@ class Collector:
         await stop.wait()
         _log.info("stopping")
         await self.stop()
+
+    def agent_stats(self, agent_id: str) -> dict[str, Any]:
+        """What ``/v1/stats`` tells one agent's token besides the endpoints: its own figures only."""
+        return {"halts": len(self.scope.halts_of(agent_id)) if self.scope else 0}
 
     def stats(self) -> dict[str, Any]:
         return {
