@@ -302,7 +302,7 @@ def big_run_page(work: Path, *, spans: int, rounds: int) -> dict[str, Any]:
                         semconv.GEN_AI_TOOL_CALL_RESULT: json.dumps({"found": [step, step + 1]})}):
                     pass
         run_id = format(run.get_span_context().trace_id, "032x")
-        status = export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token)
+        status = export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token, key=agent.key)
         assert status.name == "OK", status
         deadline = time.monotonic() + 120
         while (got := get(collector.control, f"/v1/runs/{run_id}"))["chain"]["status"] == "pending":

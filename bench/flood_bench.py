@@ -39,7 +39,7 @@ from agentreplay_dev.collector import (
     export_http,
     write_config,
 )
-from agentreplay_otel import identity, semconv
+from agentreplay_otel import identity, proof, semconv
 from agentreplay_otel.control import ControlClient
 
 ADMIN = "bench-admin"
@@ -203,7 +203,7 @@ def main() -> None:
     other = IssuedAgent.issue(org, "bystander", MANIFEST)
     ctx = mp.get_context("spawn")
     with CollectorProcess(config) as collector:
-        client = ControlClient(collector.control, token=guard.token)
+        client = ControlClient(collector.control, prover=proof.Prover(guard.token, guard.key))
         request = {"kind": "tool", "tool": "lookup", "arguments": {}, "run_id": "ab" * 16}
         authorize_latencies(client, request, 200)  # warm up
         quiet = authorize_latencies(client, request, args.calls)

@@ -53,6 +53,7 @@ PINNED = [
     "verify_manifest",
     "write_private_key",
     "write_public_key",
+    "proof",
     "ALLOW",
     "DENY",
     "RULE_AUTHORIZE_UNAVAILABLE",

@@ -22,6 +22,8 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentreplay_otel.proof import Prover
+
 _log = logging.getLogger(__name__)
 
 DEFAULT_CONTROL = "http://127.0.0.1:4320"
@@ -47,7 +49,7 @@ class ControlUnavailable(Exception):
 
 
 class ControlClient:
-    def __init__(self, url: str = DEFAULT_CONTROL, *, token: str | None = None) -> None:
+    def __init__(self, url: str = DEFAULT_CONTROL, *, prover: Prover | None = None) -> None:
         if "://" not in url:
             url = f"http://{url}"
         parts = urllib.parse.urlsplit(url)
@@ -58,9 +60,15 @@ class ControlClient:
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or (443 if self._https else 80)
         self._headers = {"Content-Type": "application/json"}
-        if token:
-            self._headers["Authorization"] = f"Bearer {token}"
+        self._prover = prover
         self._local = threading.local()
+
+    def headers(self, method: str, path: str, body: bytes | None = None) -> dict[str, str]:
+        """The request's headers: the agent's certificate and a fresh proof over this request."""
+        if self._prover is None:
+            return self._headers
+        target = urllib.parse.urlsplit(path).path
+        return {**self._headers, **self._prover.headers(method, target, body)}
 
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
@@ -94,7 +102,7 @@ class ControlClient:
             conn = self._connection(remaining)
             reused = conn.sock is not None
             try:
-                conn.request("POST", path, body=payload, headers=self._headers)
+                conn.request("POST", path, body=payload, headers=self.headers("POST", path, payload))
                 response = conn.getresponse()
                 data = response.read()
             except (OSError, http.client.HTTPException) as exc:
@@ -179,7 +187,7 @@ class Watcher:
         self._conn = conn
         try:
             path = "/v1/watch?" + urllib.parse.urlencode({"agent": self._agent})
-            conn.request("GET", path, headers={k: v for k, v in c._headers.items() if k != "Content-Type"})
+            conn.request("GET", path, headers={k: v for k, v in c.headers("GET", path).items() if k != "Content-Type"})
             response = conn.getresponse()
             if response.status != 200:
                 raise ControlUnavailable(f"watch answered {response.status}: {response.read()[:200]!r}")

@@ -17,7 +17,7 @@ import importlib as _importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from agentreplay_otel import merkle, semconv
+    from agentreplay_otel import merkle, proof, semconv
     from agentreplay_otel.canonical import (
         GENESIS_HASH,
         EventRecord,
@@ -116,6 +116,7 @@ if _typing.TYPE_CHECKING:
 
 _HOME: dict[str, tuple[str, str]] = {  # each name -> (its module, its name there; "" for a module itself)
     "merkle": ("agentreplay_otel.merkle", ""),
+    "proof": ("agentreplay_otel.proof", ""),
     "semconv": ("agentreplay_otel.semconv", ""),
     "GENESIS_HASH": ("agentreplay_otel.canonical", "GENESIS_HASH"),
     "EventRecord": ("agentreplay_otel.canonical", "EventRecord"),
@@ -259,6 +260,7 @@ __all__ = [
     "verify_manifest",
     "write_private_key",
     "write_public_key",
+    "proof",  # proof of possession: what authenticates an agent's request (the module)
     # the manifest evaluator
     "ALLOW",
     "DENY",

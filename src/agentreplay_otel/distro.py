@@ -120,7 +120,7 @@ def build_tracer_provider(
     agent_id = resource.attributes.get(semconv.AGENT_ID)
     redactor = redaction.load(env)
     # Whatever the exporter, it is behind the chain, computed on its batcher's export thread.
-    for exporter in [*exporters.exporters("traces", env, creds.token), *replay.spool_exporters(env)]:
+    for exporter in [*exporters.exporters("traces", env, creds.prover), *replay.spool_exporters(env)]:
         chained = ChainingSpanExporter(exporter, signing_key=creds.signing_key,
                                        agent_id=str(agent_id) if agent_id is not None else None, redactor=redactor)
         provider.add_span_processor(_batcher(chained, env))
@@ -184,10 +184,10 @@ def _start(env: Mapping[str, str]) -> None:
     enforce = replay.active() is None
     current, enforcer = resolve_start(env, enforce=enforce)
     tracer_provider = build_tracer_provider(env, current=current)
-    token = current.credentials.token
+    prover = current.credentials.prover
     # Every exporter is made before any is installed: a name that does not load stops the start whole.
-    meter_provider = exporters.meter_provider(env, tracer_provider.resource, token)
-    logger_provider = exporters.logger_provider(env, tracer_provider.resource, token)
+    meter_provider = exporters.meter_provider(env, tracer_provider.resource, prover)
+    logger_provider = exporters.logger_provider(env, tracer_provider.resource, prover)
     trace.set_tracer_provider(tracer_provider)
     if meter_provider is not None:
         metrics.set_meter_provider(meter_provider)

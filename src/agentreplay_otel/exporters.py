@@ -3,7 +3,9 @@
 ``OTEL_TRACES_EXPORTER``, ``OTEL_METRICS_EXPORTER`` and ``OTEL_LOGS_EXPORTER`` each list
 names (``none`` for nothing). ``otlp`` is built here, over gRPC or HTTP as
 ``OTEL_EXPORTER_OTLP_{SIGNAL}_PROTOCOL`` or ``OTEL_EXPORTER_OTLP_PROTOCOL`` says, carrying the
-agent's identity token beside the exporter's own headers; every other name is the exporter
+agent's identity token (a certificate) beside the exporter's own headers and, on every request, a
+fresh proof that the agent holds the certified key (:mod:`agentreplay_otel.proof`), signed over the
+bytes sent; every other name is the exporter
 registered under it by entry point (``opentelemetry_{signal}_exporter``), as the OpenTelemetry
 SDK finds them: ``console``, ``zipkin_json``, ``prometheus``, whatever is installed. A name that
 nothing registers, or whose exporter does not load, is a :class:`ConfigurationError` naming the
@@ -28,6 +30,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExporter
 
 from agentreplay_otel.errors import ConfigurationError
+from agentreplay_otel.proof import OTLP_TARGETS, PROOF_HEADER, Prover
 
 Signal = Literal["traces", "metrics", "logs"]
 
@@ -45,6 +48,8 @@ class _SignalKind:
     base: tuple[type, ...]  # what an exporter of this signal is
     grpc: tuple[str, str]  # module, class of the OTLP exporter over gRPC
     http: tuple[str, str]  # and over HTTP
+    grpc_method: str  # the gRPC method its exports call
+    grpc_response: tuple[str, str]  # module, class of that method's response
 
 
 _KINDS: dict[Signal, _SignalKind] = {
@@ -52,16 +57,22 @@ _KINDS: dict[Signal, _SignalKind] = {
         "OTEL_TRACES_EXPORTER", "opentelemetry_traces_exporter", (SpanExporter,),
         ("opentelemetry.exporter.otlp.proto.grpc.trace_exporter", "OTLPSpanExporter"),
         ("opentelemetry.exporter.otlp.proto.http.trace_exporter", "OTLPSpanExporter"),
+        "/opentelemetry.proto.collector.trace.v1.TraceService/Export",
+        ("opentelemetry.proto.collector.trace.v1.trace_service_pb2", "ExportTraceServiceResponse"),
     ),
     "metrics": _SignalKind(
         "OTEL_METRICS_EXPORTER", "opentelemetry_metrics_exporter", (MetricExporter, MetricReader),
         ("opentelemetry.exporter.otlp.proto.grpc.metric_exporter", "OTLPMetricExporter"),
         ("opentelemetry.exporter.otlp.proto.http.metric_exporter", "OTLPMetricExporter"),
+        "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export",
+        ("opentelemetry.proto.collector.metrics.v1.metrics_service_pb2", "ExportMetricsServiceResponse"),
     ),
     "logs": _SignalKind(
         "OTEL_LOGS_EXPORTER", "opentelemetry_logs_exporter", (LogRecordExporter,),
         ("opentelemetry.exporter.otlp.proto.grpc._log_exporter", "OTLPLogExporter"),
         ("opentelemetry.exporter.otlp.proto.http._log_exporter", "OTLPLogExporter"),
+        "/opentelemetry.proto.collector.logs.v1.LogsService/Export",
+        ("opentelemetry.proto.collector.logs.v1.logs_service_pb2", "ExportLogsServiceResponse"),
     ),
 }
 
@@ -77,14 +88,14 @@ def exporter_names(signal: Signal, env: Mapping[str, str]) -> list[str]:
     return [n for n in (part.strip().lower() for part in raw.split(",")) if n and n != "none"]
 
 
-def exporters(signal: Signal, env: Mapping[str, str], token: str | None) -> list[Any]:
+def exporters(signal: Signal, env: Mapping[str, str], prover: Prover | None) -> list[Any]:
     """One new exporter (or, for metrics, a pull reader) per name ``OTEL_{SIGNAL}_EXPORTER`` lists."""
-    return [exporter(signal, name, env, token) for name in exporter_names(signal, env)]
+    return [exporter(signal, name, env, prover) for name in exporter_names(signal, env)]
 
 
-def exporter(signal: Signal, name: str, env: Mapping[str, str], token: str | None) -> Any:
+def exporter(signal: Signal, name: str, env: Mapping[str, str], prover: Prover | None) -> Any:
     if name in (OTLP, OTLP_GRPC, OTLP_HTTP):
-        return _otlp(signal, name, env, token)
+        return _otlp(signal, name, env, prover)
     kind = _KINDS[signal]
     found = entry_points(group=kind.group, name=name)
     if not found:
@@ -115,16 +126,77 @@ def protocol(signal: Signal, env: Mapping[str, str]) -> str:
     return PROTOCOL_GRPC
 
 
-def _otlp(signal: Signal, name: str, env: Mapping[str, str], token: str | None) -> Any:
+def _otlp(signal: Signal, name: str, env: Mapping[str, str], prover: Prover | None) -> Any:
     over_http = name == OTLP_HTTP or (name == OTLP and protocol(signal, env) == PROTOCOL_HTTP)
-    module, cls = _KINDS[signal].http if over_http else _KINDS[signal].grpc
-    exporter_class = getattr(__import__(module, fromlist=[cls]), cls)
-    return exporter_class(headers=auth_headers(signal, env, token, "Authorization" if over_http else "authorization"))
+    kind = _KINDS[signal]
+    exporter_class = _load(kind.http if over_http else kind.grpc)
+    headers = auth_headers(signal, env, prover, "Authorization" if over_http else "authorization")
+    if prover is None or prover.key is None:
+        return exporter_class(headers=headers)
+    if over_http:
+        import requests
+
+        session = requests.Session()
+        session.auth = _ProofAuth(prover, OTLP_TARGETS[signal])
+        return exporter_class(headers=headers, session=session)
+    exporter = exporter_class(headers=headers)
+    prove_grpc(exporter, signal, prover)
+    return exporter
 
 
-def auth_headers(signal: Signal, env: Mapping[str, str], token: str | None, key: str) -> dict[str, str] | None:
-    """The exporter's own headers (``OTEL_EXPORTER_OTLP_[{SIGNAL}_]HEADERS``) plus the agent's token."""
-    if token is None:
+def _load(where: tuple[str, str]) -> Any:
+    module, name = where
+    return getattr(__import__(module, fromlist=[name]), name)
+
+
+class _ProofAuth:
+    """A ``requests`` auth hook: each OTLP/HTTP request (each retry too) gets a fresh proof over its body."""
+
+    def __init__(self, prover: Prover, target: str) -> None:
+        self._prover, self._target = prover, target
+
+    def __call__(self, request: Any) -> Any:
+        body = request.body if isinstance(request.body, bytes) else (request.body or "").encode()
+        proof = self._prover.proof(request.method or "POST", self._target, body)
+        if proof is not None:
+            request.headers["AgentReplay-Proof"] = proof
+        return request
+
+
+class _ProvenExport:
+    """Stands for the gRPC exporter's stub: serializes each request once and sends those bytes with a
+    proof over them (the stub's own serializer would leave the bytes out of reach)."""
+
+    def __init__(self, channel: Any, kind: _SignalKind, prover: Prover, target: str) -> None:
+        response = _load(kind.grpc_response)
+        self._call = channel.unary_unary(kind.grpc_method, request_serializer=None,
+                                         response_deserializer=response.FromString)
+        self._prover, self._target = prover, target
+
+    def Export(self, request: Any, metadata: Any = None, timeout: float | None = None, **kwargs: Any) -> Any:  # noqa: N802 - the stub's name
+        body = request.SerializeToString()
+        proof = self._prover.proof("POST", self._target, body)
+        sent = (*(tuple(metadata.items()) if isinstance(metadata, Mapping) else metadata or ()), (PROOF_HEADER, proof))
+        return self._call(body, metadata=sent, timeout=timeout, **kwargs)
+
+
+def prove_grpc(exporter: Any, signal: Signal, prover: Prover) -> None:
+    """Make an OTLP/gRPC exporter send a proof with each export: a :class:`_ProvenExport` in place of
+    its stub, now and whenever it remakes its channel and stub (it does after a transient error)."""
+    kind, target = _KINDS[signal], OTLP_TARGETS[signal]
+    remake = getattr(exporter, "_initialize_channel_and_stub", None)
+    if remake is not None:
+        def initialize() -> None:
+            remake()
+            exporter._client = _ProvenExport(exporter._channel, kind, prover, target)
+
+        exporter._initialize_channel_and_stub = initialize
+    exporter._client = _ProvenExport(exporter._channel, kind, prover, target)
+
+
+def auth_headers(signal: Signal, env: Mapping[str, str], prover: Prover | None, key: str) -> dict[str, str] | None:
+    """The exporter's own headers (``OTEL_EXPORTER_OTLP_[{SIGNAL}_]HEADERS``) plus the agent's certificate."""
+    if prover is None:
         return None  # let the exporter read its headers from the environment itself
     raw = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS") or ""
     headers = {}
@@ -132,24 +204,24 @@ def auth_headers(signal: Signal, env: Mapping[str, str], token: str | None, key:
         if "=" in pair:
             k, v = pair.split("=", 1)
             headers[k.strip().lower() if key.islower() else k.strip()] = v.strip()
-    headers[key] = f"Bearer {token}"
+    headers[key] = prover.authorization
     return headers
 
 
-def meter_provider(env: Mapping[str, str], resource: Resource, token: str | None) -> MeterProvider | None:
+def meter_provider(env: Mapping[str, str], resource: Resource, prover: Prover | None) -> MeterProvider | None:
     """Metrics where ``OTEL_METRICS_EXPORTER`` says (pushed every ``OTEL_METRIC_EXPORT_INTERVAL``, and at exit);
     None when it names none: an SDK provider with no reader would still aggregate every record (a few µs
     per stream chunk) for nobody, while the API's default provider drops them for free."""
     readers: list[MetricReader] = []
-    for found in exporters("metrics", env, token):
+    for found in exporters("metrics", env, prover):
         readers.append(found if isinstance(found, MetricReader) else PeriodicExportingMetricReader(found))
     return MeterProvider(resource=resource, metric_readers=readers) if readers else None
 
 
-def logger_provider(env: Mapping[str, str], resource: Resource, token: str | None) -> LoggerProvider | None:
+def logger_provider(env: Mapping[str, str], resource: Resource, prover: Prover | None) -> LoggerProvider | None:
     """Log records (the events some instrumentors put message content in) where ``OTEL_LOGS_EXPORTER``
     says; None when it names none, so nothing is set up for nothing."""
-    found = exporters("logs", env, token)
+    found = exporters("logs", env, prover)
     if not found:
         return None
     provider = LoggerProvider(resource=resource)

@@ -387,7 +387,7 @@ def from_settings(current_settings: Settings, environ: Mapping[str, str] | None 
     return Guard(
         manifest=parsed,
         agent_id=creds.agent_id,
-        control=ControlClient(url, token=creds.token),
+        control=ControlClient(url, prover=creds.prover),
         deadline_s=deadline_s,
         signed_manifest=signed,
     )

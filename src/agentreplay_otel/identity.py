@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from agentreplay_otel import semconv
 from agentreplay_otel.canonical import canonical_json
 from agentreplay_otel.errors import ConfigurationError, IdentityError, ManifestError
+from agentreplay_otel.proof import Prover
 
 TOKEN_ISSUER = "agentreplay"
 DEFAULT_TOKEN_TTL_S = 30 * 24 * 3600
@@ -242,6 +243,12 @@ class Credentials:
     @property
     def kid(self) -> str | None:
         return key_id(self.signing_key) if self.signing_key else None
+
+    @property
+    def prover(self) -> Prover | None:
+        """What requests to the collector authenticate with: the token (a certificate) and the key
+        that proves it is ours; None without a token."""
+        return Prover(self.token, self.signing_key) if self.token else None
 
 
 def load_credentials(environ: Mapping[str, str] | None = None) -> Credentials:

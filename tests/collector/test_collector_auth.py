@@ -6,12 +6,19 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
 
 from agentreplay_collector.models import ChainState
-from agentreplay_dev.collector import CollectorProcess, record_request, recording_provider, write_config
+from agentreplay_dev.collector import (
+    CollectorProcess,
+    credential_headers,
+    record_request,
+    recording_provider,
+    write_config,
+)
 from agentreplay_otel.identity import generate_key, issue_identity, key_id
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
@@ -30,9 +37,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory, org) -> Iterator[Collector
         yield proc
 
 
-def grpc_export(proc: CollectorProcess, body: bytes, token: str | None) -> grpc.StatusCode:
+def grpc_export(proc: CollectorProcess, body: bytes, token: str | None, key: Any = None) -> grpc.StatusCode:
     with grpc.insecure_channel(proc.grpc) as channel:
-        metadata = [("authorization", f"Bearer {token}")] if token else None
+        metadata = list(credential_headers(token, key, "POST", "/v1/traces", body).items()) or None
         try:
             channel.unary_unary(EXPORT)(body, metadata=metadata, timeout=10)
         except grpc.RpcError as exc:
@@ -40,10 +47,8 @@ def grpc_export(proc: CollectorProcess, body: bytes, token: str | None) -> grpc.
     return grpc.StatusCode.OK
 
 
-def http_export(proc: CollectorProcess, body: bytes, token: str | None) -> int:
-    headers = {"content-type": "application/x-protobuf"}
-    if token:
-        headers["authorization"] = f"Bearer {token}"
+def http_export(proc: CollectorProcess, body: bytes, token: str | None, key: Any = None) -> int:
+    headers = {"content-type": "application/x-protobuf", **credential_headers(token, key, "POST", "/v1/traces", body)}
     request = urllib.request.Request(f"{proc.http}/v1/traces", data=body, headers=headers, method="POST")
     try:
         with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
@@ -96,15 +101,15 @@ def test_a_bad_token_is_unauthenticated(secured: CollectorProcess, org, case: st
             channel.unary_unary(EXPORT)(body, metadata=[("authorization", "Basic abc")], timeout=10)
         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
         return
-    assert grpc_export(secured, body, token) == grpc.StatusCode.UNAUTHENTICATED
-    assert http_export(secured, body, token) == 401
+    assert grpc_export(secured, body, token, agent_key) == grpc.StatusCode.UNAUTHENTICATED
+    assert http_export(secured, body, token, agent_key) == 401
 
 
 def test_an_agent_writing_as_another_is_denied(secured: CollectorProcess, org) -> None:
-    _, token = org.identity("agent-1")
+    key, token = org.identity("agent-1")
     body = record_request(runs=1, children=1, agent_id="agent-2").SerializeToString()
-    assert grpc_export(secured, body, token) == grpc.StatusCode.PERMISSION_DENIED
-    assert http_export(secured, body, token) == 403
+    assert grpc_export(secured, body, token, key) == grpc.StatusCode.PERMISSION_DENIED
+    assert http_export(secured, body, token, key) == 403
     own = record_request(runs=1, children=1, agent_id="agent-1").SerializeToString()
-    assert grpc_export(secured, own, token) == grpc.StatusCode.OK
-    assert http_export(secured, own, token) == 200
+    assert grpc_export(secured, own, token, key) == grpc.StatusCode.OK
+    assert http_export(secured, own, token, key) == 200

@@ -42,7 +42,7 @@ from agentreplay_dev.collector import (
 )
 from agentreplay_dev.llm_server import LLMServer
 from agentreplay_dev.providers import swap_global_tracer_provider
-from agentreplay_otel import guard, identity, semconv
+from agentreplay_otel import guard, identity, proof, semconv
 from agentreplay_otel import manifest as mf
 from agentreplay_otel.control import ControlClient
 from agentreplay_otel.instrumentation.openai import OpenAIInstrumentor
@@ -215,7 +215,7 @@ def _record(collector: InProcessCollector, agent: IssuedAgent, manifest: dict[st
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=provider)
     g = guard.Guard(manifest=mf.parse_manifest(manifest), agent_id=agent.agent_id,
-                    control=ControlClient(collector.control, token=agent.token), deadline_s=5.0)
+                    control=ControlClient(collector.control, prover=proof.Prover(agent.token, agent.key)), deadline_s=5.0)
     g.day_spend_usd = 0.0
     previous_guard = guard.install(g)
     try:

@@ -60,7 +60,7 @@ class ConsoleWorld:
 
     def send(self, agent: IssuedAgent, forge: Any) -> None:
         """The spans the agent finished since the last send, exported as its SDK exports them."""
-        status = export_grpc(self.world.collector.grpc, forge.request().SerializeToString(), token=agent.token)
+        status = export_grpc(self.world.collector.grpc, forge.request().SerializeToString(), token=agent.token, key=agent.key)
         assert status.name == "OK", status
 
     def get(self, path: str, token: str | None = None) -> Any:
@@ -105,7 +105,7 @@ def _record_hostile(world: FlightWorld, root: Path) -> str:
                 semconv.GEN_AI_TOOL_CALL_RESULT: HOSTILE, semconv.STEP: 0}):
             pass
         run_id = format(run.get_span_context().trace_id, "032x")
-    status = export_grpc(world.collector.grpc, forge.request().SerializeToString(), token=agent.token)
+    status = export_grpc(world.collector.grpc, forge.request().SerializeToString(), token=agent.token, key=agent.key)
     assert status.name == "OK", status
     with world.collector.client() as client:
         _until("the hostile run to be judged",

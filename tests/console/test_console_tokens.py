@@ -52,7 +52,7 @@ def private(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TokenWorld]:
                         semconv.STEP: 0}):
                     pass
                 runs[name] = format(run.get_span_context().trace_id, "032x")
-            status = export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token)
+            status = export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token, key=agent.key)
             assert status.name == "OK", status
         yield TokenWorld(control=collector.control, grpc=collector.grpc, agents=agents, runs=runs)
 
@@ -142,7 +142,7 @@ def _send_run(control_world: TokenWorld, grpc: str, name: str) -> str:
         with forge.tracer.start_as_current_span("execute_tool lookup", attributes={
                 semconv.GEN_AI_OPERATION_NAME: "execute_tool", semconv.GEN_AI_TOOL_NAME: "lookup", semconv.STEP: 0}):
             pass
-    status = export_grpc(grpc, forge.request().SerializeToString(), token=agent.token)
+    status = export_grpc(grpc, forge.request().SerializeToString(), token=agent.token, key=agent.key)
     assert status.name == "OK", status
     return format(run.get_span_context().trace_id, "032x")
 

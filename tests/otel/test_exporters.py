@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply
-from agentreplay_otel import identity, semconv
+from agentreplay_otel import identity, proof, semconv
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent
@@ -110,6 +110,14 @@ def test_metrics_and_logs_over_http_when_the_protocol_says_so(tmp_path, sink):
     by_path = {r.path: r for r in received}
     assert set(by_path) == {"/v1/metrics", "/v1/logs"}
     assert all(r.headers["authorization"].startswith("Bearer ey") for r in received)
+    # Each request proves the agent holds its key: a proof by that key over the request's path and body.
+    key = identity.load_private_key(tmp_path / "agent.pem").public_key()
+    certificate = (tmp_path / "id.jwt").read_text()
+    for r in received:
+        claims = proof.verify_proof(r.headers[proof.PROOF_HEADER], key, method="POST", target=r.path,
+                                    certificate=certificate)
+        assert claims.body_sha256 == proof.digest(r.body)
+    assert len({r.headers[proof.PROOF_HEADER] for r in received}) == len(received)  # one proof per request
 
     metrics = metrics_service_pb2.ExportMetricsServiceRequest.FromString(by_path["/v1/metrics"].body)
     names = {m.name for rm in metrics.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}

@@ -34,7 +34,7 @@ from agentreplay_dev.collector import (
     export_http,
     write_config,
 )
-from agentreplay_otel import identity, semconv
+from agentreplay_otel import identity, proof, semconv
 from agentreplay_otel.control import ControlClient
 
 pytestmark = pytest.mark.e2e
@@ -90,24 +90,24 @@ def runs(agent: IssuedAgent, count: int, *, days_apart: int = 0, children: int =
 def test_an_export_on_too_many_days_is_refused_alone_and_the_others_keep_flowing(world: World) -> None:
     tenant, others = world.agent("d1-many-days"), [world.agent(f"d1-bystander-{i}") for i in range(3)]
     bad, _ = runs(tenant, 120, days_apart=1)  # spans on 120 different days
-    status, answer = export_http(world.collector.http, bad, token=tenant.token)
+    status, answer = export_http(world.collector.http, bad, token=tenant.token, key=tenant.key)
     assert status == 400 and b"days" in answer, (status, answer)
     good, good_ids = runs(others[0], 2, children=3)
-    assert export_grpc(world.collector.grpc, good, token=others[0].token) == grpc.StatusCode.OK  # no shared 503
+    assert export_grpc(world.collector.grpc, good, token=others[0].token, key=others[0].key) == grpc.StatusCode.OK  # no shared 503
 
     stop = threading.Event()
     refused: list[int] = []
 
     def hostile() -> None:  # a bad export every 0.2 s, as long as the others send
         while not stop.is_set():
-            refused.append(export_grpc(world.collector.grpc, bad, token=tenant.token).value[0])
+            refused.append(export_grpc(world.collector.grpc, bad, token=tenant.token, key=tenant.key).value[0])
             time.sleep(0.2)
 
     def bystander(agent: IssuedAgent) -> list[tuple[grpc.StatusCode, list[str]]]:
         sent = []
         for _ in range(15):
             body, ids = runs(agent, 2, children=3)
-            sent.append((export_grpc(world.collector.grpc, body, token=agent.token), ids))
+            sent.append((export_grpc(world.collector.grpc, body, token=agent.token, key=agent.key), ids))
             time.sleep(0.05)
         return sent
 
@@ -127,7 +127,7 @@ def test_exports_whose_days_together_pass_the_limit_are_each_stored(world: World
     exports = [runs(t, 30, days_apart=1) for t in tenants]  # 120 days in all, 30 in each
 
     def send(i: int) -> grpc.StatusCode:
-        return export_grpc(world.collector.grpc, exports[i][0], token=tenants[i].token)
+        return export_grpc(world.collector.grpc, exports[i][0], token=tenants[i].token, key=tenants[i].key)
 
     with ThreadPoolExecutor(4) as pool:
         assert list(pool.map(send, range(4))) == [grpc.StatusCode.OK] * 4
@@ -152,7 +152,7 @@ def big_json_export(size: int = 8_800_000) -> bytes:
 
 def test_an_unauthenticated_flood_does_not_stall_authorize(world: World) -> None:
     agent = world.agent("d2-agent")
-    control = ControlClient(world.collector.control, token=agent.token)
+    control = ControlClient(world.collector.control, prover=proof.Prover(agent.token, agent.key))
     ask = {"kind": "tool", "tool": "search", "arguments": {}, "run_id": "12" * 16}
 
     def latencies(n: int) -> list[float]:
@@ -210,10 +210,10 @@ def test_json_nested_5000_deep_is_a_bad_request(world: World, nesting: str) -> N
                 '"attributes": [{"key": "deep", "value": ' + value + "}]}")
         body = ('{"resourceSpans": [{"resource": {"attributes": [{"key": "' + semconv.AGENT_ID
                 + '", "value": {"stringValue": "d3-agent"}}]}, "scopeSpans": [{"spans": [' + span + "]}]}]}").encode()
-    status, answer = export_http(world.collector.http, body, token=agent.token, content_type="application/json")
+    status, answer = export_http(world.collector.http, body, token=agent.token, key=agent.key, content_type="application/json")
     assert status == 400, (status, answer[:300])
     ok, _ = runs(agent, 1)
-    assert export_http(world.collector.http, ok, token=agent.token)[0] == 200  # and it keeps serving
+    assert export_http(world.collector.http, ok, token=agent.token, key=agent.key)[0] == 200  # and it keeps serving
 
 
 # --- D4 -----------------------------------------------------------------------------------------
@@ -236,7 +236,7 @@ def test_a_compressed_body_that_does_not_decompress_whole_is_a_bad_request(world
     agent = world.agent("d4-agent")
     body, run_ids = runs(agent, 20, children=5)
     data, encoding = _compressed(kind, body)
-    status, answer = export_http(world.collector.http, data, token=agent.token, encoding=encoding)
+    status, answer = export_http(world.collector.http, data, token=agent.token, key=agent.key, encoding=encoding)
     assert status == 400, (status, answer)
     time.sleep(0.3)
     assert all(world.stored(run_id) == 0 for run_id in run_ids)
@@ -248,7 +248,7 @@ def test_a_gzip_body_of_several_members_is_stored_whole(world: World) -> None:
     first, first_ids = runs(agent, 10, children=2)
     second, second_ids = runs(agent, 10, children=2)
     data = gzip.compress(first) + gzip.compress(second)  # the bytes of one export of both halves
-    assert export_http(world.collector.http, data, token=agent.token, encoding="gzip")[0] == 200
+    assert export_http(world.collector.http, data, token=agent.token, key=agent.key, encoding="gzip")[0] == 200
     assert all(world.stored(run_id) == 3 for run_id in first_ids + second_ids)
 
 

@@ -53,7 +53,7 @@ class World:
 
     def send(self, agent: IssuedAgent, forge: SpanForge) -> None:
         body = forge.request().SerializeToString()
-        assert export_grpc(self.collector.grpc, body, token=agent.token) == grpc.StatusCode.OK
+        assert export_grpc(self.collector.grpc, body, token=agent.token, key=agent.key) == grpc.StatusCode.OK
 
     def admin(self, path: str) -> Any:
         status, doc = call_control(self.collector.control, path, token=ADMIN)

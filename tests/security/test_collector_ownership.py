@@ -70,7 +70,7 @@ class World:
                 with forge.tracer.start_as_current_span(f"execute_tool {tool}", attributes=tool_call(tool)):
                     pass
         body = forge.request().SerializeToString()
-        assert export_grpc(self.collector.grpc, body, token=agent.token) == grpc.StatusCode.OK
+        assert export_grpc(self.collector.grpc, body, token=agent.token, key=agent.key) == grpc.StatusCode.OK
         return format(run.get_span_context().trace_id, "032x")
 
 
@@ -112,8 +112,8 @@ def test_spans_under_another_agents_run_are_refused(world: World) -> None:
     victim = world.record(y, "search_flights")
     assert world.judged(victim)["status"] == "intact"
     body = intrusion(x, victim)
-    assert export_grpc(world.collector.grpc, body, token=x.token) == grpc.StatusCode.PERMISSION_DENIED
-    assert export_http(world.collector.http, body, token=x.token)[0] == 403
+    assert export_grpc(world.collector.grpc, body, token=x.token, key=x.key) == grpc.StatusCode.PERMISSION_DENIED
+    assert export_http(world.collector.http, body, token=x.token, key=x.key)[0] == 403
     own = world.record(x, "search_flights")  # X's own runs still go through
     assert world.judged(own)["status"] == "intact"
     time.sleep(1.0)  # past the quiet period: a straggler would have been judged by now
@@ -123,7 +123,7 @@ def test_spans_under_another_agents_run_are_refused(world: World) -> None:
 
     world.collector.stop()  # who opened the run is kept in the store, not only in memory
     world.collector = start(world.tmp, world.org, name="restarted")
-    assert export_grpc(world.collector.grpc, body, token=x.token) == grpc.StatusCode.PERMISSION_DENIED
+    assert export_grpc(world.collector.grpc, body, token=x.token, key=x.key) == grpc.StatusCode.PERMISSION_DENIED
     assert world.halt_of(victim) is None and world.judged(victim)["status"] == "intact"
 
 
@@ -132,14 +132,14 @@ def test_authorize_about_another_agents_run_is_refused(world: World) -> None:
     victim = world.record(y, "search_flights")
     world.judged(victim)
     ask = {"kind": "tool", "tool": "wire_money", "arguments": {}, "run_id": victim}
-    status, answer = call_control(world.collector.control, "/v1/authorize", token=x.token, body=ask)
+    status, answer = call_control(world.collector.control, "/v1/authorize", token=x.token, key=x.key, body=ask)
     assert status == 403, answer
     # a run Y has only asked about so far (no span yet) is Y's too
     fresh = "ab" * 16
     ok = {"kind": "tool", "tool": "search_flights", "arguments": {}, "run_id": fresh}
-    status, answer = call_control(world.collector.control, "/v1/authorize", token=y.token, body=ok)
+    status, answer = call_control(world.collector.control, "/v1/authorize", token=y.token, key=y.key, body=ok)
     assert status == 200 and answer["decision"] == "allow", answer
-    status, answer = call_control(world.collector.control, "/v1/authorize", token=x.token, body=ask | {"run_id": fresh})
+    status, answer = call_control(world.collector.control, "/v1/authorize", token=x.token, key=x.key, body=ask | {"run_id": fresh})
     assert status == 403, answer
     assert world.halt_of(victim) is None and world.halt_of(fresh) is None
 
@@ -211,7 +211,7 @@ def test_a_watch_stream_carries_only_the_watchers_halts(world: World) -> None:
             assert late.halts() == {own}, late.lines
         finally:
             late.close()
-        status, _ = call_control(world.collector.control, f"/v1/watch?agent={y.agent_id}", token=x.token)
+        status, _ = call_control(world.collector.control, f"/v1/watch?agent={y.agent_id}", token=x.token, key=x.key)
         assert status == 403
     finally:
         xs.close()

@@ -55,7 +55,7 @@ def record(collector: CollectorProcess, agent: IssuedAgent, tool: str) -> str:
         }
         with forge.tracer.start_as_current_span(f"execute_tool {tool}", attributes=attributes):
             pass
-    assert export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token) == grpc.StatusCode.OK
+    assert export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token, key=agent.key) == grpc.StatusCode.OK
     run_id = format(run.get_span_context().trace_id, "032x")
     deadline = time.monotonic() + 30
     while (status := call_control(collector.control, f"/v1/runs/{run_id}/chain", token=ADMIN))[0] != 200 or (

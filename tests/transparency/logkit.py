@@ -77,7 +77,7 @@ def send_runs(collector: CollectorProcess, agent: IssuedAgent, kinds: tuple[str,
             ids.append(f"{span.get_span_context().trace_id:032x}")
             with forge.tracer.start_as_current_span("chat m", attributes={semconv.COST_USD: 0.01}):
                 pass
-    status = export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token)
+    status = export_grpc(collector.grpc, forge.request().SerializeToString(), token=agent.token, key=agent.key)
     assert status.name == "OK", status
     return ids
 

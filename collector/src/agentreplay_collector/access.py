@@ -1,9 +1,10 @@
 """Who may read what on the control endpoint.
 
 Runs hold prompts, tool arguments and results, so the read API (runs, spans, decisions,
-alerts, halts, trust) answers only a token: the admin token (an operator: everything), or an
-agent's identity token (that agent: its own runs, the halts and alerts of its runs, its own
-trust score). A run is an agent's if the agent opened it (:mod:`.ownership`). The one
+alerts, halts, trust) answers only a credential: the admin token (an operator: everything), or an
+agent's identity token *with a proof of possession* of the key it certifies (that agent: its own
+runs, the halts and alerts of its runs, its own trust score). The identity token alone is a
+published certificate and reads nothing. A run is an agent's if the agent opened it (:mod:`.ownership`). The one
 exception is ``agentreplay_control.insecure: true``, allowed on a loopback endpoint only
 (the config refuses it elsewhere): then every local reader is an operator.
 
@@ -15,10 +16,17 @@ from __future__ import annotations
 import hmac
 from dataclasses import dataclass
 
-from agentreplay_collector.auth import AuthProcessor
+from starlette.requests import Request
+
+from agentreplay_collector.auth import AuthProcessor, Presented
 from agentreplay_collector.errors import PermissionDenied, Unauthenticated
 
-_NEED = "send 'Authorization: Bearer <admin token>' or an agent's identity token"
+_NEED = "send 'Authorization: Bearer <admin token>', or an agent's identity token and its proof of possession"
+
+
+def presented(request: Request) -> Presented:
+    """What a request to the control endpoint presents, its proof bound to its method and path."""
+    return Presented.from_headers(request.headers.get, request.method, request.url.path)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,11 +58,11 @@ class ReadAccess:
         self.admin_token = admin_token or None
         self.insecure = insecure
 
-    def caller(self, authorization: str | None) -> Caller:
-        """The caller a request's ``Authorization`` names; Unauthenticated (401) if none."""
+    def caller(self, presented: Presented) -> Caller:
+        """The caller a request's credentials name; Unauthenticated (401) if none."""
         if self.insecure:
             return OPERATOR
-        scheme, _, token = (authorization or "").strip().partition(" ")
+        scheme, _, token = (presented.authorization or "").strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise Unauthenticated(f"the read API needs a token: {_NEED}")
@@ -62,6 +70,6 @@ class ReadAccess:
             return OPERATOR
         if self.auth is None:
             raise Unauthenticated("not the admin token (agent tokens cannot be checked: no org key)")
-        identity = self.auth.check(authorization, ())
-        assert identity is not None  # auth is secure here
-        return Caller(agent_id=identity.agent_id)
+        who = self.auth.authenticate(presented)
+        assert who is not None  # auth is secure here
+        return Caller(agent_id=who.identity.agent_id)

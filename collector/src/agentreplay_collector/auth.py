@@ -1,26 +1,38 @@
 """``agentreplay_auth``: who may write, checked on every export.
 
-The SDK sends its identity token (an EdDSA JWT the org key issued) as
-``authorization: Bearer <token>``. A token that does not verify is UNAUTHENTICATED; a
-verified agent writing spans under another agent's id is PERMISSION_DENIED. Each
-verified agent's public key is remembered by its key id in a :class:`KeyRing`, which
-the chain processor uses to check run seals (and which is persisted in ``agent_keys``
-so a store read later can check them too).
+The SDK sends its identity token (an EdDSA JWT the org key issued: a *certificate* of the
+agent's key) as ``authorization: Bearer <token>`` and, beside it, a proof of possession
+(``agentreplay-proof``, :mod:`agentreplay_otel.proof`): a fresh JWS by the certified key over the
+request's method, path and body. The certificate alone authenticates nothing: it is published
+in case files and by ``GET /v1/keys``. A request without a valid proof is UNAUTHENTICATED, so is
+a proof seen before (each is single use while fresh); a verified agent writing spans under
+another agent's id is PERMISSION_DENIED. Each verified agent's public key is remembered by its
+key id in a :class:`KeyRing`, which the chain processor uses to check run seals (and which is
+persisted in ``agent_keys`` so a store read later can check them too).
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector.config import AuthConfig
-from agentreplay_collector.errors import PermissionDenied, Unauthenticated
-from agentreplay_otel.core import AgentIdentity, IdentityError, load_public_key, semconv, verify_identity
+from agentreplay_collector.errors import PermissionDenied, StoreUnavailable, Unauthenticated
+from agentreplay_otel.core import (
+    AgentIdentity,
+    IdentityError,
+    load_public_key,
+    proof,
+    semconv,
+    verify_identity,
+)
 
 _log = logging.getLogger(__name__)
 
@@ -69,8 +81,63 @@ class KeyRing:
         return len(self._keys)
 
 
+@dataclass(frozen=True, slots=True)
+class Presented:
+    """What a request presents to authenticate: its headers, and the method and path a proof must name
+    (an OTLP export names its signal's OTLP/HTTP path, whichever transport carried it)."""
+
+    authorization: str | None
+    proof: str | None
+    method: str
+    target: str
+
+    @classmethod
+    def from_headers(cls, get: Callable[[str], str | None], method: str, target: str) -> Presented:
+        return cls(get("authorization"), get(proof.PROOF_HEADER), method, target)
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticated:
+    """An agent whose certificate and proof verified; the body its proof covers is checked once read."""
+
+    identity: AgentIdentity
+    body_sha256: str | None
+
+    def check_body(self, body: bytes) -> None:
+        if self.body_sha256 is not None and not hmac.compare_digest(self.body_sha256, proof.digest(body)):
+            raise Unauthenticated("the proof is for another body: the request was changed on its way")
+
+
+class ProofLedger:
+    """The proofs seen while fresh: each is single use. Bounded: when it is full of fresh proofs the
+    collector answers UNAVAILABLE (the SDK retries) rather than forget one that could then be replayed."""
+
+    def __init__(self, size: int, max_age_s: float) -> None:
+        self._seen: OrderedDict[str, float] = OrderedDict()  # jti -> when it stops being fresh
+        self._size = size
+        self._max_age_s = max_age_s
+        self._lock = threading.Lock()
+
+    def spend(self, jti: str, iat: int, now: float) -> None:
+        with self._lock:
+            while self._seen:
+                oldest, until = next(iter(self._seen.items()))
+                if until > now:
+                    break
+                del self._seen[oldest]
+            if jti in self._seen:
+                raise Unauthenticated("the proof was used before: each request needs a fresh one")
+            if len(self._seen) >= self._size:
+                raise StoreUnavailable("the collector is busy: too many fresh proofs to remember; retry")
+            # Fresh until its iat is older than the max age (its clock may run ahead of ours).
+            self._seen[jti] = max(now, iat) + self._max_age_s
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+
 class AuthProcessor:
-    """Verifies the bearer token of an export and that its spans are the token's agent's."""
+    """Verifies an agent's certificate and proof of possession, and that its spans are its own."""
 
     def __init__(self, config: AuthConfig, keys: KeyRing) -> None:
         self.insecure = config.insecure
@@ -82,6 +149,9 @@ class AuthProcessor:
         )
         self._cache: OrderedDict[str, AgentIdentity] = OrderedDict()
         self._cache_size = config.token_cache_size
+        self._max_age_s = config.proof_max_age_s
+        self._covers_body = config.proof_covers_body
+        self._ledger = ProofLedger(config.proof_ledger_size, config.proof_max_age_s)
         self._lock = threading.Lock()
         if self.insecure:
             _log.warning(
@@ -96,26 +166,49 @@ class AuthProcessor:
         """The org public key tokens are checked against (None when insecure)."""
         return self._org_key
 
-    def check(
-        self, authorization: str | None, resource_agent_ids: Sequence[str | None]
-    ) -> AgentIdentity | None:
-        """Raise Unauthenticated / PermissionDenied, or return the verified identity (None if insecure)."""
+    def authenticate(self, presented: Presented, *, now: float | None = None) -> Authenticated | None:
+        """The agent a request comes from (None if insecure); Unauthenticated says what is missing or wrong.
+
+        Cheap enough to run before a byte of the body is read: the certificate is cached, the proof is
+        one Ed25519 verification; the body it covers is checked with :meth:`Authenticated.check_body`.
+        """
         if self.insecure:
             return None
-        identity = self._identity(authorization)
+        identity = self._identity(presented.authorization)
+        if not presented.proof:
+            raise Unauthenticated(
+                f"no proof of possession: the identity token is a certificate and authenticates nothing alone;"
+                f" send '{proof.PROOF_HEADER}' signed by the agent's key (the SDK does when"
+                f" {semconv.ENV_AGENT_KEY} is set beside {semconv.ENV_IDENTITY})"
+            )
+        clock = time.time() if now is None else now
+        try:
+            claims = proof.verify_proof(
+                presented.proof, identity.public_key, method=presented.method, target=presented.target,
+                certificate=identity.token, now=clock, max_age_s=self._max_age_s,
+            )
+        except IdentityError as exc:
+            raise Unauthenticated(str(exc)) from exc
+        self._ledger.spend(claims.jti, claims.iat, clock)
+        return Authenticated(identity=identity, body_sha256=claims.body_sha256 if self._covers_body else None)
+
+    @staticmethod
+    def check_resources(who: Authenticated | None, resource_agent_ids: Sequence[str | None]) -> None:
+        """PermissionDenied unless every resource names the authenticated agent (nothing to check if insecure)."""
+        if who is None:
+            return
+        agent_id = who.identity.agent_id
         for agent in resource_agent_ids:
-            if agent != identity.agent_id:
+            if agent != agent_id:
                 raise PermissionDenied(
-                    f"the token is for agent {identity.agent_id!r}; a resource names "
-                    f"{semconv.AGENT_ID}={agent!r}"
+                    f"the token is for agent {agent_id!r}; a resource names {semconv.AGENT_ID}={agent!r}"
                     if agent is not None
-                    else f"the token is for agent {identity.agent_id!r}; a resource has no {semconv.AGENT_ID}"
+                    else f"the token is for agent {agent_id!r}; a resource has no {semconv.AGENT_ID}"
                 )
-        return identity
 
     def _identity(self, authorization: str | None) -> AgentIdentity:
         if not authorization:
-            raise Unauthenticated("no authorization: send 'authorization: Bearer <identity token>'")
+            raise Unauthenticated("no authorization: send 'authorization: Bearer <identity token>' and a proof")
         scheme, _, token = authorization.strip().partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:

@@ -25,9 +25,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentreplay_collector.auth import Presented
 from agentreplay_collector.config import SIGNALS, ForwardConfig
 from agentreplay_collector.forward_send import REQUESTS, Sender, SendError, sender_for
 from agentreplay_collector.signals import parse_json
+from agentreplay_otel.core import proof
 
 _log = logging.getLogger(__name__)
 DROP_LOG_INTERVAL_S = 10.0
@@ -41,10 +43,20 @@ class _Export:
     body: bytes
     json: bool  # OTLP/JSON as received: re-encoded as protobuf before it is sent
     items: int  # spans, points or records (as the local pipeline counted them)
-    authorization: str | None  # the export's own, kept only for an exporter that passes it on
+    presented: Presented | None  # the export's own credentials, kept only for an exporter that passes them on
 
 
 _STOP = object()
+
+
+def _passed_on(keys: Sequence[str], presented: Presented | None) -> dict[str, str]:
+    """The headers a headers_setter sets from the export's own authorization, and its proof beside."""
+    if presented is None or not presented.authorization or not keys:
+        return {}
+    headers = dict.fromkeys(keys, presented.authorization)
+    if presented.proof:
+        headers[proof.PROOF_HEADER] = presented.proof
+    return headers
 
 
 class Forwarder:
@@ -67,15 +79,16 @@ class Forwarder:
         self._sending: dict[int, int] = {}  # sender thread -> items of the export it is sending
 
     # --- the receivers' side (the event loop): never waits ------------------------------------------
-    def offer(self, signal: str, body: bytes, *, json: bool, items: int, authorization: str | None = None) -> bool:
+    def offer(self, signal: str, body: bytes, *, json: bool, items: int, presented: Presented | None = None) -> bool:
         """Queue one accepted export; False (dropped, counted) when the queue is full or shut.
-        ``authorization`` goes on only to the headers ``from_request`` names (headers_setter)."""
+        Its ``authorization`` goes on only to the headers ``from_request`` names (headers_setter), and
+        with it the agent's proof of possession, without which the token authenticates nothing."""
         if self._closing.is_set():
             self._drop("shutdown", items, "the collector is stopping")
             return False
         try:
-            token = authorization if self.config.from_request else None
-            self._queue.put_nowait(_Export(signal, body, json, items, token))
+            kept = presented if self.config.from_request else None
+            self._queue.put_nowait(_Export(signal, body, json, items, kept))
         except queue.Full:
             self._drop("queue_full", items, f"the sending queue holds {self.config.queue.queue_size} exports")
             return False
@@ -149,7 +162,7 @@ class Forwarder:
             except ValueError as exc:
                 self._drop("unencodable", export.items, str(exc))
                 return
-        headers = {key: export.authorization for key in self.config.from_request if export.authorization}
+        headers = _passed_on(self.config.from_request, export.presented)
         retry = self.config.retry
         started = time.monotonic()
         interval = retry.initial_interval_s
@@ -264,13 +277,13 @@ class Fanout:
         return cls([Forwarder(cfg) for cfg in forwarders.values()], routes)
 
     def handoff(
-        self, signal: str, body: bytes, *, json: bool, items: int, authorization: str | None = None
+        self, signal: str, body: bytes, *, json: bool, items: int, presented: Presented | None = None
     ) -> None:
         """Queue an export the local pipeline accepted for each of the signal's exporters (never waits)."""
         if items <= 0:
             return
         for forwarder in self.routes.get(signal, ()):
-            forwarder.offer(signal, body, json=json, items=items, authorization=authorization)
+            forwarder.offer(signal, body, json=json, items=items, presented=presented)
 
     def start(self) -> None:
         for forwarder in self.forwarders.values():

@@ -31,7 +31,7 @@ from typing import Any, Protocol, TypeVar
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from agentreplay_collector import otlp
-from agentreplay_collector.auth import AuthProcessor
+from agentreplay_collector.auth import Authenticated, AuthProcessor, Presented
 from agentreplay_collector.batch import Batcher
 from agentreplay_collector.errors import ExportRejected, MalformedRequest, StoreUnavailable
 from agentreplay_collector.models import RunArrival
@@ -82,28 +82,29 @@ class Pipeline:
             max_workers=PARSE_THREADS, thread_name_prefix="agentreplay-parse"
         )
 
-    async def export_protobuf(self, body: bytes, authorization: str | None) -> int:
-        """Store one OTLP/protobuf export; returns the spans written. Raises CollectorError subclasses."""
-        return await self._export(otlp.parse_protobuf, body, authorization)
+    async def export_protobuf(self, body: bytes, who: Authenticated | None) -> int:
+        """Store one OTLP/protobuf export of the agent :meth:`authenticate` found; returns the spans
+        written. Raises CollectorError subclasses."""
+        return await self._export(otlp.parse_protobuf, body, who)
 
-    async def export_json(self, body: bytes, authorization: str | None) -> int:
-        return await self._export(otlp.parse_json, body, authorization)
+    async def export_json(self, body: bytes, who: Authenticated | None) -> int:
+        return await self._export(otlp.parse_json, body, who)
 
-    def authenticate(self, authorization: str | None) -> AgentIdentity | None:
-        """The token alone (cheap, cached): checked before the body is read or parsed."""
-        return self.auth.check(authorization, ()) if self.auth is not None else None
+    def authenticate(self, presented: Presented) -> Authenticated | None:
+        """The certificate and proof (cheap: cached, one signature): checked before the body is read."""
+        return self.auth.authenticate(presented) if self.auth is not None else None
 
-    async def _export(self, parse: Parse, body: bytes, authorization: str | None) -> int:
-        identity = self.authenticate(authorization)
+    async def _export(self, parse: Parse, body: bytes, who: Authenticated | None) -> int:
+        identity = who.identity if who is not None else None
         if self.batcher is None:
-            dropped = await self._off_loop(self._count, parse, body, authorization)
+            dropped = await self._off_loop(self._count, parse, body, who)
             self.exports += 1
             self.accepted_spans += dropped
             return dropped
         self.batcher.incoming(1)  # the writer may wait for this one to fill its insert
         queued = False
         try:
-            converted = await self._off_loop(self._prepare, parse, body, authorization, identity)
+            converted = await self._off_loop(self._prepare, parse, body, who)
             if converted.span_count == 0:
                 return 0
             for processor in self.processors:
@@ -129,9 +130,7 @@ class Pipeline:
         finally:
             self._parsing -= 1
 
-    def _prepare(
-        self, parse: Parse, body: bytes, authorization: str | None, identity: AgentIdentity | None
-    ) -> otlp.ConvertedRequest:
+    def _prepare(self, parse: Parse, body: bytes, who: Authenticated | None) -> otlp.ConvertedRequest:
         """Parse, check each resource against the token, convert, and claim the runs (a parse thread).
 
         A protobuf export the compiled pass reads whole (it refuses nothing: what it is not sure of
@@ -139,18 +138,17 @@ class Pipeline:
         try:
             wire = otlp.decode_wire(body) if parse is otlp.parse_protobuf else None
             if wire is not None:
-                if self.auth is not None:
-                    self.auth.check(authorization, wire.resource_agents)
+                AuthProcessor.check_resources(who, wire.resource_agents)
                 _check_days(len(wire.days))
                 converted = wire.convert()
             else:
                 request = parse(body)
-                if self.auth is not None:
-                    self.auth.check(authorization, _resource_agents(request))
+                AuthProcessor.check_resources(who, _resource_agents(request))
                 _check_days(len(otlp.span_days(request)))  # refused before the costly conversion
                 converted = otlp.convert(request)
         except RecursionError as exc:
             raise MalformedRequest("not an OTLP ExportTraceServiceRequest: nested too deep") from exc
+        identity = who.identity if who is not None else None
         if self.owners is not None and converted.records:
             converted.arrivals = self._claim(converted, identity)
         for processor in self.processors:
@@ -171,11 +169,10 @@ class Pipeline:
             arrivals.extend(self.owners.claim(agent, run_ids, enforce=False))
         return arrivals
 
-    def _count(self, parse: Parse, body: bytes, authorization: str | None) -> int:
+    def _count(self, parse: Parse, body: bytes, who: Authenticated | None) -> int:
         """The nop exporter: check, count, drop."""
         request = parse(body)
-        if self.auth is not None:
-            self.auth.check(authorization, _resource_agents(request))
+        AuthProcessor.check_resources(who, _resource_agents(request))
         return sum(len(ss.spans) for rs in request.resource_spans for ss in rs.scope_spans)
 
     def shutdown(self) -> None:

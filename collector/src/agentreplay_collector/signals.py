@@ -34,12 +34,11 @@ import pyarrow as pa
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
-from agentreplay_collector.auth import AuthProcessor
+from agentreplay_collector.auth import Authenticated, AuthProcessor, Presented
 from agentreplay_collector.errors import ExportRejected, MalformedRequest, StoreUnavailable
 from agentreplay_collector.otlp import hex_ids_to_base64
 from agentreplay_collector.pipeline import MAX_EXPORT_DAYS
 from agentreplay_collector.store import Store
-from agentreplay_otel.core import AgentIdentity
 
 THREADS = 2
 MAX_WAITING = 64
@@ -118,22 +117,21 @@ class SignalPipeline:
             max_workers=THREADS, thread_name_prefix=f"agentreplay-{signal.name}"
         )
 
-    def authenticate(self, authorization: str | None) -> AgentIdentity | None:
-        """The token alone (cheap, cached): checked before the body is read or parsed."""
-        return self.auth.check(authorization, ()) if self.auth is not None else None
+    def authenticate(self, presented: Presented) -> Authenticated | None:
+        """The certificate and proof (cheap: cached, one signature): checked before the body is read."""
+        return self.auth.authenticate(presented) if self.auth is not None else None
 
-    async def export_protobuf(self, body: bytes, authorization: str | None) -> int:
+    async def export_protobuf(self, body: bytes, who: Authenticated | None) -> int:
         """Store one OTLP/protobuf export; returns its rows (written, unless the exporter is nop)."""
-        return await self._export(parse_protobuf, body, authorization)
+        return await self._export(parse_protobuf, body, who)
 
-    async def export_json(self, body: bytes, authorization: str | None) -> int:
-        return await self._export(parse_json, body, authorization)
+    async def export_json(self, body: bytes, who: Authenticated | None) -> int:
+        return await self._export(parse_json, body, who)
 
     async def _export(
-        self, parse: Callable[[type[Message], bytes], Message], body: bytes, authorization: str | None
+        self, parse: Callable[[type[Message], bytes], Message], body: bytes, who: Authenticated | None
     ) -> int:
-        self.authenticate(authorization)
-        rows = await self._off_loop(self._store, parse, body, authorization)
+        rows = await self._off_loop(self._store, parse, body, who)
         self.exports += 1
         if self.store is not None:  # the nop exporter checks and counts, writes nothing
             self.written_rows += rows
@@ -149,12 +147,11 @@ class SignalPipeline:
             self._waiting -= 1
 
     def _store(
-        self, parse: Callable[[type[Message], bytes], Message], body: bytes, authorization: str | None
+        self, parse: Callable[[type[Message], bytes], Message], body: bytes, who: Authenticated | None
     ) -> int:
         """Parse, check each resource against the token, convert, write (a thread of the signal)."""
         request = parse(self.signal.message, body)
-        if self.auth is not None:
-            self.auth.check(authorization, self.signal.resource_agents(request))
+        AuthProcessor.check_resources(who, self.signal.resource_agents(request))
         converted = self.signal.convert(request)
         if len(converted.days) > MAX_EXPORT_DAYS:
             raise ExportRejected(

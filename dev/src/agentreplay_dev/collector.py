@@ -205,13 +205,14 @@ def recording_provider(
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from agentreplay_otel import ChainSpanProcessor
-    from agentreplay_otel.core import semconv
+    from agentreplay_otel import ChainSpanProcessor, exporters
+    from agentreplay_otel.core import proof, semconv
 
-    headers = {"authorization": f"Bearer {token}"} if token else None
-    exporter = OTLPSpanExporter(
-        endpoint=grpc_endpoint, insecure=True, headers=headers, timeout=export_timeout_s
-    )
+    prover = proof.Prover(token, signing_key) if token else None
+    headers = {"authorization": prover.authorization} if prover else None
+    exporter = OTLPSpanExporter(endpoint=grpc_endpoint, insecure=True, headers=headers, timeout=export_timeout_s)
+    if prover is not None and prover.key is not None:
+        exporters.prove_grpc(exporter, "traces", prover)
     provider = TracerProvider(
         resource=Resource.create({semconv.SERVICE_NAME: service_name, semconv.AGENT_ID: agent_id})
     )
@@ -334,11 +335,26 @@ class IssuedAgent:
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 
 
-def export_grpc(endpoint: str, body: bytes, *, token: str | None = None, timeout_s: float = 30.0) -> Any:
-    """One raw OTLP/gRPC export; returns its grpc.StatusCode (OK when stored)."""
+def credential_headers(
+    token: str | None, key: Any, method: str, target: str, body: bytes | None = None
+) -> dict[str, str]:
+    """``authorization`` for ``token`` and, given the agent's ``key``, a fresh proof of possession
+    over this request (an agent token authenticates nothing without one; the admin token needs none)."""
+    if not token:
+        return {}
+    from agentreplay_otel.core import proof
+
+    return proof.Prover(token, key).headers(method, target, body, lower=True)
+
+
+def export_grpc(
+    endpoint: str, body: bytes, *, token: str | None = None, key: Any = None, timeout_s: float = 30.0
+) -> Any:
+    """One raw OTLP/gRPC export; returns its grpc.StatusCode (OK when stored). ``key``: the agent key
+    whose proof goes with ``token``."""
     import grpc
 
-    metadata = [("authorization", f"Bearer {token}")] if token else None
+    metadata = list(credential_headers(token, key, "POST", "/v1/traces", body).items()) or None
     with grpc.insecure_channel(endpoint, options=[("grpc.max_send_message_length", 64 * 1024 * 1024)]) as channel:
         try:
             channel.unary_unary(EXPORT_METHOD)(body, metadata=metadata, timeout=timeout_s)
@@ -352,6 +368,7 @@ def export_http(
     body: bytes,
     *,
     token: str | None = None,
+    key: Any = None,
     content_type: str = "application/x-protobuf",
     encoding: str | None = None,
     timeout_s: float = 30.0,
@@ -360,9 +377,7 @@ def export_http(
     import urllib.error
     import urllib.request
 
-    headers = {"content-type": content_type}
-    if token:
-        headers["authorization"] = f"Bearer {token}"
+    headers = {"content-type": content_type, **credential_headers(token, key, "POST", "/v1/traces", body)}
     if encoding:
         headers["content-encoding"] = encoding
     request = urllib.request.Request(f"{url}/v1/traces", data=body, headers=headers, method="POST")
@@ -375,18 +390,19 @@ def export_http(
 
 
 def call_control(
-    url: str, path: str, *, token: str | None = None, body: Any = None, timeout_s: float = 30.0
+    url: str, path: str, *, token: str | None = None, key: Any = None, body: Any = None, timeout_s: float = 30.0
 ) -> tuple[int, Any]:
     """One raw request to the control endpoint at ``url`` (POST with a JSON ``body``, else GET);
-    returns (status, the JSON answer or None)."""
+    returns (status, the JSON answer or None). ``key``: the agent key whose proof goes with ``token``."""
     import urllib.error
+    import urllib.parse
     import urllib.request
 
-    headers = {"content-type": "application/json"}
-    if token:
-        headers["authorization"] = f"Bearer {token}"
     data = json.dumps(body).encode() if body is not None else None
-    request = urllib.request.Request(f"{url}{path}", data=data, headers=headers, method="POST" if data else "GET")
+    method = "POST" if data else "GET"
+    target = urllib.parse.urlsplit(path).path
+    headers = {"content-type": "application/json", **credential_headers(token, key, method, target, data)}
+    request = urllib.request.Request(f"{url}{path}", data=data, headers=headers, method=method)
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
         with opener.open(request, timeout=timeout_s) as response:
