@@ -36,8 +36,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
-from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
-from agentreplay_collector.auth import AuthProcessor
+from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
+from agentreplay_collector.auth import Authenticated, AuthProcessor
 from agentreplay_collector.errors import RequestError, StoreError
 from agentreplay_collector.inputs import count_field, json_object, query_int
 from agentreplay_collector.models import SCOPE_AGENT, SCOPE_RUN
@@ -58,15 +58,18 @@ def routes(
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=2, thread_name_prefix="agentreplay-control")
 
     def reader(request: Request) -> Caller:
-        return OPERATOR if access is None else access.caller(request.headers.get("authorization"))
+        return OPERATOR if access is None else access.caller(presented(request))
 
     async def blocking(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
     def identity(request: Request) -> AgentIdentity | None:
-        if auth is None:
-            return None
-        return auth.check(request.headers.get("authorization"), [])
+    def agent(request: Request) -> Authenticated | None:
+        """The agent calling (its certificate and proof of possession); None when auth is off."""
+        return None if auth is None else auth.authenticate(presented(request))
+
+        who = agent(request)
+        return None if who is None else who.identity
 
     def admin(request: Request) -> JSONResponse | None:
         if not admin_token:
@@ -92,8 +95,12 @@ def routes(
         return endpoint
 
     async def authorize(request: Request) -> JSONResponse:
-        who = identity(request)
-        doc = json_object(await request.body(), what="an Authorize request (a JSON object)")
+        caller = agent(request)
+        body = await request.body()
+        if caller is not None:
+            caller.check_body(body)  # the proof covers this request's body
+        who = caller.identity if caller is not None else None
+        doc = json_object(body, what="an Authorize request (a JSON object)")
         count_field(doc, "tool_calls")  # the calls the agent counted: a whole number, not 1e999 or "١٢"
         run_id = _run_id(str(doc.get("run_id") or ""), "run_id", optional=True)
         doc["run_id"] = run_id

@@ -47,7 +47,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from agentreplay_collector import otlp
-from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
+from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
 from agentreplay_collector.errors import RequestError, StoreError
 from agentreplay_collector.models import SCOPE_AGENT, AlertState, Halt, RunSummary, StoredClassification
 from agentreplay_collector.ownership import RunOwners
@@ -442,7 +442,7 @@ def routes(feed: LiveFeed, access: ReadAccess | None, *, ping_s: float = PING_S)
 
     async def live(request: Request) -> Response:
         try:
-            caller = OPERATOR if access is None else access.caller(request.headers.get("authorization"))
+            caller = OPERATOR if access is None else access.caller(presented(request))
             run_id = request.query_params.get("run", "")
             if run_id and normal_trace_id(run_id) is None:
                 return JSONResponse({"error": f"run: a run id ({TRACE_ID_FORM})"}, status_code=400)

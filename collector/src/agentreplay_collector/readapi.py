@@ -54,7 +54,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentreplay_collector.access import OPERATOR, Caller, ReadAccess
+from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
 from agentreplay_collector.errors import RequestError, StoreUnavailable
 from agentreplay_collector.incidents import IncidentState
 from agentreplay_collector.inputs import MAX_NS, BadInput, ascii_int, json_object, query_int, time_ns
@@ -141,7 +141,7 @@ def build_app(
     run_owners = owners if owners is not None else RunOwners(store)
 
     def caller(request: Request) -> Caller:
-        return OPERATOR if access is None else access.caller(request.headers.get("authorization"))
+        return OPERATOR if access is None else access.caller(presented(request))
 
     async def readable_run(request: Request) -> str:
         """The run id of the path, if the caller may read that run (403 another agent's, 404 unknown)."""
@@ -585,7 +585,7 @@ def incident_routes(
             return error(f"a run id is a trace id: {TRACE_ID_FORM}", 400)
         loop = asyncio.get_running_loop()
         try:
-            who = OPERATOR if access is None else access.caller(request.headers.get("authorization"))
+            who = OPERATOR if access is None else access.caller(presented(request))
             if not who.operator:
                 owner = await loop.run_in_executor(pool, run_owners.lookup, rid)
                 if owner is None:

@@ -15,11 +15,13 @@ from collections.abc import Awaitable, Callable, Sequence
 import grpc
 from grpc import aio
 
+from agentreplay_collector.auth import Presented
 from agentreplay_collector.config import GrpcReceiverConfig
 from agentreplay_collector.errors import CollectorError, RequestError, StoreUnavailable
 from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.signals import SignalPipeline
+from agentreplay_otel.core import proof
 
 _log = logging.getLogger(__name__)
 
@@ -83,14 +85,16 @@ class GrpcReceiver:
         """Store one export (traces unless ``target`` is a signal's pipeline), answer it, forward it."""
         target = self.pipeline if target is None else target
         signal = target.signal.name if isinstance(target, SignalPipeline) else "traces"
-        authorization = None
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                authorization = value if isinstance(value, str) else value.decode("latin-1")
+        metadata = {key: value if isinstance(value, str) else value.decode("latin-1")
+                    for key, value in context.invocation_metadata() or ()}
+        presented = Presented.from_headers(metadata.get, "POST", proof.OTLP_TARGETS[signal])
         try:
-            items = await target.export_protobuf(body, authorization)
+            who = target.authenticate(presented)
+            if who is not None:
+                who.check_body(body)  # gRPC hands over the message as the sender serialized it
+            items = await target.export_protobuf(body, who)
             if self.fanout is not None:
-                self.fanout.handoff(signal, body, json=False, items=items, authorization=authorization)
+                self.fanout.handoff(signal, body, json=False, items=items, presented=presented)
             return _EMPTY_RESPONSE
         except RequestError as exc:
             code, message = getattr(grpc.StatusCode, exc.grpc_code), str(exc)

@@ -25,6 +25,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agentreplay_collector.asgi import AsgiServer
+from agentreplay_collector.auth import Authenticated, Presented
 from agentreplay_collector.config import HttpReceiverConfig
 from agentreplay_collector.errors import (
     CollectorError,
@@ -37,6 +38,7 @@ from agentreplay_collector.errors import (
 from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.signals import SignalPipeline
+from agentreplay_otel.core import proof
 
 _log = logging.getLogger(__name__)
 
@@ -74,20 +76,20 @@ def build_app(
                 raise UnsupportedMediaType(
                     f"content type must be {PROTOBUF} or {JSON}, not {media or 'none'!r}"
                 )
-            authorization = request.headers.get("authorization")
+            signal = target.signal.name if isinstance(target, SignalPipeline) else "traces"
+            presented = Presented.from_headers(request.headers.get, request.method, proof.OTLP_TARGETS[signal])
             try:
-                target.authenticate(authorization)  # before a byte of the body is parsed
+                who = target.authenticate(presented)  # before a byte of the body is read
             except RequestError:
                 await _discard_body(request, min(limit, _DISCARD_LIMIT))  # the sender reads the 401
                 raise
-            body = await _read_body(request, limit)
-            signal = target.signal.name if isinstance(target, SignalPipeline) else "traces"
+            body = await _read_body(request, limit, who)
             if media == PROTOBUF:
-                items = await target.export_protobuf(body, authorization)
+                items = await target.export_protobuf(body, who)
             else:
-                items = await target.export_json(body, authorization)
+                items = await target.export_json(body, who)
             if fanout is not None:
-                fanout.handoff(signal, body, json=media == JSON, items=items, authorization=authorization)
+                fanout.handoff(signal, body, json=media == JSON, items=items, presented=presented)
             if media == PROTOBUF:
                 return Response(b"", media_type=PROTOBUF)
             return Response(b"{}", media_type=JSON)
@@ -106,8 +108,9 @@ def build_app(
     return Starlette(routes=[Route(path, export, methods=["POST"]) for path in paths])
 
 
-async def _read_body(request: Request, limit: int) -> bytes:
-    """The body, at most ``limit`` bytes (after gunzip too).
+async def _read_body(request: Request, limit: int, who: Authenticated | None = None) -> bytes:
+    """The body, at most ``limit`` bytes (after gunzip too); the bytes as sent are the ones ``who``'s
+    proof covers.
 
     An oversized body is still read (and dropped) up to ``_DRAIN_FACTOR`` times the limit
     before the 413 goes out: a client still sending when the server answers and closes
@@ -130,6 +133,8 @@ async def _read_body(request: Request, limit: int) -> bytes:
     if too_big:
         raise RequestTooLarge(f"body is over the limit of {limit} bytes")
     body = b"".join(chunks)
+    if who is not None:
+        who.check_body(body)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("gzip", "deflate"):
         return _decompress(body, limit, encoding)
