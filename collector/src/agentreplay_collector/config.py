@@ -96,12 +96,12 @@ class AuthConfig:
     insecure: bool = False
     org_public_key: Path | None = None
     token_cache_size: int = 1024
-
-
-@dataclass(frozen=True, kw_only=True)
     proof_max_age_s: float = 60.0  # how old (or how far ahead) an agent's proof of possession may be
     proof_ledger_size: int = 200_000  # proofs remembered (single use) while they are fresh
     proof_covers_body: bool = True  # false behind a gateway that re-encodes exports (otelcol)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ChainConfig:
     quiet_period_s: float = 2.0
     incomplete_after_s: float = 300.0
@@ -508,18 +508,18 @@ def _parse_auth(sec: _Section) -> AuthConfig:
     insecure = sec.boolean("insecure", False)
     key = sec.string("org_public_key")
     cache = sec.integer("token_cache_size", 1024, minimum=1)
+    max_age = sec.duration("proof_max_age", 60.0)
+    ledger = sec.integer("proof_ledger_size", 200_000, minimum=1000)
+    covers_body = sec.boolean("proof_covers_body", True)
     sec.done()
+    if not 1.0 <= max_age <= 600.0:
+        raise ConfigError(sec.at("proof_max_age"), "a duration from 1s to 10m", max_age)
     if not insecure and key is None:
         raise ConfigError(
             sec.at("org_public_key"), "the path of the org's Ed25519 public key (or insecure: true)"
         )
     if insecure and key is not None:
-    max_age = sec.duration("proof_max_age", 60.0)
-    ledger = sec.integer("proof_ledger_size", 200_000, minimum=1000)
-    covers_body = sec.boolean("proof_covers_body", True)
         raise ConfigError(sec.at("insecure"), "false when org_public_key is set (choose one)", True)
-    if not 1.0 <= max_age <= 600.0:
-        raise ConfigError(sec.at("proof_max_age"), "a duration from 1s to 10m", max_age)
     if key is not None and not Path(key).is_file():
         raise ConfigError(sec.at("org_public_key"), "an existing PEM file", key)
     return AuthConfig(insecure=insecure, org_public_key=Path(key) if key else None, token_cache_size=cache,

@@ -63,11 +63,11 @@ def routes(
     async def blocking(fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(pool, fn, *args)
 
-    def identity(request: Request) -> AgentIdentity | None:
     def agent(request: Request) -> Authenticated | None:
         """The agent calling (its certificate and proof of possession); None when auth is off."""
         return None if auth is None else auth.authenticate(presented(request))
 
+    def identity(request: Request) -> AgentIdentity | None:
         who = agent(request)
         return None if who is None else who.identity
 
