@@ -1,5 +1,6 @@
-"""The console where reads need a token (as in production): without one it asks for one; an agent's
-identity token sees that agent's runs only and gets no Kill button; the admin token sees every run.
+"""The console where reads need a token (as in production): without one it asks for one; the admin
+token sees every run; an agent's identity token, a published certificate, opens nothing in a page (no
+agent key there to prove it); a client that proves the agent's key reads that agent's runs only.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from agentreplay_dev.collector import CollectorProcess, IssuedAgent, export_grpc, write_config
+from agentreplay_dev.collector import CollectorProcess, IssuedAgent, credential_headers, export_grpc, write_config
 from agentreplay_otel import identity, semconv
 
 pytestmark = pytest.mark.e2e
@@ -84,29 +85,24 @@ def test_the_admin_token_sees_every_run(private, page):
     assert sorted(_rows(page)) == sorted(private.runs.values())
 
 
-def test_an_agent_token_sees_its_own_runs_and_no_kill_button(private, page):
+def test_an_agent_certificate_pasted_in_the_console_is_refused_saying_why(private, page):
+    """An agent's identity token is a certificate (case files carry it): in a page, where no agent key
+    can prove it, it opens nothing, and the login form says why."""
     page.fresh(f"{private.control}/ui/#/runs")
     page.wait("document.body.dataset.state === 'login'")
     _use(page, private.agents["agent-a"].token)
-    page.wait(f"{READY} && document.getElementById('token-state').textContent === 'agent token: agent-a'")
-    page.wait(f"{READY} && document.querySelectorAll('tr[data-run]').length === 1")
-    assert _rows(page) == [private.runs["agent-a"]]
-    page.open(f"{private.control}/ui/#/run/{private.runs['agent-a']}")
-    page.wait(f"{READY} && document.body.dataset.run === '{private.runs['agent-a']}'")
-    assert page.js("document.getElementById('kill') === null && document.getElementById('resume') === null")
-    assert "admin token" in page.js("document.getElementById('control-note').textContent")
-    page.open(f"{private.control}/ui/#/run/{private.runs['agent-b']}")
-    page.wait("document.body.dataset.state === 'error'")
-    assert "another agent" in page.js("document.getElementById('load-error').textContent")
+    page.wait("document.body.dataset.state === 'login' && document.getElementById('login-error').textContent !== ''")
+    assert "proof of possession" in page.js("document.getElementById('login-error').textContent")
+    assert page.js("document.querySelectorAll('tr[data-run]').length") == 0
 
 
 class _Feed:
     """``/v1/live`` read on a thread of its own: the events as they come."""
 
-    def __init__(self, control: str, token: str | None) -> None:
+    def __init__(self, control: str, token: str | None, key: Any = None) -> None:
         host, _, port = control.removeprefix("http://").partition(":")
         self._connection = http.client.HTTPConnection(host, int(port), timeout=30)
-        self._connection.request("GET", "/v1/live", headers={"Authorization": f"Bearer {token}"} if token else {})
+        self._connection.request("GET", "/v1/live", headers=credential_headers(token, key, "GET", "/v1/live"))
         self.answer = self._connection.getresponse()
         self.events: list[tuple[str, dict]] = []
         if self.answer.status == 200:
@@ -151,7 +147,11 @@ def test_an_agent_tokens_live_feed_carries_its_own_runs_only(private):
     refused = _Feed(private.control, None)
     assert refused.answer.status == 401
     refused.close()
-    mine, everything = _Feed(private.control, private.agents["agent-a"].token), _Feed(private.control, ADMIN)
+    agent = private.agents["agent-a"]
+    alone = _Feed(private.control, agent.token)  # the certificate without its proof
+    assert alone.answer.status == 401
+    alone.close()
+    mine, everything = _Feed(private.control, agent.token, agent.key), _Feed(private.control, ADMIN)
     try:
         assert mine.answer.status == 200 and mine.answer.headers["Content-Type"].startswith("text/event-stream")
         sent = {name: _send_run(private, private.grpc, name) for name in ("agent-b", "agent-a")}
@@ -168,16 +168,18 @@ def test_an_agent_tokens_live_feed_carries_its_own_runs_only(private):
 
 
 def test_an_agent_token_reads_no_other_agents_incident(private):
-    def status(run: str, token: str) -> int:
-        request = urllib.request.Request(f"{private.control}/v1/runs/{run}/incident",
-                                         headers={"Authorization": f"Bearer {token}"})
+    def status(run: str, token: str, key: Any = None) -> int:
+        path = f"/v1/runs/{run}/incident"
+        request = urllib.request.Request(f"{private.control}{path}", headers=credential_headers(token, key, "GET", path))
         try:
             with urllib.request.urlopen(request, timeout=10) as answer:
                 return answer.status
         except urllib.error.HTTPError as exc:
             return exc.code
 
-    assert status(private.runs["agent-b"], private.agents["agent-a"].token) == 403
-    assert status(private.runs["agent-b"], private.agents["agent-b"].token) == 404  # none written here
+    a, b = private.agents["agent-a"], private.agents["agent-b"]
+    assert status(private.runs["agent-b"], a.token, a.key) == 403
+    assert status(private.runs["agent-b"], b.token, b.key) == 404  # none written here
+    assert status(private.runs["agent-b"], b.token) == 401  # its certificate alone: no proof
     assert status(private.runs["agent-b"], ADMIN) == 404
     assert status(private.runs["agent-b"], "not-a-token") == 401

@@ -10,8 +10,11 @@ import pytest
 from controlkit import REPO, agent_env, flight_manifest, run_agent
 from test_control_e2e import start_collector, wait_run
 
+from agentreplay_dev.collector import credential_headers
 from agentreplay_dev.llm_server import LLMServer
 from agentreplay_dev.scenario import airline_model
+from agentreplay_otel import proof
+from agentreplay_otel.identity import load_private_key
 
 pytestmark = pytest.mark.e2e
 AGENT = REPO / "examples" / "flight_agent.py"
@@ -73,16 +76,19 @@ def test_authorize_refuses_a_token_asking_for_another_agent(tmp_path, org):
     collector = start_collector(tmp_path, org)
     try:
         jwt = open(token["AGENTREPLAY_IDENTITY"]).read().strip()
+        key = load_private_key(token["AGENTREPLAY_AGENT_KEY"])
+        data = json.dumps({"agent_id": "agent-b", "kind": "tool", "tool": "search_flights"}).encode()
         request = urllib.request.Request(
             collector.control + "/v1/authorize",
             method="POST",
-            data=json.dumps({"agent_id": "agent-b", "kind": "tool", "tool": "search_flights"}).encode(),
-            headers={"Authorization": f"Bearer {jwt}", "Content-Type": "application/json"},
+            data=data,
+            headers={**credential_headers(jwt, key, "POST", "/v1/authorize", data), "Content-Type": "application/json"},
         )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10)
         assert refused.value.code == 403
         request.remove_header("Authorization")
+        request.remove_header(proof.PROOF_HEADER.capitalize())
         with pytest.raises(urllib.error.HTTPError) as anonymous:
             urllib.request.build_opener(urllib.request.ProxyHandler({})).open(request, timeout=10)
         assert anonymous.value.code == 401
