@@ -89,9 +89,14 @@ class Agent:
 
         return Ed25519PrivateKey.from_private_bytes(self.private_key)
 
-    @property
-    def metadata(self) -> list[tuple[str, str]]:
-        return [("authorization", f"Bearer {self.token}")]
+    def metadata(self, body: bytes) -> list[tuple[str, str]]:
+        """The export's credentials: the certificate and, where the SDK makes them, a fresh proof of
+        possession over this body (a revision from before proofs takes the token alone)."""
+        try:
+            from agentreplay_otel.proof import Prover
+        except ImportError:
+            return [("authorization", f"Bearer {self.token}")]
+        return list(Prover(self.token, self.key()).headers("POST", "/v1/traces", body, lower=True).items())
 
 
 # --- workload ---------------------------------------------------------------------------------
@@ -246,7 +251,7 @@ def _generator(
             started, future = pending.pop(0)
             failures += _settle(future)
             latencies.append(time.time() - started)
-        pending.append((time.time(), export.future(body, timeout=120, metadata=agent.metadata)))
+        pending.append((time.time(), export.future(body, timeout=120, metadata=agent.metadata(body))))
     for started, future in pending:
         failures += _settle(future)
         latencies.append(time.time() - started)
@@ -469,15 +474,33 @@ def stages(work: Path, org: Org, spans_per_run: int, *, spans: int = 8192) -> di
         gc.set_threshold(*previous)
 
 
+def _resource_check(auth: Any, agent: Agent) -> Any:
+    """The auth stage as the pipeline runs it for one export: the certificate and a fresh proof checked,
+    then each resource against the agent (a revision from before proofs checks the token alone)."""
+    authorization = f"Bearer {agent.token}"
+    if not hasattr(auth, "authenticate"):
+        return lambda body, agents: auth.check(authorization, agents)
+    from agentreplay_collector.auth import Presented
+
+    def check(body: bytes, agents: Any) -> Any:
+        headers = dict(agent.metadata(body))
+        who = auth.authenticate(Presented.from_headers(headers.get, "POST", "/v1/traces"))
+        who.check_body(body)
+        auth.check_resources(who, agents)
+        return who.identity
+
+    return check
+
+
 def _stages(work: Path, org: Org, spans_per_run: int, spans: int) -> dict[str, float]:
     from agentreplay_collector.config import load_config
     from agentreplay_collector.pipeline import _resource_agents
     from agentreplay_collector.service import Collector
 
     agent = org.agents[0]
-    authorization = f"Bearer {agent.token}"
     store_dir = work / "stage-store"
     collector = Collector(load_config(_config(work / "stages.yaml", store_dir, False, org)))
+    check = _resource_check(collector.auth, agent)
     assert collector.store is not None and collector.auth is not None and collector.chain is not None
     assert collector.scope is not None and collector.log is not None
     collector.store.ensure_schema()
@@ -503,14 +526,14 @@ def _stages(work: Path, org: Org, spans_per_run: int, spans: int) -> dict[str, f
             if wire is not None:
                 compiled += 1
                 with clock("auth"):
-                    identity_ = collector.auth.check(authorization, wire.resource_agents)
+                    identity_ = check(body, wire.resource_agents)
                 with clock("convert_rows_and_arrow"):
                     c = wire.convert()
             else:
                 with clock("decode"):
                     request = parse_protobuf(body)
                 with clock("auth"):
-                    identity_ = collector.auth.check(authorization, _resource_agents(request))
+                    identity_ = check(body, _resource_agents(request))
                 with clock("convert_rows_and_arrow"):
                     c = convert(request)
             with clock("run_ownership"):

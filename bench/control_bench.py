@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import agentreplay_otel
 from agentreplay_dev.collector import CollectorProcess, write_config
-from agentreplay_otel import guard, identity
+from agentreplay_otel import guard, identity, proof
 from agentreplay_otel import manifest as mf
 from agentreplay_otel.chain import ChainSpanProcessor
 from agentreplay_otel.control import ControlClient
@@ -98,7 +98,7 @@ def main() -> None:
         log_level="warn",
     )
     with CollectorProcess(config) as collector:
-        client = ControlClient(collector.control, token=token)
+        client = ControlClient(collector.control, prover=proof.Prover(token, agent))
         client.post("/v1/manifests", signed, timeout_s=5)
         run_id = "ab" * 16
         request = {

@@ -128,25 +128,50 @@ def protocol(signal: Signal, env: Mapping[str, str]) -> str:
 
 def _otlp(signal: Signal, name: str, env: Mapping[str, str], prover: Prover | None) -> Any:
     over_http = name == OTLP_HTTP or (name == OTLP and protocol(signal, env) == PROTOCOL_HTTP)
+    check_tls_files(signal, env)
     kind = _KINDS[signal]
     exporter_class = _load(kind.http if over_http else kind.grpc)
     headers = auth_headers(signal, env, prover, "Authorization" if over_http else "authorization")
     if prover is None or prover.key is None:
         return exporter_class(headers=headers)
     if over_http:
-        import requests
-
-        session = requests.Session()
-        session.auth = _ProofAuth(prover, OTLP_TARGETS[signal])
-        return exporter_class(headers=headers, session=session)
+        return exporter_class(headers=headers, session=proving_session(signal, prover))
     exporter = exporter_class(headers=headers)
     prove_grpc(exporter, signal, prover)
     return exporter
 
 
+TLS_FILE_VARIABLES = ("CERTIFICATE", "CLIENT_CERTIFICATE", "CLIENT_KEY")
+
+
+def check_tls_files(signal: Signal, env: Mapping[str, str]) -> None:
+    """Each TLS file the OTLP variables name (``OTEL_EXPORTER_OTLP_[{SIGNAL}_]CERTIFICATE``, ``_CLIENT_CERTIFICATE``,
+    ``_CLIENT_KEY``) is readable: the exporters would log a file they cannot read and carry on with the
+    system's CAs, or none, and every export would then fail its handshake, out of sight."""
+    for part in TLS_FILE_VARIABLES:
+        for variable in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_{part}", f"OTEL_EXPORTER_OTLP_{part}"):
+            path = env.get(variable, "").strip()
+            if not path:
+                continue
+            try:
+                with open(path, "rb") as fh:
+                    fh.read(1)
+            except OSError as exc:
+                raise ConfigurationError(f"{variable}={path}: not a readable file ({exc.strerror})") from exc
+
+
 def _load(where: tuple[str, str]) -> Any:
     module, name = where
     return getattr(__import__(module, fromlist=[name]), name)
+
+
+def proving_session(signal: Signal, prover: Prover) -> Any:
+    """A ``requests`` session for an OTLP/HTTP exporter that sends a proof with each request."""
+    import requests
+
+    session = requests.Session()
+    session.auth = _ProofAuth(prover, OTLP_TARGETS[signal])
+    return session
 
 
 class _ProofAuth:

@@ -116,10 +116,11 @@ def verify_proof(
     import jwt
 
     try:
-        header = jwt.get_unverified_header(proof)
-        if header.get("typ") != PROOF_TYPE:
+        decoded = jwt.decode_complete(proof, key, algorithms=["EdDSA"],
+                                      options={"verify_iat": False, "verify_exp": False})
+        if decoded["header"].get("typ") != PROOF_TYPE:
             raise IdentityError(f"the proof is not an {PROOF_TYPE}")
-        claims = jwt.decode(proof, key, algorithms=["EdDSA"], options={"verify_iat": False, "verify_exp": False})
+        claims = decoded["payload"]
     except jwt.InvalidSignatureError as exc:
         raise IdentityError("the proof is not signed by the key the certificate names") from exc
     except jwt.PyJWTError as exc:

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -17,7 +18,8 @@ import grpc
 import pytest
 
 from agentreplay_collector.store import Store
-from agentreplay_dev.collector import CollectorProcess
+from agentreplay_dev.collector import CollectorProcess, credential_headers
+from agentreplay_otel.identity import write_private_key
 
 AGENT = "metrics-agent"
 
@@ -36,7 +38,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry._logs import SeverityNumber
 
 job = json.loads(sys.argv[1])
-headers = {"authorization": "Bearer " + job["token"]} if job["token"] else None
+from agentreplay_otel import exporters
+from agentreplay_otel.identity import load_private_key
+from agentreplay_otel.proof import Prover
+
+prover = Prover(job["token"], load_private_key(job["key"])) if job["token"] else None
+headers = {"authorization": prover.authorization} if prover else None
 if job["protocol"] == "grpc":
     from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
     from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
@@ -49,6 +56,9 @@ else:
     from opentelemetry.exporter.otlp.proto.http import Compression
     metric_kw = dict(endpoint=job["endpoint"] + "/v1/metrics", headers=headers, compression=Compression.Gzip)
     log_kw = dict(endpoint=job["endpoint"] + "/v1/logs", headers=headers, compression=Compression.Deflate)
+    if prover is not None:  # each request with a proof of the agent's key, as the SDK sends them
+        metric_kw["session"] = exporters.proving_session("metrics", prover)
+        log_kw["session"] = exporters.proving_session("logs", prover)
 
 results = {"metrics": [], "logs": []}
 
@@ -65,7 +75,11 @@ class Logs(OTLPLogExporter):
         return result
 
 resource = Resource.create({"service.name": job["service"], "agentreplay.agent.id": job["agent"]})
-reader = PeriodicExportingMetricReader(Metrics(**metric_kw), export_interval_millis=60_000)
+metric_exporter, log_exporter = Metrics(**metric_kw), Logs(**log_kw)
+if prover is not None and job["protocol"] == "grpc":
+    exporters.prove_grpc(metric_exporter, "metrics", prover)
+    exporters.prove_grpc(log_exporter, "logs", prover)
+reader = PeriodicExportingMetricReader(metric_exporter, export_interval_millis=60_000)
 meters = MeterProvider(metric_readers=[reader], resource=resource)
 meter = meters.get_meter("flight-agent", "1.2")
 meter.create_counter("gen_ai.client.calls", unit="{call}").add(3, {"gen_ai.request.model": "m1"})
@@ -75,7 +89,7 @@ meter.create_up_down_counter("queue.depth").add(-2)
 meter.create_observable_gauge("budget.left", callbacks=[lambda _: [Observation(7.5, {"currency": "usd"})]])
 
 loggers = LoggerProvider(resource=resource)
-loggers.add_log_record_processor(BatchLogRecordProcessor(Logs(**log_kw)))
+loggers.add_log_record_processor(BatchLogRecordProcessor(log_exporter))
 logger = loggers.get_logger("flight-agent.events", "1.2")
 with TracerProvider(resource=resource).get_tracer("t").start_as_current_span("chat m1") as span:
     logger.emit(event_name="gen_ai.user.message", body={"role": "user", "content": "book Friday"},
@@ -89,8 +103,10 @@ print(json.dumps({**results, "trace_id": trace_id}))
 """
 
 
-def run_sdk(protocol: str, endpoint: str, *, token: str | None, service: str) -> dict[str, Any]:
-    job = {"protocol": protocol, "endpoint": endpoint, "token": token, "service": service, "agent": AGENT}
+def run_sdk(protocol: str, endpoint: str, *, token: str | None, service: str, key: Path | None = None
+            ) -> dict[str, Any]:
+    job = {"protocol": protocol, "endpoint": endpoint, "token": token, "key": str(key), "service": service,
+           "agent": AGENT}
     done = subprocess.run(
         [sys.executable, "-c", SDK_SCRIPT, json.dumps(job)], capture_output=True, text=True, timeout=120
     )
@@ -99,9 +115,10 @@ def run_sdk(protocol: str, endpoint: str, *, token: str | None, service: str) ->
 
 
 def post(
-    url: str, body: bytes, *, token: str | None, content_type: str = "application/json"
+    url: str, body: bytes, *, token: str | None, key: Any = None, content_type: str = "application/json"
 ) -> tuple[int, bytes]:
-    headers = {"content-type": content_type, **({"authorization": f"Bearer {token}"} if token else {})}
+    path = urllib.parse.urlsplit(url).path
+    headers = {"content-type": content_type, **credential_headers(token, key, "POST", path, body)}
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
@@ -247,10 +264,11 @@ def read_back(proc: CollectorProcess, tmp_path: Path) -> Store:
 def test_the_plain_sdk_sends_metrics_and_logs_over_grpc_and_http(
     secured: CollectorProcess, org, tmp_path: Path
 ) -> None:
-    _, token = org.identity(AGENT)
+    key, token = org.identity(AGENT)
+    write_private_key(key, tmp_path / "agent.pem")
     runs = {
-        "grpc": run_sdk("grpc", f"http://{secured.grpc}", token=token, service="svc-grpc"),
-        "http": run_sdk("http", secured.http, token=token, service="svc-http"),
+        "grpc": run_sdk("grpc", f"http://{secured.grpc}", token=token, service="svc-grpc", key=tmp_path / "agent.pem"),
+        "http": run_sdk("http", secured.http, token=token, service="svc-http", key=tmp_path / "agent.pem"),
     }
     for protocol, result in runs.items():
         assert result["metrics"] == ["SUCCESS"], protocol
@@ -326,19 +344,19 @@ def test_unauthenticated_metrics_and_logs_are_refused(secured: CollectorProcess,
 def test_otlp_json_by_hand_and_an_agent_writing_as_another(
     secured: CollectorProcess, org, tmp_path: Path
 ) -> None:
-    _, token = org.identity(AGENT)
-    assert post(secured.http + "/v1/metrics", json.dumps(json_metrics(AGENT)).encode(), token=token) == (
+    key, token = org.identity(AGENT)
+    assert post(secured.http + "/v1/metrics", json.dumps(json_metrics(AGENT)).encode(), token=token, key=key) == (
         200,
         b"{}",
     )
-    assert post(secured.http + "/v1/logs", json.dumps(json_logs(AGENT)).encode(), token=token) == (200, b"{}")
+    assert post(secured.http + "/v1/logs", json.dumps(json_logs(AGENT)).encode(), token=token, key=key) == (200, b"{}")
     # the same rules as spans: a resource must be the token's agent
     other = json.dumps(json_metrics("someone-else")).encode()
-    assert post(secured.http + "/v1/metrics", other, token=token)[0] == 403
+    assert post(secured.http + "/v1/metrics", other, token=token, key=key)[0] == 403
     assert (
-        post(secured.http + "/v1/logs", json.dumps(json_logs("someone-else")).encode(), token=token)[0] == 403
+        post(secured.http + "/v1/logs", json.dumps(json_logs("someone-else")).encode(), token=token, key=key)[0] == 403
     )
-    assert post(secured.http + "/v1/logs", b"{not json", token=token)[0] == 400
+    assert post(secured.http + "/v1/logs", b"{not json", token=token, key=key)[0] == 400
     with read_back(secured, tmp_path) as store:
         points = {p.name: p for p in store.metric_points(service_name="svc-json")}
         assert set(points) == {"latency.summary", "latency.exp", "tokens.left"}

@@ -26,7 +26,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 import agentreplay_otel
 from agentreplay_collector import otlp
-from agentreplay_collector.auth import AuthProcessor, KeyRing
+from agentreplay_collector.auth import Authenticated, AuthProcessor, KeyRing
 from agentreplay_collector.batch import Batcher
 from agentreplay_collector.config import AuthConfig, BatchConfig
 from agentreplay_collector.pipeline import Pipeline, _resource_agents
@@ -34,6 +34,7 @@ from agentreplay_collector.store import Store
 from agentreplay_dev.collector import record_request
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv
+from agentreplay_otel.identity import load_public_key, verify_identity
 
 CORPUS = sorted((Path(__file__).parent / "otlp_corpus").glob("*.bin"))
 
@@ -356,7 +357,7 @@ def test_mutated_bytes_are_read_alike_or_left_to_the_pure_path(edits: list[tuple
 
 # --- the shared corpus of malformed and forged exports, through the pipeline --------------------
 @pytest.fixture(scope="module")
-def pipelines(tmp_path_factory: pytest.TempPathFactory, org: Any) -> Iterator[dict[str, tuple[Pipeline, str | None]]]:
+def pipelines(tmp_path_factory: pytest.TempPathFactory, org: Any) -> Iterator[dict[str, tuple[Pipeline, Authenticated | None]]]:
     """One with the org's auth (the token is agent-1's), one without auth; both storing into chDB."""
     store = Store(f"chdb://{tmp_path_factory.mktemp('native-chdb')}", database="native_corpus")
     store.ensure_schema()
@@ -364,8 +365,11 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory, org: Any) -> Iterator[di
     batcher.start()
     auth = AuthProcessor(AuthConfig(org_public_key=org.public_path), KeyRing())
     _, token = org.identity("agent-1")
+    # as the receivers hand over an export whose certificate and proof verified (the proof's own
+    # checks are the receivers' and test_proof_of_possession's)
+    who = Authenticated(identity=verify_identity(token, load_public_key(org.public_path)), body_sha256=None)
     out = {
-        "auth": (Pipeline(auth=auth, batcher=batcher), f"Bearer {token}"),
+        "auth": (Pipeline(auth=auth, batcher=batcher), who),
         "open": (Pipeline(auth=None, batcher=batcher), None),
     }
     yield out
@@ -375,9 +379,9 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory, org: Any) -> Iterator[di
     store.close()
 
 
-def _outcome(pipeline: Pipeline, body: bytes, authorization: str | None) -> tuple[str, str]:
+def _outcome(pipeline: Pipeline, body: bytes, who: Authenticated | None) -> tuple[str, str]:
     try:
-        written = asyncio.run(pipeline.export_protobuf(body, authorization))
+        written = asyncio.run(pipeline.export_protobuf(body, who))
     except Exception as exc:  # noqa: BLE001 - the outcome compared is whatever was raised
         return type(exc).__name__, str(exc)
     return "written", str(written)
@@ -391,14 +395,14 @@ def test_the_corpus_is_there() -> None:
 @pytest.mark.parametrize("path", CORPUS, ids=[p.stem for p in CORPUS])
 @pytest.mark.parametrize("which", ["auth", "open"])
 def test_the_corpus_is_answered_alike(
-    path: Path, which: str, pipelines: dict[str, tuple[Pipeline, str | None]], monkeypatch: pytest.MonkeyPatch
+    path: Path, which: str, pipelines: dict[str, tuple[Pipeline, Authenticated | None]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    pipeline, authorization = pipelines[which]
+    pipeline, who = pipelines[which]
     body = path.read_bytes()
     monkeypatch.setenv(otlp.PURE_ENV, "1")
-    pure = _outcome(pipeline, body, authorization)
+    pure = _outcome(pipeline, body, who)
     monkeypatch.delenv(otlp.PURE_ENV)
-    native = _outcome(pipeline, body, authorization)
+    native = _outcome(pipeline, body, who)
     assert native == pure
     if path.stem.startswith("valid_"):
         assert pure[0] in ("written", "PermissionDenied")

@@ -17,7 +17,13 @@ from typing import Any
 
 import pytest
 
-from agentreplay_dev.collector import CollectorProcess, IssuedAgent, credential_headers, export_grpc, write_config
+from agentreplay_dev.collector import (
+    CollectorProcess,
+    IssuedAgent,
+    credential_headers,
+    export_grpc,
+    write_config,
+)
 from agentreplay_otel import identity, semconv
 
 pytestmark = pytest.mark.e2e
