@@ -140,6 +140,10 @@ def run_attributes(
         attrs[semconv.REPLAY_OF] = replay_of
     if marks.get(semconv.REPLAY_OF_HASH):
         attrs[semconv.REPLAY_OF_HASH] = marks[semconv.REPLAY_OF_HASH]
+    if marks.get(semconv.REPLAY_FORK_AT):
+        attrs[semconv.REPLAY_FORK_AT] = int(marks[semconv.REPLAY_FORK_AT])
+    if marks.get(semconv.REPLAY_GRANT):
+        attrs[semconv.REPLAY_GRANT] = marks[semconv.REPLAY_GRANT]
     manifest = current.manifest_sha256
     if manifest:
         attrs[semconv.MANIFEST_SHA256] = manifest

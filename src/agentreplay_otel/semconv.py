@@ -106,6 +106,10 @@ RUN_NOT_REPLAYABLE: Final = "agentreplay.run.not_replayable"
 REPLAY_OF: Final = "agentreplay.replay.of"
 REPLAY_OF_HASH: Final = "agentreplay.replay.of_hash"  # the replayed run's last chain hash
 REPLAY_SOURCE: Final = "agentreplay.replay.source"  # where a replayed answer came from
+# The operator's grant for this replay (a signed token naming the run, the agent, a fork's step, an
+# expiry): without it the collector judges the run as live. On a replay's run span.
+REPLAY_GRANT: Final = "agentreplay.replay.grant"
+REPLAY_FORK_AT: Final = "agentreplay.replay.fork_at"  # the step a fork forks at (its run span)
 MANIFEST_SHA256: Final = "agentreplay.manifest.sha256"
 
 STEP: Final = "agentreplay.step"
@@ -210,6 +214,7 @@ ENV_START_FAIL_MODE: Final = "AGENTREPLAY_START_FAIL_MODE"
 ENV_AUTHORIZE_DEADLINE_MS: Final = "AGENTREPLAY_AUTHORIZE_DEADLINE_MS"
 ENV_ADMIN_TOKEN: Final = "AGENTREPLAY_ADMIN_TOKEN"
 ENV_ORG_KEY: Final = "AGENTREPLAY_ORG_KEY"  # the org's private key file (CLI only)
+ENV_REPLAY_GRANT: Final = "AGENTREPLAY_REPLAY_GRANT"  # the replay grant the CLI hands a replayed agent
 ENV_ANALYSIS_BASE_URL: Final = "AGENTREPLAY_ANALYSIS_BASE_URL"  # the LLM judge's OpenAI-compatible endpoint
 ENV_ANALYSIS_API_KEY: Final = "AGENTREPLAY_ANALYSIS_API_KEY"
 ENV_ANALYSIS_MODEL: Final = "AGENTREPLAY_ANALYSIS_MODEL"

@@ -19,6 +19,7 @@ from agentreplay_collector.models import (
     ChainState,
     ChainStatus,
     DecisionRecord,
+    GrantEvent,
     Halt,
     LogEntry,
     ModelTrial,
@@ -67,6 +68,10 @@ ALERT_COLUMNS = (
     "Timestamp", "AlertId", "Severity", "Kind", "AgentId", "RunId", "Message", "Attributes", "Delivered",
 )
 MANIFEST_COLUMNS = ("Sha256", "Signed", "UpdatedAt")
+GRANT_COLUMNS = (
+    "Timestamp", "GrantId", "Event", "RunId", "AgentId", "Kind", "ForkAt", "ExpiresAt", "Signer", "ReplayRunId",
+    "Detail",
+)
 TRUST_COLUMNS = (
     "AgentId", "Timestamp", "Score", "Tier", "Runs", "FailureRate", "RegressionPassRate", "ScopeViolations",
 )
@@ -111,6 +116,13 @@ def run_arrival_row(a: RunArrival) -> list[Any]:
 
 def halt_row(h: Halt) -> list[Any]:
     return [h.scope, h.target, h.reason, h.actor, int(h.active), dt(h.time_ns)]
+
+
+def grant_row(g: GrantEvent) -> list[Any]:
+    return [
+        dt(g.time_ns), g.grant_id, g.event, g.run_id, g.agent_id, g.kind, -1 if g.fork_at is None else g.fork_at,
+        dt(g.expires_at_s * 1_000_000_000), g.signer, g.replay_run_id, g.detail,
+    ]
 
 
 def manifest_row(m: StoredManifest) -> list[Any]:

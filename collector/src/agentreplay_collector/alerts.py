@@ -1,4 +1,4 @@
-"""Control-plane rows (decisions, halts, manifests, alerts) written off the event loop, and webhooks.
+"""Control-plane rows (decisions, halts, manifests, alerts, replay grants) written off the event loop, and webhooks.
 
 The scope processor decides on the event loop and must not wait on the store; it hands
 records to :class:`ControlWriter`, whose :class:`~agentreplay_collector.batch.BatchWorker`
@@ -22,12 +22,12 @@ from typing import Any
 
 from agentreplay_collector.batch import BatchWorker
 from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import Alert, AlertState, DecisionRecord, Halt, StoredManifest
+from agentreplay_collector.models import Alert, AlertState, DecisionRecord, GrantEvent, Halt, StoredManifest
 from agentreplay_collector.store import Store
 
 _log = logging.getLogger(__name__)
 
-ControlRecord = DecisionRecord | Halt | StoredManifest | AlertState
+ControlRecord = DecisionRecord | Halt | StoredManifest | AlertState | GrantEvent
 """What the writer stores: one record type per control-plane table."""
 
 MAX_BATCH_ROWS = 1000
@@ -41,6 +41,7 @@ def _inserts(store: Store) -> dict[type, Callable[[list[Any]], None]]:
         Halt: store.insert_halts,
         StoredManifest: store.insert_manifests,
         AlertState: store.insert_alerts,
+        GrantEvent: store.insert_grant_events,
     }
 
 

@@ -6,6 +6,7 @@
     GET  /v1/watch?agent=  agent token  JSON lines: a snapshot of its halts, then halt/resume as they happen
     POST /v1/halts         admin token  {scope: run|agent, target, reason}: the kill switch
     POST /v1/resume        admin token  {scope, target}
+    POST /v1/replays/grants admin token {run_id, kind, fork_at, ttl_s}: a replay grant, signed (see .grants)
     GET  /v1/halts         read token   active halts
     GET  /v1/decisions?run= read token  a run's policy decisions (guard, Authorize, collector)
     GET  /v1/alerts?limit= read token   alerts, newest first, with delivery status
@@ -180,6 +181,20 @@ def routes(
             {"resumed": scope.resume(kind, target, actor="operator"), "scope": kind, "target": target}
         )
 
+    async def replay_grant(request: Request) -> JSONResponse:
+        """The operator's grant for one replay of a stored run by the agent that opened it (.grants)."""
+        refused = admin(request)
+        if refused is not None:
+            return refused
+        doc = json.loads(await request.body())
+        if not isinstance(doc, dict):
+            raise ValueError("expected {run_id, kind, fork_at, ttl_s}")
+        run_id = _run_id(str(doc.get("run_id") or ""), "run_id")
+        owner = await asyncio.wrap_future(scope.owners.lookup_later(run_id))
+        if owner is None:
+            return JSONResponse({"error": f"run {run_id} is not stored here"}, status_code=404)
+        return JSONResponse(scope.replays.issue(run_id, owner, doc).to_json())
+
     async def halts(request: Request) -> JSONResponse:
         who = reader(request)
         listed = scope.halts.values() if who.agent_id is None else scope.halts_of(who.agent_id)
@@ -258,6 +273,7 @@ def routes(
         Route("/v1/halts", guarded(halt), methods=["POST"]),
         Route("/v1/halts", guarded(halts), methods=["GET"]),
         Route("/v1/resume", guarded(resume), methods=["POST"]),
+        Route("/v1/replays/grants", guarded(replay_grant), methods=["POST"]),
         Route("/v1/decisions", guarded(decisions)),
         Route("/v1/alerts", guarded(alerts)),
         Route("/v1/trust", guarded(trust)),

@@ -37,6 +37,10 @@ SCOPE_AGENT = "agent"
 NOT_VIOLATIONS = frozenset({RULE_HALTED, RULE_AUTHORIZE_UNAVAILABLE})
 """Denials that are not scope violations: the run was already halted, or the collector was away."""
 
+RULE_AGENT_HALTED = "agent.halted"
+"""The collector's denial of a call an agent made while the operator had the whole agent halted (it ran
+anyway: its guard was off, or it never listened): a violation, and its run is halted and alerted."""
+
 RULE_COST_INVALID = "cost.invalid"
 """The collector's rule for a span whose ``agentreplay.cost.usd`` is not a finite amount >= 0."""
 
@@ -349,6 +353,30 @@ class Halt:
             "actor": self.actor,
             "time_ns": str(self.time_ns),
         }
+
+
+@dataclass(frozen=True, kw_only=True)
+class GrantEvent:
+    """A replay grant issued by this collector (``issued``), or presented by a replay's run span
+    (``used``: the first run to present a grant consumes it; ``refused``: a later one, or one that
+    did not hold). See :mod:`agentreplay_collector.grants`."""
+
+    event: str  # GRANT_ISSUED | GRANT_USED | GRANT_REFUSED
+    grant_id: str
+    run_id: str  # the run the grant lets a replay replay
+    agent_id: str
+    kind: str
+    fork_at: int | None
+    expires_at_s: int
+    signer: str  # org | collector
+    replay_run_id: str = ""  # the replay that presented it (used, refused)
+    detail: str = ""
+    time_ns: int = 0
+
+
+GRANT_ISSUED = "issued"
+GRANT_USED = "used"
+GRANT_REFUSED = "refused"
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -12,7 +12,7 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
   trust_scores, agent_keys, agent_certificates, manifests, the transparency log's
   log_leaves (with its by-run projection), log_nodes, log_checkpoints, multi-model replay's
-  model_trials, and the incident writer's incidents) sit beside them.
+  model_trials, the incident writer's incidents, and replay_grants) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
 ``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
@@ -44,6 +44,7 @@ LOG_RUNS_PROJECTION = "by_run"  # log_leaves again, in run order: a run's leaves
 LOG_CHECKPOINTS = "log_checkpoints"  # the log's signed checkpoints
 MODEL_TRIALS = "model_trials"  # multi-model replay: each model tried at a failed run's culprit step
 INCIDENTS = "incidents"  # each halted run's incident folder: written, removed by retention, or failed
+REPLAY_GRANTS = "replay_grants"  # replay grants: issued here, and presented by replays (used once)
 
 CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
 """Part of the span identity: the same span retried is one row, a forged twin is another."""
@@ -206,6 +207,29 @@ _HALTS = _Table(
     engine="ReplacingMergeTree",
     engine_args="UpdatedAt",
     tail="ORDER BY (Scope, TargetId)",
+)
+
+# Replay grants (agentreplay_collector.grants): each issued by this collector, and each presented by a
+# replay's run span. The first run to present a grant uses it; the collector reads a grant's uses here
+# before it believes one, so a grant is taken once across restarts and by collectors sharing the store.
+_REPLAY_GRANTS = _Table(
+    name=REPLAY_GRANTS,
+    columns="""
+    Timestamp DateTime64(9) CODEC(Delta, ZSTD(1)),
+    GrantId String,
+    Event LowCardinality(String),
+    RunId String,
+    AgentId LowCardinality(String),
+    Kind LowCardinality(String),
+    ForkAt Int32,
+    ExpiresAt DateTime64(9),
+    Signer LowCardinality(String),
+    ReplayRunId String,
+    Detail String CODEC(ZSTD(1))""",
+    engine="MergeTree",
+    tail="PARTITION BY toDate(Timestamp)\nORDER BY (GrantId, Timestamp)",
+    ttl_column="Timestamp",
+    shard_key="cityHash64(GrantId)",
 )
 
 # Failure analysis: every verdict of every classifier (the detectors, each LLM judge) is kept, none
@@ -406,6 +430,7 @@ TABLES: tuple[_Table, ...] = (
     _DECISIONS,
     _ALERTS,
     _HALTS,
+    _REPLAY_GRANTS,
     _CLASSIFICATIONS,
     _TRUST_SCORES,
     _AGENT_KEYS,

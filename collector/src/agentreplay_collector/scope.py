@@ -49,6 +49,7 @@ from agentreplay_collector.errors import PermissionDenied
 from agentreplay_collector.models import (
     NOT_VIOLATIONS,
     REPLAY_RUN_KINDS,
+    RULE_AGENT_HALTED,
     RULE_COST_INVALID,
     RULE_REPLAY_VERIFIED,
     SCOPE_AGENT,
@@ -93,6 +94,7 @@ ACTOR_COLLECTOR = "collector"  # the source of the collector's own decisions
 @dataclass
 class RunUsage:
     agent_id: str
+    opened_ns: int = 0  # when this process first heard of the run (0: rebuilt from the store at start)
     seen: dict[str, int] = field(default_factory=dict)  # tool calls whose spans arrived
     authorized: dict[str, int] = field(default_factory=dict)  # tool calls Authorize allowed
     spend_usd: float = 0.0
@@ -163,7 +165,8 @@ class ScopeProcessor:
         self._runs: OrderedDict[str, RunUsage] = OrderedDict()
         self._day: dict[tuple[str, str], float] = {}
         self.violations = 0
-        self.replays = ReplayClaims(store, self.owners)
+        self.replays = ReplayClaims(store, self.owners, org_public_key=org_public_key,
+                                    admin_token=config.admin_token, record=self.writer.put)
         self._claim_timer: asyncio.TimerHandle | None = None
         if config.manifests_dir is not None:
             self._load_dir(config.manifests_dir)
@@ -211,10 +214,12 @@ class ScopeProcessor:
         return self.manifests.get(digest) if digest else None
 
     # --- state ---------------------------------------------------------------------------
-    def _run(self, run_id: str, agent_id: str) -> RunUsage:
+    def _run(self, run_id: str, agent_id: str, *, opened_ns: int | None = None) -> RunUsage:
         run = self._runs.get(run_id)
         if run is None:
-            run = self._runs[run_id] = RunUsage(agent_id=agent_id)
+            run = self._runs[run_id] = RunUsage(
+                agent_id=agent_id, opened_ns=time.time_ns() if opened_ns is None else opened_ns
+            )
             while len(self._runs) > _RUN_MEMORY:
                 self._runs.popitem(last=False)
         return run
@@ -314,7 +319,7 @@ class ScopeProcessor:
         for agent in agents:
             if not self.trust.known(agent):
                 self.trust.multiplier(agent)
-        self.replays.lookup(request.records)
+        self.replays.lookup(request.records, identity.agent_id if identity is not None else None)
 
     def process(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None:
         manifest = self.manifest_for(identity)
@@ -348,13 +353,17 @@ class ScopeProcessor:
         record = span.record
         run_id = record.trace_id
         kind = run_kind(record)
-        verdict = self.replays.verdict_of(run_id)
-        if kind is not None and verdict is None and (kind in REPLAY_RUN_KINDS or self.replays.is_pending(run_id)):
+        verdict = self.replays.verdict_of(span.agent, run_id)
+        if kind is not None and verdict is None and (
+            kind in REPLAY_RUN_KINDS or self.replays.is_pending(span.agent, run_id)
+        ):
             verdict = self._settle(span, self.replays.judge(record, span.agent, _digest(span.manifest)))
         elif says_replayed(record) and verdict is None:
             if self.replays.hold(span):
                 return
-            verdict = self._settle(span, unverified("too many replayed spans await their run span", ""))
+            verdict = self._settle(span, unverified(
+                f"agent {span.agent!r} has {self.replays.held_by(span.agent)} replayed span(s) awaiting their run "
+                "span already: no more are held", _digest(span.manifest)))
         replayed = verdict is not None and verdict.rule == RULE_REPLAY_VERIFIED
         self._observe(span, replayed=replayed and (says_replayed(record) or kind is not None))
 
@@ -363,7 +372,7 @@ class ScopeProcessor:
         replayed = verdict.rule == RULE_REPLAY_VERIFIED
         self._record_decision(span.record, span.agent, "", verdict, ACTOR_COLLECTOR, span.record.end_ns,
                               replayed=replayed)
-        for held in self.replays.settle(span.record.trace_id, verdict):
+        for held in self.replays.settle(span.agent, span.record.trace_id, verdict):
             self._observe(held, replayed=replayed)
         return verdict
 
@@ -371,8 +380,8 @@ class ScopeProcessor:
         """Runs whose replayed spans waited too long for their run span are judged as live (on each
         export, on a timer, and all of them at shutdown: ``wait_s=0``)."""
         late = self.replays.overdue(now_ns) if wait_s is None else self.replays.overdue(now_ns, wait_s=wait_s)
-        for run_id in late:
-            first = self.replays.first_held(run_id)
+        for key in late:
+            first = self.replays.first_held(key)
             if first is not None:
                 self._settle(first, unverified("its run span, which says what it replays, did not arrive in time",
                                                _digest(first.manifest)))
@@ -435,6 +444,8 @@ class ScopeProcessor:
         if admitted is False and tool is not None and self.halted(record.trace_id, agent) is not None:
             tool = None  # refused while halted, and the collector has it halted: the call never ran
         cost = _cost(attrs.get(semconv.COST_USD))
+        if not replayed and (SCOPE_AGENT, agent) in self.halts and (tool is not None or cost or _llm_call(attrs)):
+            self._halted_agent_call(record, agent, tool, run, m)
         if cost is None:
             verdict = Decision(
                 allowed=False,
@@ -481,6 +492,47 @@ class ScopeProcessor:
                 )
                 if not verdict.allowed:
                     self._collector_violation(record, agent, "", verdict, replayed=replayed)
+
+    def _halted_agent_call(
+        self, record: SpanRecord, agent: str, tool: str | None, run: RunUsage, m: Manifest | None
+    ) -> None:
+        """A call (a tool's, a model's, or anything that cost) made while the operator has the whole agent
+        halted: refused (a denial by ``agent.halted``), and its run halted and alerted once. The kill holds
+        for every run of the agent the collector hears of after it, and for any call that says it ended
+        after it; a call of a run already under way that ended before the kill reached the agent is not
+        refused (the agent could not have known)."""
+        halt = self.halts[(SCOPE_AGENT, agent)]
+        if run.opened_ns < halt.time_ns and record.end_ns < halt.time_ns:
+            return
+        what = f"tool {tool!r}" if tool else ("a tool" if tool is not None else "an LLM call")
+        decision = Decision(
+            allowed=False,
+            rule=RULE_AGENT_HALTED,
+            manifest_sha256=m.sha256 if m else "",
+            detail=f"agent {agent!r} is halted ({halt.reason}), and {what} ran anyway",
+        )
+        self._record_decision(record, agent, tool or "", decision, ACTOR_COLLECTOR, record.end_ns)
+        if (SCOPE_RUN, record.trace_id) in self.halts:
+            return
+        self.violations += 1
+        self.writer.alert(
+            Alert(
+                kind="scope_violation",
+                severity="critical",
+                agent_id=agent,
+                run_id=record.trace_id,
+                message=f"{what} refused by {RULE_AGENT_HALTED}: {decision.detail}",
+                attributes={
+                    "rule": RULE_AGENT_HALTED,
+                    "manifest_sha256": decision.manifest_sha256,
+                    "detected_by": "collector",
+                    "span_id": record.span_id,
+                    "tool": tool or "",
+                },
+            )
+        )
+        self.halt(SCOPE_RUN, record.trace_id, f"{RULE_AGENT_HALTED}: {decision.detail}", actor=ACTOR,
+                  agent_id=agent)
 
     def _agent_decisions(self, record: SpanRecord, agent: str, tool: str, *, replayed: bool = False) -> bool | None:
         """Store the span's decision events; a denial by a violating rule is a violation.
@@ -641,7 +693,7 @@ class ScopeProcessor:
         today = utc_day(time.time_ns())
         for totals in store.recent_spend(days=2):
             self.owners.remember({totals.run_id: totals.agent_id})
-            run = self._run(totals.run_id, totals.agent_id)
+            run = self._run(totals.run_id, totals.agent_id, opened_ns=0)
             run.spend_usd += totals.cost_usd
             if totals.operation == semconv.OP_EXECUTE_TOOL and totals.tool:
                 run.seen[totals.tool] = run.seen.get(totals.tool, 0) + totals.calls
@@ -690,6 +742,17 @@ def _cost(raw: str | None) -> float | None:
     except ValueError:
         return None
     return value if math.isfinite(value) and value >= 0 else None
+
+
+_LLM_OPERATIONS = frozenset({semconv.OP_CHAT, semconv.OP_TEXT_COMPLETION, semconv.OP_EMBEDDINGS, "generate_content"})
+
+
+def _llm_call(attributes: Mapping[str, str]) -> bool:
+    """The span records a model call (its operation, or the model it asked)."""
+    return (
+        attributes.get(semconv.GEN_AI_OPERATION_NAME) in _LLM_OPERATIONS
+        or semconv.GEN_AI_REQUEST_MODEL in attributes
+    )
 
 
 def _over_cap(m: Manifest, run_spend: float, day_spend: float, multiplier: float) -> bool:

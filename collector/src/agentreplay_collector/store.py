@@ -49,6 +49,7 @@ from agentreplay_collector.models import (
     ChainState,
     ChainStatus,
     DecisionRecord,
+    GrantEvent,
     Halt,
     LogEntry,
     ModelAccuracy,
@@ -410,6 +411,18 @@ class Store:
 
     def insert_manifests(self, manifests: Sequence[StoredManifest]) -> None:
         self._insert(schema.MANIFESTS, _rows.MANIFEST_COLUMNS, [_rows.manifest_row(m) for m in manifests])
+
+    def insert_grant_events(self, events: Sequence[GrantEvent]) -> None:
+        self._insert(schema.REPLAY_GRANTS, _rows.GRANT_COLUMNS, [_rows.grant_row(g) for g in events])
+
+    def grant_user(self, grant_id: str) -> str | None:
+        """The replay run that used the grant (the first to present it), None if none has."""
+        sql = (
+            f"SELECT ReplayRunId FROM {self.database}.{schema.REPLAY_GRANTS}"
+            " WHERE GrantId = {grant:String} AND Event = 'used' ORDER BY Timestamp LIMIT 1"
+        )
+        rows = self._call("replay grant read", "query", sql, parameters={"grant": grant_id}).result_rows
+        return str(rows[0][0]) if rows else None
 
     def insert_trust_scores(self, scores: Sequence[TrustScore]) -> None:
         self._insert(schema.TRUST_SCORES, _rows.TRUST_COLUMNS, [_rows.trust_row(t) for t in scores])

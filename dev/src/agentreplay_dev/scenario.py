@@ -354,5 +354,9 @@ def flight_world(root: Path, *, store: Path | None = None, log: bool = False) ->
             "ANTHROPIC_BASE_URL": model.base_url_anthropic,
             "FLIGHT_LEDGER": str(ledger),
             semconv.ENV_COLLECTOR: collector.control,  # the guard's Authorize and Watch
+            # The operator's: the CLI signs each replay's grant with it (the collector exempts a replay
+            # only with one). One shell for operator and agent, as on a developer's machine; a replay
+            # never hands it to the agent it replays.
+            semconv.ENV_ORG_KEY: str((root / "org.pem").resolve()),
         }
         yield FlightWorld(root=root, store=store, collector=collector, model=model, env=env, ledger=ledger)

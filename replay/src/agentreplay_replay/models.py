@@ -38,7 +38,7 @@ from agentreplay_collector.models import (
 from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import SpanRecord, semconv
 from agentreplay_otel.replay import ENDPOINTS, Mode, Plan, model_spec
-from agentreplay_replay import replayer
+from agentreplay_replay import grants, replayer
 from agentreplay_replay.analysis import Outcome, RunView, Verdict, detect, run_view
 
 TASK_TEXT_CHARS = 200
@@ -162,13 +162,13 @@ def fork_spans(source: RunReader, fork_run_id: str, *, timeout_s: float = 15.0) 
 
 def try_model(source: RunReader, forks: RunReader, run_id: str, at: int, choice: ModelChoice,
               original: Verdict, *, command: Sequence[str], otlp: str | None, allow_unverified: bool,
-              timeout_s: float, stdout: TextIO, stderr: TextIO) -> Trial:
+              timeout_s: float, stdout: TextIO, stderr: TextIO, granter: grants.Granter | None = None) -> Trial:
     """Fork ``run_id`` at ``at`` onto one model and judge the fork: its spans as the agent wrote them
     (the replay's spool), else as ``forks`` (the collector that records it) stored them."""
     plan = Plan(mode=Mode.FORK, fork_at=at, fix=choice.fix())
     try:
         outcome = replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified, otlp=otlp,
-                               timeout_s=timeout_s, stdout=stdout, stderr=stderr)
+                               timeout_s=timeout_s, stdout=stdout, stderr=stderr, granter=granter)
     except replayer.CannotStart:
         raise  # the command, not the model: the same for every trial
     except replayer.ReplayError as exc:  # the agent did not start, or ran past its time: this trial errored
@@ -204,7 +204,8 @@ def culprit_step(verdicts: Sequence[Verdict]) -> int | None:
 def try_models(source: RunReader, forks: RunReader, run_id: str, specs: Sequence[str], *, at: int | None = None,
                stored: Sequence[Verdict] = (), base_urls: Mapping[str, str | None] | None = None,
                command: Sequence[str] = (), otlp: str | None = None, allow_unverified: bool = False,
-               timeout_s: float = 600.0, stdout: TextIO, stderr: TextIO) -> Trials:
+               timeout_s: float = 600.0, stdout: TextIO, stderr: TextIO,
+               granter: grants.Granter | None = None) -> Trials:
     """Every model of ``specs`` tried at ``at`` (default: the culprit step of the newest stored failed
     verdict, else of the detectors' verdict now). ValueError when there is no step to fork at;
     :class:`~agentreplay_replay.replayer.CannotStart` when the agent's command cannot run here."""
@@ -224,7 +225,8 @@ def try_models(source: RunReader, forks: RunReader, run_id: str, specs: Sequence
     task, text = task_of(view)
     choices = [choose(s, step.provider, base_urls) for s in specs]
     trials = tuple(try_model(source, forks, run_id, at, c, original, command=command, otlp=otlp,
-                             allow_unverified=allow_unverified, timeout_s=timeout_s, stdout=stdout, stderr=stderr)
+                             allow_unverified=allow_unverified, timeout_s=timeout_s, stdout=stdout, stderr=stderr,
+                             granter=granter)
                    for c in choices)
     return Trials(run_id=run_id, at=at, task=task, task_text=text, agent_id=view.agent_id, original=original,
                   trials=trials)

@@ -54,6 +54,7 @@ from agentreplay_otel.replay import (
     bundle,
     read_spool,
 )
+from agentreplay_replay import grants
 
 STDERR_TAIL_LINES = 20
 """Lines of the agent's stderr the report quotes (the end of a traceback)."""
@@ -359,12 +360,16 @@ def run(
     stdout: TextIO | None = None,
     stderr: TextIO | None = None,
     env: Mapping[str, str] | None = None,
+    granter: grants.Granter | None = None,
 ) -> ReplayOutcome:
     """Replay ``run_id``; the agent's output goes to ``stdout`` and ``stderr`` (default: ours) as it runs.
 
     ``command``: the agent's command (default: the recorded one, :func:`agent_start`). ``env``: the
     environment the agent starts from (default: ours), e.g. where its live calls go. ``stored_in``:
     where the replay's run is read back from to say it was stored (the collector behind ``otlp``).
+    ``granter``: where the operator's grant for the replay comes from (:mod:`.grants`; default: the
+    environment's credentials), when the replay is exported; without one the collector judges it live.
+    The operator's credentials are never handed to the agent.
     :class:`CannotStart` before anything runs, :class:`DidNotStart` when the agent never replayed.
     """
     recording, chain, end = load(source, run_id, allow_unverified=allow_unverified)
@@ -373,7 +378,17 @@ def run(
     with tempfile.TemporaryDirectory(prefix="agentreplay-") as tmp:
         bundle_path, report_path = Path(tmp) / "bundle.json", Path(tmp) / "report.json"
         bundle_path.write_text(bundle(recording, plan))
-        env = replay_env(os.environ if env is None else env, bundle_path, report_path, otlp)
+        base = os.environ if env is None else env
+        env = replay_env(base, bundle_path, report_path, otlp)
+        grant = grants.Grant()
+        if env.get("OTEL_TRACES_EXPORTER") != "none":  # the replay is recorded somewhere: it needs the grant
+            grant = (granter or grants.Granter.from_environment(base)).grant(
+                recording, plan, ttl_s=timeout_s + grants.GRANT_MARGIN_S)
+            if grant.missing:
+                (stderr or sys.stderr).write(
+                    f"agentreplay: no replay grant ({grant.missing}): a collector that enforces manifests judges "
+                    "this replay as a live run of the agent (its tools stay sandboxed)\n")
+        env = grants.agent_environment(env, grant)
         env[ENV_REPLAY_SPOOL] = str(Path(tmp) / "spans.jsonl")  # read back: no collector needed
         exit_code, lines = run_passing_through(start.command, env, timeout_s=timeout_s, cwd=start.cwd,
                                                stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)

@@ -3,7 +3,8 @@
 The CLI writes the recording and a plan to one JSON file and starts the agent with
 ``AGENTREPLAY_REPLAY=bundle.json``; the SDK reads it at start-up (:func:`install_from_env`),
 makes the session this process's interceptor, refuses network connections, and writes the
-report to ``AGENTREPLAY_REPLAY_REPORT`` at exit.
+report to ``AGENTREPLAY_REPLAY_REPORT`` at exit. ``AGENTREPLAY_REPLAY_GRANT``, when the CLI got
+one, is the operator's grant for the replay: its run span carries it to the collector.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from collections.abc import MutableMapping
 from pathlib import Path
 
-from agentreplay_otel import codec, intercept, runs
+from agentreplay_otel import codec, intercept, runs, semconv
 from agentreplay_otel.instrumentation import _transport
 from agentreplay_otel.recording import Recording
 from agentreplay_otel.replay import _network
@@ -75,7 +76,8 @@ def install_from_env(environ: MutableMapping[str, str] | None = None) -> ReplayS
     if not bundle_path:
         return None
     doc = json.loads(Path(bundle_path).read_text())
-    session = ReplaySession(Recording.from_json(json.dumps(doc["recording"])), codec.from_doc(Plan, doc["plan"]))
+    session = ReplaySession(Recording.from_json(json.dumps(doc["recording"])), codec.from_doc(Plan, doc["plan"]),
+                            grant=env.get(semconv.ENV_REPLAY_GRANT, "").strip())
     for name, value in PLACEHOLDER_KEYS.items():
         env.setdefault(name, value)
     install(session, env.get(ENV_REPLAY_REPORT))

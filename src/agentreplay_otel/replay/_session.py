@@ -51,9 +51,10 @@ class ReplaySession:
 
     acts = False  # answers are recorded and tools sandboxed: nothing is spent, nothing enforced
 
-    def __init__(self, recording: Recording, plan: Plan) -> None:
+    def __init__(self, recording: Recording, plan: Plan, grant: str = "") -> None:
         self.recording = recording
         self.plan = plan
+        self.grant = grant  # the operator's replay grant (the CLI's): without it the collector judges the run live
         self._lock = threading.Lock()
         self.cursor = 0  # one past the highest step taken
         self.calls = 0
@@ -74,10 +75,15 @@ class ReplaySession:
 
     @property
     def run_marks(self) -> Mapping[str, str]:
-        """A run opened in this replay: its kind, the run it replays and that run's last chain hash."""
+        """A run opened in this replay: its kind, the run it replays and that run's last chain hash, a
+        fork's step, and the operator's grant for it."""
         marks = {semconv.RUN_KIND: self.run_kind, semconv.REPLAY_OF: self.recording.run_id}
         if self.recording.last_hash:
             marks[semconv.REPLAY_OF_HASH] = self.recording.last_hash
+        if self.plan.mode is Mode.FORK and self.plan.fork_at is not None:
+            marks[semconv.REPLAY_FORK_AT] = str(self.plan.fork_at)
+        if self.grant:
+            marks[semconv.REPLAY_GRANT] = self.grant
         return marks
 
     # --- the interceptor ---------------------------------------------------------------

@@ -37,9 +37,10 @@ from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err
 from agentreplay_replay.cli._control import AdminOpt
 
 if TYPE_CHECKING:
+    from agentreplay_replay import grants, replayer
     from agentreplay_replay import models as multi
-    from agentreplay_replay import replayer
 else:
+    grants = lazy_module("agentreplay_replay.grants")
     multi = lazy_module("agentreplay_replay.models")
     replayer = lazy_module("agentreplay_replay.replayer")
 
@@ -127,7 +128,7 @@ def models(
             trials = multi.try_models(source, forks, full, model, at=at, stored=stored, base_urls=base_urls,
                                       command=agent_cmd, otlp=otlp, allow_unverified=allow_unverified,
                                       timeout_s=timeout_s, stdout=sys.stderr if json_ else sys.stdout,
-                                      stderr=sys.stderr)
+                                      stderr=sys.stderr, granter=_granter(collector, admin_token))
         except (ValueError, replayer.ReplayError) as exc:
             raise CLIError(str(exc)) from exc
         saved, why = _save(source, collector, admin_token, trials.records())
@@ -138,6 +139,11 @@ def models(
     out.print(_summary(trials))
     if why:
         err.print(f"[yellow]not stored: {why}")
+
+
+def _granter(collector: str | None, admin_token: str | None) -> grants.Granter:
+    """Where each fork's grant comes from: this collector, with the admin token; else the org key."""
+    return grants.Granter.from_environment(collector=collector, admin_token=admin_token)
 
 
 def _forks(source: RunReader, collector: str | None, otlp_endpoint: str | None) -> tuple[RunReader, str | None]:

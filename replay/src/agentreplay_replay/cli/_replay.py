@@ -34,8 +34,9 @@ from agentreplay_replay.cli._common import (
 from agentreplay_replay.diffing import first_difference, pair_steps, request_changes
 
 if TYPE_CHECKING:
-    from agentreplay_replay import replayer
+    from agentreplay_replay import grants, replayer
 else:
+    grants = lazy_module("agentreplay_replay.grants")
     replayer = lazy_module("agentreplay_replay.replayer")
 
 PANEL = "Replay"
@@ -61,10 +62,11 @@ def _replay(source: RunReader, run_id: str, plan: Plan, command: list[str], allo
     client = source if isinstance(source, Collector) else Collector(collector)
     otlp = otlp_endpoint or client.otlp_endpoint()
     stored_in = client if otlp and client.healthy() else None  # where the replay's run is looked for after
+    granter = grants.Granter.from_environment(collector=client.url, admin_token=client.token)
     try:
         return replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified,
                             otlp=otlp, stored_in=stored_in, stdout=sys.stderr if json_ else sys.stdout,
-                            stderr=sys.stderr)
+                            stderr=sys.stderr, granter=granter)
     except replayer.ReplayError as exc:
         raise CLIError(str(exc)) from exc
 
