@@ -65,6 +65,8 @@ def test_the_agent_token_is_carried_to_the_collector() -> None:
         assert protocol["include_metadata"] is True
     headers = doc["extensions"]["headers_setter"]["headers"]
     assert {"key": "authorization", "from_context": "authorization", "action": "upsert"} in headers
+    # the token authenticates only with the agent's proof of possession beside it
+    assert {"key": "agentreplay-proof", "from_context": "agentreplay-proof", "action": "upsert"} in headers
     otlp = doc["exporters"]["loadbalancing"]["protocol"]["otlp"]
     assert otlp["auth"]["authenticator"] == "headers_setter"
 
