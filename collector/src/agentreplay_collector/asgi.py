@@ -2,7 +2,8 @@
 
 The collector runs several servers (OTLP/HTTP, the control API) next to the gRPC server
 in one asyncio loop and handles signals itself, so uvicorn must not install its own
-signal handlers; the bound port is read back so that port 0 works.
+signal handlers; the bound port is read back so that port 0 works. With ``tls`` it serves HTTPS
+(the listener's ``tls`` settings, loaded into an :class:`ssl.SSLContext`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 import uvicorn
 
 from agentreplay_collector.config import Endpoint
+from agentreplay_collector.tls import ServerTls, server_context
 
 
 class _Server(uvicorn.Server):
@@ -26,8 +28,9 @@ class _Server(uvicorn.Server):
 
 
 class AsgiServer:
-    def __init__(self, app: Any, endpoint: Endpoint, name: str) -> None:
+    def __init__(self, app: Any, endpoint: Endpoint, name: str, *, tls: ServerTls | None = None) -> None:
         self.name = name
+        context = server_context(tls) if tls is not None else None
         config = uvicorn.Config(
             app,
             host=endpoint.host,
@@ -39,6 +42,7 @@ class AsgiServer:
             loop="none",
             timeout_graceful_shutdown=5,
             server_header=False,
+            ssl_context_factory=(lambda _config, _default: context) if context is not None else None,
         )
         self._endpoint = endpoint
         self._server = _Server(config)

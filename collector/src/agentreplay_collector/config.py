@@ -27,6 +27,7 @@ import yaml
 from agentreplay_collector.errors import ConfigError
 from agentreplay_collector.incidents import IncidentCaps
 from agentreplay_collector.reader import DEFAULT_CONTROL_HOST, DEFAULT_CONTROL_PORT
+from agentreplay_collector.tls import DEFAULT_MIN_VERSION, ServerTls, TlsFileError, check_server_tls
 from agentreplay_otel.core import (
     IdentityError,
     key_id,
@@ -76,6 +77,7 @@ class GrpcReceiverConfig:
     endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4317)
     max_recv_msg_size_mib: int = 16
     include_metadata: bool = False  # the request's authorization may travel on (headers_setter)
+    tls: ServerTls | None = None  # None: plaintext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +85,7 @@ class HttpReceiverConfig:
     endpoint: Endpoint = Endpoint(host="127.0.0.1", port=4318)
     max_request_body_size: int = 16 * MIB
     include_metadata: bool = False
+    tls: ServerTls | None = None  # None: plaintext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,6 +138,7 @@ class ControlConfig:
 
     endpoint: Endpoint = Endpoint(host=DEFAULT_CONTROL_HOST, port=DEFAULT_CONTROL_PORT)
     insecure: bool = False
+    tls: ServerTls | None = None  # None: plaintext
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -487,6 +491,7 @@ def _parse_otlp(sec: _Section) -> OtlpReceiverConfig:
             endpoint=g.endpoint("endpoint", GrpcReceiverConfig.endpoint),
             max_recv_msg_size_mib=g.integer("max_recv_msg_size_mib", 16, minimum=1, maximum=2047),
             include_metadata=g.boolean("include_metadata", False),
+            tls=_parse_server_tls(g, grpc=True),
         )
         g.done()
     if protocols.has("http"):
@@ -495,6 +500,7 @@ def _parse_otlp(sec: _Section) -> OtlpReceiverConfig:
             endpoint=h.endpoint("endpoint", HttpReceiverConfig.endpoint),
             max_request_body_size=h.integer("max_request_body_size", 16 * MIB, minimum=1),
             include_metadata=h.boolean("include_metadata", False),
+            tls=_parse_server_tls(h),
         )
         h.done()
     protocols.done()
@@ -587,10 +593,36 @@ def _parse_clickhouse(sec: _Section) -> ClickHouseConfig:
 
 def _parse_control(sec: _Section) -> ControlConfig:
     cfg = ControlConfig(
-        endpoint=sec.endpoint("endpoint", ControlConfig.endpoint), insecure=sec.boolean("insecure", False)
+        endpoint=sec.endpoint("endpoint", ControlConfig.endpoint),
+        insecure=sec.boolean("insecure", False),
+        tls=_parse_server_tls(sec),
     )
     sec.done()
     return cfg
+
+
+def _parse_server_tls(parent: _Section, *, grpc: bool = False) -> ServerTls | None:
+    """A listener's ``tls`` (otelcol's server settings): ``cert_file`` and ``key_file``, ``client_ca_file``
+    for mutual TLS, ``min_version``; each file loaded now, so that one that does not stops the start, named.
+    Absent or empty: plaintext."""
+    if parent.get("tls") is None:
+        return None
+    sec = parent.section("tls")
+    cert, key, client_ca = sec.string("cert_file"), sec.string("key_file"), sec.string("client_ca_file")
+    version = sec.get("min_version")
+    sec.done()
+    if cert is None or key is None:
+        raise ConfigError(sec.at("cert_file" if cert is None else "key_file"),
+                          "cert_file and key_file together: the listener's certificate and its private key (PEM)")
+    if version is not None and (isinstance(version, bool) or str(version) not in ("1.0", "1.1", "1.2", "1.3")):
+        raise ConfigError(sec.at("min_version"), '"1.2" or "1.3"', version)
+    tls = ServerTls(cert_file=Path(cert), key_file=Path(key), client_ca_file=Path(client_ca) if client_ca else None,
+                    min_version=DEFAULT_MIN_VERSION if version is None else str(version))
+    try:
+        check_server_tls(tls, grpc=grpc)
+    except TlsFileError as exc:
+        raise ConfigError(sec.at(exc.key), str(exc)) from None
+    return tls
 
 
 def _parse_scope(sec: _Section) -> ScopeConfig:
@@ -938,7 +970,26 @@ def _secret_files(config: CollectorConfig, p: TracesPipeline, ext_ids: tuple[str
     if config.scope is not None and config.scope.admin_token_file is not None:
         proc = next(c for c in p.processors if _component_type(c) == "agentreplay_scope")
         files.append(SecretFile(key=f"processors.{proc}.admin_token_file", path=config.scope.admin_token_file))
+    for key, tls in tls_listeners(config, p, ext_ids):
+        if tls is not None and all(f.path != tls.key_file for f in files):  # one key may serve every listener
+            files.append(SecretFile(key=f"{key}.tls.key_file", path=tls.key_file))
     return tuple(files)
+
+
+def tls_listeners(
+    config: CollectorConfig, p: TracesPipeline | None = None, ext_ids: tuple[str, ...] = ()
+) -> list[tuple[str, ServerTls | None]]:
+    """Each listener's dotted key and its ``tls`` (None: plaintext), in the order of the file."""
+    p = p or config.pipeline
+    otlp_id = next((r for r in p.receivers if _component_type(r) == "otlp"), "otlp")
+    control_id = next((e for e in ext_ids if _component_type(e) == "agentreplay_control"), "agentreplay_control")
+    found: list[tuple[str, ServerTls | None]] = []
+    for name, receiver in (("grpc", config.otlp.grpc), ("http", config.otlp.http)):
+        if receiver is not None:
+            found.append((f"receivers.{otlp_id}.protocols.{name}", receiver.tls))
+    if config.control is not None:
+        found.append((f"extensions.{control_id}", config.control.tls))
+    return found
 
 
 def open_to_others(path: Path) -> int | None:

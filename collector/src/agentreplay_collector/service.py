@@ -112,9 +112,33 @@ class Collector:
             from agentreplay_collector import console
 
             app.router.routes.extend(console.routes(self, access))  # /ui, its live feed and incident files
-            self._control = AsgiServer(app, config.control.endpoint, "control")
+            app.router.routes.extend(self._identity_routes(config))  # the collector proves itself to the CLI
+            self._control = AsgiServer(app, config.control.endpoint, "control", tls=config.control.tls)
+        for key, tls, endpoint in self._listeners(config):
+            if tls is None and not endpoint.is_loopback:
+                _log.warning("%s listens on %s in plaintext: tokens and runs cross the network readable "
+                             "(set its tls: cert_file, key_file; agentreplay init --production --tls)", key, endpoint)
         self._schema_task: asyncio.Task[None] | None = None
         self._stopped = asyncio.Event()
+
+    def _identity_routes(self, config: CollectorConfig) -> list[Any]:
+        """``POST /v1/identity``: a challenge signed with the transparency-log key (:mod:`.collectorid`)."""
+        from agentreplay_collector import collectorid
+        from agentreplay_collector.translog import LogSigner
+
+        if config.transparency is None:
+            return collectorid.routes(None, None)
+        signer = self.log.signer if self.log is not None and self.log.signer is not None else None
+        signer = signer or LogSigner.load(config.transparency)
+        return collectorid.routes(signer.key, signer.certificate)
+
+    @staticmethod
+    def _listeners(config: CollectorConfig) -> list[tuple[str, Any, Any]]:
+        """Each listener's config key, its ``tls`` and its endpoint."""
+        from agentreplay_collector.config import tls_listeners
+
+        ends = [c.endpoint for c in (config.otlp.grpc, config.otlp.http, config.control) if c is not None]
+        return [(key, tls, end) for (key, tls), end in zip(tls_listeners(config), ends, strict=True)]
 
     @staticmethod
     def _build_scope(config: CollectorConfig, store: Store | None, owners: RunOwners) -> ScopeProcessor | None:
@@ -205,8 +229,10 @@ class Collector:
 
     @property
     def endpoints(self) -> Endpoints:
-        def at(cfg: Any, port: int) -> str | None:
-            return f"{cfg.endpoint.host}:{port}" if cfg is not None else None
+        def at(cfg: Any, port: int) -> str | None:  # a TLS listener as https://host:port
+            if cfg is None:
+                return None
+            return f"{'https://' if cfg.tls is not None else ''}{cfg.endpoint.host}:{port}"
 
         return Endpoints(
             grpc=at(self.config.otlp.grpc, self.grpc.port) if self.grpc else None,

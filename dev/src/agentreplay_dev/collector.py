@@ -106,6 +106,11 @@ def add_transparency(config: Path, log_dir: Path, org_private: Path, *, interval
     return config
 
 
+def _url(endpoint: str | None) -> str:
+    """A listener's URL: ``https://`` as the ready line gives a TLS one, ``http://`` for the others."""
+    return str(endpoint) if "://" in str(endpoint) else f"http://{endpoint}"
+
+
 class CollectorProcess:
     """``agentreplay-collector --config PATH`` as a subprocess; knows the ports it bound."""
 
@@ -141,15 +146,16 @@ class CollectorProcess:
 
     @property
     def grpc(self) -> str:
-        return str(self.endpoints["grpc"])
+        """``host:port`` (a TLS receiver's too: the ready line says ``https://host:port``)."""
+        return str(self.endpoints["grpc"]).split("://", 1)[-1]
 
     @property
     def http(self) -> str:
-        return f"http://{self.endpoints['http']}"
+        return _url(self.endpoints["http"])
 
     @property
     def control(self) -> str:
-        return f"http://{self.endpoints['control']}"
+        return _url(self.endpoints["control"])
 
     def client(self) -> CollectorClient:
         return CollectorClient(self.control)

@@ -21,6 +21,7 @@ from agentreplay_collector.errors import CollectorError, RequestError, StoreUnav
 from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.signals import SignalPipeline
+from agentreplay_collector.tls import grpc_server_credentials
 from agentreplay_otel.core import proof
 
 _log = logging.getLogger(__name__)
@@ -62,7 +63,10 @@ class GrpcReceiver:
             handlers.append(grpc.method_handlers_generic_handler(service, {"Export": export}))
         self.server.add_generic_rpc_handlers(tuple(handlers))
         address = str(self.config.endpoint)
-        self.port = self.server.add_insecure_port(address)
+        if self.config.tls is None:
+            self.port = self.server.add_insecure_port(address)
+        else:  # TLS (a client certificate required with client_ca_file)
+            self.port = self.server.add_secure_port(address, grpc_server_credentials(self.config.tls))
         if not self.port:
             raise OSError(f"cannot bind the OTLP/gRPC receiver to {address}")
         await self.server.start()

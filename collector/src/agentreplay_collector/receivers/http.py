@@ -208,7 +208,9 @@ class HttpReceiver:
         fanout: Fanout | None = None,
     ) -> None:
         self.config = config
-        self._server = AsgiServer(build_app(pipeline, config, signals, fanout), config.endpoint, "otlp-http")
+        self._server = AsgiServer(
+            build_app(pipeline, config, signals, fanout), config.endpoint, "otlp-http", tls=config.tls
+        )
 
     @property
     def port(self) -> int:
