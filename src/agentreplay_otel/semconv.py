@@ -214,6 +214,18 @@ ENV_START_FAIL_MODE: Final = "AGENTREPLAY_START_FAIL_MODE"
 ENV_AUTHORIZE_DEADLINE_MS: Final = "AGENTREPLAY_AUTHORIZE_DEADLINE_MS"
 ENV_ADMIN_TOKEN: Final = "AGENTREPLAY_ADMIN_TOKEN"
 ENV_ORG_KEY: Final = "AGENTREPLAY_ORG_KEY"  # the org's private key file (CLI only)
+# TLS to the control endpoint (SDK and CLI): the CA file the collector's certificate is checked against
+# (only it: a pinned CA), else OTEL_EXPORTER_OTLP_CERTIFICATE's; a client certificate and key for mTLS,
+# else OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE's and _CLIENT_KEY's.
+ENV_CONTROL_CERTIFICATE: Final = "AGENTREPLAY_CONTROL_CERTIFICATE"
+ENV_CONTROL_CLIENT_CERTIFICATE: Final = "AGENTREPLAY_CONTROL_CLIENT_CERTIFICATE"
+ENV_CONTROL_CLIENT_KEY: Final = "AGENTREPLAY_CONTROL_CLIENT_KEY"
+ENV_OTLP_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_CERTIFICATE"
+ENV_OTLP_CLIENT_CERTIFICATE: Final = "OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE"
+ENV_OTLP_CLIENT_KEY: Final = "OTEL_EXPORTER_OTLP_CLIENT_KEY"
+# The collector the CLI was set up with (CLI only): its log key's certificate (log/log.cert.json); the CLI
+# sends a token only to a collector that signs a fresh challenge with that key.
+ENV_COLLECTOR_IDENTITY: Final = "AGENTREPLAY_COLLECTOR_IDENTITY"
 ENV_REPLAY_GRANT: Final = "AGENTREPLAY_REPLAY_GRANT"  # the replay grant the CLI hands a replayed agent
 ENV_ANALYSIS_BASE_URL: Final = "AGENTREPLAY_ANALYSIS_BASE_URL"  # the LLM judge's OpenAI-compatible endpoint
 ENV_ANALYSIS_API_KEY: Final = "AGENTREPLAY_ANALYSIS_API_KEY"

@@ -1,6 +1,14 @@
 """A client for the collector's read API, with the :class:`~agentreplay_collector.store.RunReader` methods.
 
 Standard library only (urllib), so a reader needs nothing the collector does not.
+
+A token goes only to the collector the client was set up with. Over ``https`` the collector's
+certificate is checked against ``$AGENTREPLAY_CONTROL_CERTIFICATE`` (the CA ``init --tls`` made; only
+that CA), else ``$OTEL_EXPORTER_OTLP_CERTIFICATE``, else the system's roots; with
+``$AGENTREPLAY_COLLECTOR_IDENTITY`` (the pin ``init`` prints: the collector's log-key certificate) the
+collector must first sign a fresh challenge with that key (:mod:`.collectorid`). A token never goes in
+plaintext off loopback. When the collector answering is not the pinned one, :class:`CollectorNotTrusted`
+says so and nothing carrying the token was sent.
 """
 
 from __future__ import annotations
@@ -8,17 +16,33 @@ from __future__ import annotations
 import base64
 import json
 import os
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector import collectorid
 from agentreplay_collector.errors import StoreError, StoreUnavailable
 from agentreplay_collector.models import ChainStatus, RunSummary, TraceSummary, span_from_json
 from agentreplay_collector.reader import DEFAULT_COLLECTOR, DEFAULT_DATABASE, DEFAULT_STORE, RunReader
-from agentreplay_otel.core import SpanRecord, semconv
+from agentreplay_collector.tls import TlsFileError, client_context, client_tls_from_env, is_loopback_host
+from agentreplay_otel.core import IdentityError, SpanRecord, semconv
+
+CONTROL_TLS_VARIABLES = {
+    "ca": (semconv.ENV_CONTROL_CERTIFICATE, semconv.ENV_OTLP_CERTIFICATE),
+    "cert": (semconv.ENV_CONTROL_CLIENT_CERTIFICATE, semconv.ENV_OTLP_CLIENT_CERTIFICATE),
+    "key": (semconv.ENV_CONTROL_CLIENT_KEY, semconv.ENV_OTLP_CLIENT_KEY),
+}
+"""Where the control endpoint's TLS files are named, first set wins (the SDK's ControlClient reads the same)."""
+
+
+class CollectorNotTrusted(StoreError):
+    """The server at the collector's URL is not the collector the client is pinned to (or a token would
+    cross the network in plaintext): nothing carrying a token was sent to it."""
 
 
 def collector_url(given: str | None = None) -> str:
@@ -36,12 +60,104 @@ class CollectorClient:
     an agent's identity token reads that agent's own runs. None is sent only when neither is set
     (a collector whose reads are open on loopback needs none)."""
 
-    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0, token: str | None = None) -> None:
+    def __init__(self, url: str | None = None, *, timeout_s: float = 30.0, token: str | None = None,
+                 identity: str | os.PathLike[str] | None = None) -> None:
         self.url = collector_url(url)
         self.timeout_s = timeout_s
         self.token = token or os.environ.get(semconv.ENV_ADMIN_TOKEN) or None
-        # A collector is a local service: never send its reads through an HTTP proxy.
-        self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        pin = identity or os.environ.get(semconv.ENV_COLLECTOR_IDENTITY) or None
+        self.identity = Path(pin).expanduser() if pin else None  # the pinned collector (collectorid)
+        self._verified = False
+        self._opened: urllib.request.OpenerDirector | None = None
+
+    @property
+    def _opener(self) -> urllib.request.OpenerDirector:
+        """urllib, never through an HTTP proxy (a collector is a local service), checking TLS against
+        the pinned CA (:data:`CONTROL_TLS_VARIABLES`)."""
+        if self._opened is None:
+            handlers: list[urllib.request.BaseHandler] = [urllib.request.ProxyHandler({})]
+            if self.url.startswith("https://"):
+                try:
+                    context = client_context(client_tls_from_env(os.environ, CONTROL_TLS_VARIABLES))
+                except TlsFileError as exc:
+                    names = " or ".join(CONTROL_TLS_VARIABLES.get(exc.key, ()))
+                    raise CollectorNotTrusted(f"cannot check the collector's TLS certificate: {names}: {exc}") from exc
+                handlers.append(urllib.request.HTTPSHandler(context=context))
+            self._opened = urllib.request.build_opener(*handlers)
+        return self._opened
+
+    def verify_collector(self) -> None:
+        """Make sure the collector at :attr:`url` is the one this client may send a token to (once per
+        client): no plaintext off loopback, and the pinned identity proved when one is given.
+        :class:`CollectorNotTrusted` if not, :class:`StoreUnavailable` when nothing answers."""
+        if self._verified:
+            return
+        parts = urllib.parse.urlsplit(self.url)
+        if parts.scheme != "https" and not is_loopback_host(parts.hostname or ""):
+            raise CollectorNotTrusted(
+                f"refusing to send a token in plaintext to {parts.hostname} ({self.url}): use https "
+                "(agentreplay init --production --tls) or a loopback address")
+        if self.identity is not None:
+            try:
+                pinned = collectorid.load_pin(self.identity)
+            except IdentityError as exc:
+                raise CollectorNotTrusted(f"{semconv.ENV_COLLECTOR_IDENTITY}: {exc}") from exc
+            challenge = collectorid.new_challenge()
+            try:
+                doc = self._call("POST", collectorid.PATH, body={"challenge": challenge}, token=False)
+            except urllib.error.HTTPError as exc:
+                raise CollectorNotTrusted(
+                    f"the server at {self.url} is not the pinned collector: it proves no identity ({exc.code} "
+                    f"{_error_text(exc)}); another process may hold the collector's port. No token was sent") from exc
+            except ValueError as exc:
+                raise CollectorNotTrusted(f"the server at {self.url} is not the pinned collector: its answer is not "
+                                          "JSON; another process may hold the collector's port. No token was sent") from exc
+            try:
+                collectorid.verify(doc, challenge, pinned)
+            except collectorid.IdentityMismatch as exc:
+                raise CollectorNotTrusted(
+                    f"the server at {self.url} is not the pinned collector ({semconv.ENV_COLLECTOR_IDENTITY}="
+                    f"{self.identity}): {exc}; another process may hold the collector's port. No token was sent"
+                ) from exc
+        self._verified = True
+
+    def _call(self, method: str, path: str, *, body: Any = None, token: bool = True,
+              timeout_s: float | None = None) -> Any:
+        """One request, its JSON answer. ``token``: with the token, once :meth:`verify_collector` passed.
+        urllib's HTTPError (and ValueError for an answer that is not JSON) go to the caller; a TLS
+        certificate that does not verify is :class:`CollectorNotTrusted`, nothing answering StoreUnavailable."""
+        headers = {"Content-Type": "application/json"} if body is not None else {}
+        if token:
+            headers |= self.auth_headers()
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with self._opener.open(request, timeout=timeout_s or self.timeout_s) as response:
+                return json.loads(response.read())
+        except urllib.error.HTTPError:
+            raise
+        except urllib.error.URLError as exc:
+            if isinstance(exc.reason, ssl.SSLCertVerificationError):
+                raise CollectorNotTrusted(
+                    f"the server at {self.url} is not the pinned collector: its TLS certificate does not verify "
+                    f"({exc.reason.verify_message}; checked against {_ca_shown()}). No token was sent") from exc
+            if isinstance(exc.reason, ssl.SSLError):
+                raise StoreUnavailable(f"TLS with the collector at {self.url} failed: {exc.reason}{self._hint()}") from exc
+            raise StoreUnavailable(f"no collector answers at {self.url}: {exc.reason}{self._hint()}") from exc
+        except ssl.SSLError as exc:  # after the handshake: e.g. the server asked for a client certificate
+            raise StoreUnavailable(f"TLS with the collector at {self.url} failed: {exc}{self._hint()}") from exc
+        except OSError as exc:
+            raise StoreUnavailable(f"no collector answers at {self.url}: {exc}{self._hint()}") from exc
+
+    def _hint(self) -> str:
+        """Over TLS without a client certificate, a collector that requires one (mutual TLS) closes the
+        connection after the handshake: say so, since the error alone does not."""
+        if not self.url.startswith("https://"):
+            return ""
+        if client_tls_from_env(os.environ, CONTROL_TLS_VARIABLES).cert_file is not None:
+            return ""
+        return (f" (if the collector requires a client certificate, name it: {semconv.ENV_CONTROL_CLIENT_CERTIFICATE}"
+                f" and {semconv.ENV_CONTROL_CLIENT_KEY})")
 
     def _get(
         self,
@@ -50,13 +166,12 @@ class CollectorClient:
         *,
         timeout_s: float | None = None,
         missing_ok: bool = False,
+        token: bool = True,
     ) -> Any:
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        url = f"{self.url}{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        request = urllib.request.Request(url, headers=self.auth_headers())
+        target = path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         try:
-            with self._opener.open(request, timeout=timeout_s or self.timeout_s) as response:
-                return json.loads(response.read())
+            return self._call("GET", target, timeout_s=timeout_s, token=token)
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and missing_ok:
                 return None
@@ -64,15 +179,20 @@ class CollectorClient:
             if exc.code == 503:
                 raise StoreUnavailable(f"collector at {self.url}: {detail}") from exc
             raise StoreError(f"collector at {self.url} answered {exc.code}: {detail}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise StoreUnavailable(f"no collector answers at {self.url}: {exc}") from exc
+        except ValueError as exc:
+            raise StoreUnavailable(f"the server at {self.url} answers, but not as a collector: {exc}") from exc
 
     def auth_headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        """The token's header, once the collector proved it is the one pinned (:meth:`verify_collector`)."""
+        if not self.token:
+            return {}
+        self.verify_collector()
+        return {"Authorization": f"Bearer {self.token}"}
 
     def healthy(self, *, timeout_s: float = 0.5) -> bool:
+        """Whether a collector answers (asked without the token: health needs none)."""
         try:
-            doc = self._get("/v1/health", timeout_s=timeout_s)
+            doc = self._get("/v1/health", timeout_s=timeout_s, token=False)
         except StoreError:
             return False
         return isinstance(doc, dict) and doc.get("status") == "ok"
@@ -140,6 +260,13 @@ class CollectorClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _ca_shown() -> str:
+    for variable in CONTROL_TLS_VARIABLES["ca"]:
+        if os.environ.get(variable):
+            return f"{variable}={os.environ[variable]}"
+    return "the system's CA certificates"
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -116,18 +115,21 @@ class Collector(CollectorClient):
         return [ModelAccuracy.from_json(a) for a in doc["accuracy"]]
 
     def _send(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        """One call to the control API, its JSON object; every failure a :class:`CLIError` (exit 2): a refusal,
+        nothing answering, an answer that is not the collector's, a collector that is not the pinned one."""
         query = {k: v for k, v in (params or {}).items() if v is not None}
-        url = self.url + path + (f"?{urllib.parse.urlencode(query)}" if query else "")
-        headers = {"Content-Type": "application/json", **self.auth_headers()}
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(url, data=data, method=method, headers=headers)
+        target = path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         try:
-            with self._opener.open(request, timeout=self.timeout_s) as response:
-                return json.loads(response.read())
+            doc = self._call(method, target, body=body)
         except urllib.error.HTTPError as exc:
             raise CLIError(f"the collector refused: {exc.code} {_error_detail(exc)}".strip()) from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise CLIError(f"no collector answers at {self.url}: {exc}") from exc
+        except ValueError as exc:
+            raise CLIError(f"the server at {self.url} answers, but not as a collector (not JSON)") from exc
+        except StoreError as exc:
+            raise CLIError(str(exc)) from exc
+        if not isinstance(doc, dict):
+            raise CLIError(f"the server at {self.url} answers, but not as a collector: {str(doc)[:80]!r}")
+        return doc
 
 
 

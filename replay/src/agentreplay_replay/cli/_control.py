@@ -53,7 +53,9 @@ def kill(
       agentreplay kill --agent flight-booker
     """
     scope, target = _target(run_id, agent)
-    doc = Collector(collector, admin_token=admin_token).halt(scope, target, reason)
+    client = Collector(collector, admin_token=admin_token)
+    doc = client.halt(scope, target, reason)
+    _confirmed(client, doc, scope, target, "halt")
     out.print(f"halted {scope} {target}: {doc.get('reason', reason)}")
 
 
@@ -71,8 +73,17 @@ def resume(
       agentreplay resume --agent flight-booker
     """
     scope, target = _target(run_id, agent)
-    Collector(collector, admin_token=admin_token).resume(scope, target)
+    client = Collector(collector, admin_token=admin_token)
+    _confirmed(client, client.resume(scope, target), scope, target, "resume")
     out.print(f"resumed {scope} {target}")
+
+
+def _confirmed(client: Collector, doc: dict[str, object], scope: str, target: str, what: str) -> None:
+    """The collector's answer names the halt or resume asked for; anything else (a server that answers 200 to
+    every request) is not a collector's confirmation, and the command fails instead of saying it was done."""
+    if doc.get("scope") != scope or str(doc.get("target", "")).lower() != target.lower():
+        raise CLIError(f"the server at {client.url} did not confirm the {what} of {scope} {target}: it answers, "
+                       "but not as a collector. Nothing is known to be done")
 
 
 @app.command(rich_help_panel=PANEL)
