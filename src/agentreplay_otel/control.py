@@ -8,6 +8,10 @@ collector pushes halts and resumes down, read by a daemon thread that reconnects
 
 Standard library only, so the SDK stays light. Failures are mapped to
 :class:`ControlUnavailable` here, at the boundary; the guard decides what they mean.
+
+An ``https://`` endpoint is checked against the CA :mod:`.controltls` names (the OTLP exporters'
+``OTEL_EXPORTER_OTLP_CERTIFICATE`` unless ``AGENTREPLAY_CONTROL_CERTIFICATE`` says otherwise), with a
+client certificate for mutual TLS where one is named.
 """
 
 from __future__ import annotations
@@ -15,13 +19,16 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import os
 import socket
+import ssl
 import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentreplay_otel.controltls import control_ssl_context
 from agentreplay_otel.proof import Prover
 
 _log = logging.getLogger(__name__)
@@ -49,7 +56,9 @@ class ControlUnavailable(Exception):
 
 
 class ControlClient:
-    def __init__(self, url: str = DEFAULT_CONTROL, *, prover: Prover | None = None) -> None:
+    def __init__(
+        self, url: str = DEFAULT_CONTROL, *, prover: Prover | None = None, tls: ssl.SSLContext | None = None
+    ) -> None:
         if "://" not in url:
             url = f"http://{url}"
         parts = urllib.parse.urlsplit(url)
@@ -59,6 +68,8 @@ class ControlClient:
         self._https = parts.scheme == "https"
         self._host = parts.hostname or "127.0.0.1"
         self._port = parts.port or (443 if self._https else 80)
+        # https: verified against the CA the environment names (controltls), unless given a context
+        self._tls = (tls or control_ssl_context(os.environ)) if self._https else None
         self._headers = {"Content-Type": "application/json"}
         self._prover = prover
         self._local = threading.local()
@@ -73,8 +84,10 @@ class ControlClient:
     def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            cls = _TLSConnection if self._https else _Connection
-            conn = cls(self._host, self._port, timeout=timeout_s)
+            if self._https:
+                conn = _TLSConnection(self._host, self._port, timeout=timeout_s, context=self._tls)
+            else:
+                conn = _Connection(self._host, self._port, timeout=timeout_s)
             self._local.conn = conn
         conn.timeout = timeout_s
         if conn.sock is not None:
@@ -182,8 +195,11 @@ class Watcher:
 
     def _stream(self) -> None:
         c = self._client
-        cls = http.client.HTTPSConnection if c._https else http.client.HTTPConnection
-        conn = cls(c._host, c._port, timeout=30.0)  # the server pings every few seconds
+        conn: http.client.HTTPConnection
+        if c._https:  # the server pings every few seconds
+            conn = http.client.HTTPSConnection(c._host, c._port, timeout=30.0, context=c._tls)
+        else:
+            conn = http.client.HTTPConnection(c._host, c._port, timeout=30.0)
         self._conn = conn
         try:
             path = "/v1/watch?" + urllib.parse.urlencode({"agent": self._agent})

@@ -133,7 +133,7 @@ def _otlp(signal: Signal, name: str, env: Mapping[str, str], prover: Prover | No
     exporter_class = _load(kind.http if over_http else kind.grpc)
     headers = auth_headers(signal, env, prover, "Authorization" if over_http else "authorization")
     if prover is None or prover.key is None:
-        return exporter_class(headers=headers)
+        return exporter_class(headers=headers, **({"session": ca_session()} if over_http else {}))
     if over_http:
         return exporter_class(headers=headers, session=proving_session(signal, prover))
     exporter = exporter_class(headers=headers)
@@ -160,6 +160,23 @@ def check_tls_files(signal: Signal, env: Mapping[str, str]) -> None:
                 raise ConfigurationError(f"{variable}={path}: not a readable file ({exc.strerror})") from exc
 
 
+def ca_session() -> Any:
+    """A ``requests`` session for an OTLP/HTTP exporter whose CA file (``OTEL_EXPORTER_OTLP_[TRACES_]CERTIFICATE``,
+    set on the session by the exporter) is the one checked: requests lets ``REQUESTS_CA_BUNDLE`` or
+    ``CURL_CA_BUNDLE`` in the environment replace a session's own CA file on every request, so an agent on a
+    machine that sets them (many do, for the system's bundle) would check the collector against the wrong CAs."""
+    import requests
+
+    class _Session(requests.Session):
+        def merge_environment_settings(self, url: Any, proxies: Any, stream: Any, verify: Any, cert: Any) -> Any:
+            settings = super().merge_environment_settings(url, proxies, stream, verify, cert)
+            if isinstance(self.verify, str) and verify in (None, True):
+                settings["verify"] = self.verify
+            return settings
+
+    return _Session()
+
+
 def _load(where: tuple[str, str]) -> Any:
     module, name = where
     return getattr(__import__(module, fromlist=[name]), name)
@@ -167,9 +184,7 @@ def _load(where: tuple[str, str]) -> Any:
 
 def proving_session(signal: Signal, prover: Prover) -> Any:
     """A ``requests`` session for an OTLP/HTTP exporter that sends a proof with each request."""
-    import requests
-
-    session = requests.Session()
+    session = ca_session()
     session.auth = _ProofAuth(prover, OTLP_TARGETS[signal])
     return session
 

@@ -30,6 +30,7 @@ from opentelemetry.trace import Span
 from agentreplay_otel import intercept, semconv
 from agentreplay_otel import manifest as mf
 from agentreplay_otel.control import DEFAULT_CONTROL, ControlClient, ControlUnavailable, Watcher
+from agentreplay_otel.controltls import control_ssl_context
 from agentreplay_otel.errors import ConfigurationError, RunHalted, ScopeViolation
 from agentreplay_otel.identity import load_signed_manifest
 from agentreplay_otel.intercept import Answer, Sandboxed, ToolCall
@@ -387,7 +388,9 @@ def from_settings(current_settings: Settings, environ: Mapping[str, str] | None 
     return Guard(
         manifest=parsed,
         agent_id=creds.agent_id,
-        control=ControlClient(url, prover=creds.prover),
+        control=ControlClient(  # https: the CA the environment names (controltls), checked here, at start
+            url, prover=creds.prover, tls=control_ssl_context(env) if url.startswith("https://") else None
+        ),
         deadline_s=deadline_s,
         signed_manifest=signed,
     )
