@@ -144,8 +144,12 @@ def test_init_writes_the_secrets_owner_only_and_keeps_existing_files(tmp_path: P
 def test_the_config_is_the_production_one(deployment: Deployment) -> None:
     checked = subprocess.run([str(BIN / "agentreplay"), "init", "--validate", str(deployment.dir / "otel-collector.yaml")],
                              env=clean_env(), capture_output=True, text=True, timeout=120)
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "nothing insecure" in checked.stdout
+    # written without --tls to listen on 0.0.0.0: each listener in plaintext is its only finding (with --tls
+    # there is none: tests/security/test_tls.py)
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    named = [line.split(": ")[1] for line in checked.stdout.splitlines() if line.startswith("insecure: ")]
+    assert named == ["receivers.otlp.protocols.grpc.tls", "receivers.otlp.protocols.http.tls",
+                     "extensions.agentreplay_control.tls"], checked.stdout
 
 
 def test_an_agent_without_identity_is_refused(deployment: Deployment, tmp_path: Path) -> None:

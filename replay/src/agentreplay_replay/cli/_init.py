@@ -3,7 +3,9 @@
 ``init --production DIR`` writes the org key, an admin token, the transparency log's key and the
 org's certificate of it, and a collector config with auth on, manifests required, a private read
 API and the log signed; then prints the environment the CLI and the agents need and what to do
-next. ``init DIR`` writes the local-development config. ``init --validate CONFIG`` names each
+next. ``--tls`` adds a private CA and a server certificate, and every listener serves TLS. The CLI's
+lines pin the collector: its log key (it signs a challenge before the CLI sends the admin token) and,
+with TLS, the CA. ``init DIR`` writes the local-development config. ``init --validate CONFIG`` names each
 insecure setting of any config, one line each. Heavy imports (keys, YAML, the collector's config)
 happen inside the command: the CLI's start-up does not pay for them.
 """
@@ -67,13 +69,30 @@ class Layout:
         return self.root / "otel-collector.yaml"
 
     @property
+    def ca_cert(self) -> Path:
+        return self.root / "tls" / "ca.pem"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.root / "tls" / "ca.key"
+
+    @property
+    def server_cert(self) -> Path:
+        return self.root / "tls" / "server.pem"
+
+    @property
+    def server_key(self) -> Path:
+        return self.root / "tls" / "server.key"
+
+    @property
     def store(self) -> Path:
         return self.root / "store"
 
-    def files(self, production: bool) -> list[Path]:
+    def files(self, production: bool, tls: bool = False) -> list[Path]:
         if not production:
             return [self.config]
-        return [self.org_key, self.org_pub, self.admin_token, self.log_key, self.log_cert, self.config]
+        certs = [self.ca_cert, self.ca_key, self.server_cert, self.server_key] if tls else []
+        return [self.org_key, self.org_pub, self.admin_token, self.log_key, self.log_cert, *certs, self.config]
 
 
 @dataclass(frozen=True)
@@ -100,6 +119,9 @@ def init(
     validate: Annotated[
         Path | None, typer.Option("--validate", metavar="CONFIG", help="Name each insecure setting of CONFIG.")
     ] = None,
+    tls: Annotated[
+        bool, typer.Option("--tls", help="Production: a private CA and a server certificate; every listener serves TLS.")
+    ] = False,
 ) -> None:
     """Set up a collector in one command, or check a config for anything insecure.
 
@@ -107,12 +129,15 @@ def init(
     --production DIR writes, into DIR: keys/org.key (0600) and keys/org.pub, admin.token (0600),
     log/log.key (0600) and log/log.cert.json, and otel-collector.yaml; then prints the environment
     for the CLI and for agents, and the next steps. Existing files are kept unless --force.
+    --tls adds tls/ca.pem, tls/ca.key (0600), tls/server.pem and tls/server.key (0600): the server
+    certificate names --host, --listen, this machine, localhost and 127.0.0.1.
     --validate CONFIG: one line per insecure setting, exit 1; exit 0 when there is none.
 
     \b
     Examples:
       agentreplay init --production /etc/agentreplay
       agentreplay init --production ./prod --listen 10.0.0.5 --host collector.internal
+      agentreplay init --production /etc/agentreplay --tls --host collector.internal
       agentreplay init ./dev
       agentreplay init --validate /etc/agentreplay/otel-collector.yaml
     """
@@ -122,20 +147,46 @@ def init(
         raise typer.Exit(_validate(validate))
     if directory is None:
         raise CLIError("give the directory to write into (agentreplay init --production DIR), or --validate CONFIG")
+    if tls and not production:
+        raise CLIError("--tls goes with --production (the development config listens on loopback only)")
     layout = Layout(directory.expanduser().resolve())
-    existing = [path for path in layout.files(production) if path.exists()]
+    existing = [path for path in layout.files(production, tls) if path.exists()]
     if existing and not force:
         raise CLIError(f"{existing[0]} exists; pass --force to replace it (keys replaced stop verifying)")
     if production:
-        _write_production(layout, listen)
-        _print_production(layout, listen, host or _machine_name())
+        _write_production(layout, listen, tls=tls)
+        names = _certificate_names(listen, host) if tls else []
+        if tls:
+            _write_certificates(layout, names)
+        _print_production(layout, listen, host or _machine_name(), tls_names=names)
     else:
         _write_owner_first(layout.config, collector_yaml(layout, production=False, listen="127.0.0.1"), mode=0o644)
         _print_development(layout)
 
 
 # --- writing -----------------------------------------------------------------------------------------
-def _write_production(layout: Layout, listen: str) -> None:
+def _certificate_names(listen: str, host: str | None) -> list[str]:
+    """The names the server certificate is for: how agents reach it, where it listens, this machine, loopback."""
+    import socket
+
+    machine = socket.gethostname()
+    names = [host or machine, listen, machine, "localhost", "127.0.0.1", "::1"]
+    from agentreplay_replay.cli._certs import subject_alternative_names
+
+    return [str(getattr(n, "value", n)) for n in subject_alternative_names(n for n in names if n)]
+
+
+def _write_certificates(layout: Layout, names: list[str]) -> None:
+    """A private CA (its key 0600) and a server certificate from it for ``names`` (its key 0600)."""
+    from agentreplay_replay.cli import _certs
+
+    layout.ca_cert.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    ca = _certs.make_ca(f"AgentReplay collector CA ({layout.root.name})")
+    ca.write(layout.ca_cert, layout.ca_key)
+    _certs.issue(ca, names[0], names=names).write(layout.server_cert, layout.server_key)
+
+
+def _write_production(layout: Layout, listen: str, *, tls: bool = False) -> None:
     from agentreplay_otel import core
 
     for folder in (layout.root, layout.keys, layout.log_key.parent):
@@ -151,7 +202,7 @@ def _write_production(layout: Layout, listen: str) -> None:
     core.write_private_key(log, layout.log_key)
     certificate = core.certify_log_key(org, log.public_key())
     _write_owner_first(layout.log_cert, json.dumps(certificate, indent=2) + "\n", mode=0o644)
-    _write_owner_first(layout.config, collector_yaml(layout, production=True, listen=listen), mode=0o644)
+    _write_owner_first(layout.config, collector_yaml(layout, production=True, listen=listen, tls=tls), mode=0o644)
 
 
 def _write_owner_first(path: Path, text: str, *, mode: int) -> None:
@@ -170,16 +221,19 @@ def _q(value: str) -> str:
     return json.dumps(value)
 
 
-def collector_yaml(layout: Layout, *, production: bool, listen: str) -> str:
+def collector_yaml(layout: Layout, *, production: bool, listen: str, tls: bool = False) -> str:
     """The collector config ``init`` writes, in the grammar of otel-collector.yaml."""
     host = _bracketed(listen)
     if production:
+        wire = ("# Every listener serves TLS with the certificate tls/ca.pem issued (tls: below).\n" if tls else
+                "# The collector speaks plain gRPC and HTTP: off a trusted network, serve TLS (each listener's\n"
+                "# tls: cert_file, key_file; `agentreplay init --production --tls` writes them).\n")
         head = (
             "# AgentReplay collector, production: written by `agentreplay init --production`.\n"
             "# The grammar of otel-collector.yaml (docs/collector.md). Auth is on: every export carries an\n"
             "# identity token the org key issued, for an agent under a signed manifest. Reads take the admin\n"
-            "# token or an agent's own token. The collector speaks plain gRPC and HTTP: off a trusted network,\n"
-            "# put TLS in front of it (identity tokens are bearer tokens).\n"
+            "# token or an agent's own token.\n"
+            f"{wire}"
             "# `agentreplay init --validate` on this file names anything insecure.\n"
         )
         auth = f"    org_public_key: {_q(str(layout.org_pub))}\n"
@@ -212,13 +266,23 @@ def collector_yaml(layout: Layout, *, production: bool, listen: str) -> str:
         transparency = ""
         extensions = "[agentreplay_control, agentreplay_analysis]"
     store = _q(f"${{env:AGENTREPLAY_STORE_ENDPOINT:-chdb://{layout.store}}}")
+
+    def served(indent: str) -> str:  # a listener's tls, when --tls
+        if not tls:
+            return ""
+        return (f"{indent}tls:\n{indent}  cert_file: {_q(str(layout.server_cert))}\n"
+                f"{indent}  key_file: {_q(str(layout.server_key))}   # owner-only\n"
+                f'{indent}  min_version: "1.2"\n')
+
     return (
         f"{head}\n"
         "receivers:\n  otlp:\n    protocols:\n"
         f"      grpc:\n        endpoint: ${{env:AGENTREPLAY_OTLP_GRPC_ENDPOINT:-{host}:{GRPC_PORT}}}\n"
         "        max_recv_msg_size_mib: 16\n"
+        f"{served('        ')}"
         f"      http:\n        endpoint: ${{env:AGENTREPLAY_OTLP_HTTP_ENDPOINT:-{host}:{HTTP_PORT}}}\n"
-        "        max_request_body_size: 16777216\n\n"
+        "        max_request_body_size: 16777216\n"
+        f"{served('        ')}\n"
         "processors:\n"
         f"  agentreplay_auth:\n{auth}"
         "  agentreplay_chain:\n    quiet_period: 2s\n    incomplete_after: 5m\n"
@@ -230,6 +294,7 @@ def collector_yaml(layout: Layout, *, production: bool, listen: str) -> str:
         "extensions:\n"
         f"  agentreplay_control:\n    endpoint: ${{env:AGENTREPLAY_CONTROL_ENDPOINT:-{host}:{CONTROL_PORT}}}\n"
         f"{control_insecure}"
+        f"{served('    ')}"
         "  agentreplay_analysis:\n    poll_interval: 2s\n    judge:\n"
         "      base_url: ${env:AGENTREPLAY_ANALYSIS_BASE_URL:-}\n"
         "      model: ${env:AGENTREPLAY_ANALYSIS_MODEL:-}\n"
@@ -259,19 +324,28 @@ def _say(*lines: str) -> None:
     sys.stdout.write("".join(line + "\n" for line in lines))
 
 
-def _print_production(layout: Layout, listen: str, host: str) -> None:
+def _print_production(layout: Layout, listen: str, host: str, *, tls_names: list[str] | None = None) -> None:
     from agentreplay_otel.core import semconv
 
     local = "127.0.0.1" if listen in ("0.0.0.0", "::", "localhost") else _bracketed(listen)
     agent_host = _bracketed(host)
+    scheme = "https" if tls_names else "http"
+    certs = [
+        (layout.ca_cert, "the private CA: agents and the CLI check the collector against it (copy it to them)"),
+        (layout.ca_key, "the CA's key (owner-only): keep it offline; it issues the collector's certificates"),
+        (layout.server_cert, f"the collector's certificate, for {', '.join(tls_names)}" if tls_names else ""),
+        (layout.server_key, "its key (owner-only)"),
+    ] if tls_names else []
     files = [
         (layout.org_key, "the org's signing key (owner-only): keep it offline once agents are issued"),
         (layout.org_pub, "the org public key: for agents, the collector and verifiers"),
         (layout.admin_token, "the admin token (owner-only)"),
-        (layout.log_key, "the collector's transparency-log key (owner-only)"),
-        (layout.log_cert, "the org's certificate of the log key"),
+        (layout.log_key, "the collector's transparency-log key (owner-only); it also proves the collector to the CLI"),
+        (layout.log_cert, "the org's certificate of the log key: the CLI's pin of this collector"),
+        *certs,
         (layout.manifests, "signed manifests the collector loads at start"),
-        (layout.config, "the collector: auth on, manifests required, private read API, signed log"),
+        (layout.config, "the collector: auth on, manifests required, private read API, signed log"
+                        + (", TLS on every listener" if tls_names else "")),
     ]
     names = [str(path.relative_to(layout.root)) for path, _ in files]
     width = max(map(len, names))
@@ -282,8 +356,11 @@ def _print_production(layout: Layout, listen: str, host: str) -> None:
         "start the collector:",
         f"  agentreplay-collector --config {layout.config}",
         "",
-        "environment for the CLI (on the collector's machine):",
-        f"  export {semconv.ENV_COLLECTOR}=http://{local}:{CONTROL_PORT}",
+        "environment for the CLI (on the collector's machine; the admin token goes only to the collector that "
+        "proves the pinned log key" + (", over TLS checked against the CA):" if tls_names else "):"),
+        f"  export {semconv.ENV_COLLECTOR}={scheme}://{local}:{CONTROL_PORT}",
+        *([f"  export {semconv.ENV_CONTROL_CERTIFICATE}={layout.ca_cert}"] if tls_names else []),
+        f"  export {semconv.ENV_COLLECTOR_IDENTITY}={layout.log_cert}",
         f'  export {semconv.ENV_ADMIN_TOKEN}="$(cat {layout.admin_token})"',
         f"  export {semconv.ENV_ORG_PUBLIC_KEY}={layout.org_pub}",
         f"  export {semconv.ENV_ORG_KEY}={layout.org_key}",
@@ -294,15 +371,21 @@ def _print_production(layout: Layout, listen: str, host: str) -> None:
         f"  agentreplay identity issue --agent AGENT --manifest AGENT.manifest.signed.json --keys {layout.keys}",
         "",
         "environment for agents (with the lines identity issue prints):",
-        f"  export OTEL_EXPORTER_OTLP_ENDPOINT=http://{agent_host}:{GRPC_PORT}",
-        f"  export {semconv.ENV_COLLECTOR}=http://{agent_host}:{CONTROL_PORT}",
+        f"  export OTEL_EXPORTER_OTLP_ENDPOINT={scheme}://{agent_host}:{GRPC_PORT}",
+        *([f"  export {semconv.ENV_OTLP_CERTIFICATE}={layout.ca_cert}"] if tls_names else []),
+        f"  export {semconv.ENV_COLLECTOR}={scheme}://{agent_host}:{CONTROL_PORT}",
         f"  export {semconv.ENV_ORG_PUBLIC_KEY}={layout.org_pub}",
         "  opentelemetry-instrument python agent.py",
         "",
         "check it any time: agentreplay init --validate " + str(layout.config),
     )
-    if listen not in ("127.0.0.1", "::1", "localhost"):
-        _say(f"the collector listens on {listen} in plain gRPC/HTTP: off a trusted network, put TLS in front of it")
+    if tls_names:
+        _say("", f"TLS: agents check the collector against {layout.ca_cert} (OTEL_EXPORTER_OTLP_CERTIFICATE; the "
+             "control client takes it too), so copy that file to each agent's machine and keep "
+             f"{layout.ca_key} offline. For mutual TLS set each listener's tls.client_ca_file (docs/security.md#tls).")
+    elif listen not in ("127.0.0.1", "::1", "localhost"):
+        _say("", f"the collector listens on {listen} in plain gRPC/HTTP: identity tokens and runs cross the network "
+             "readable, and `init --validate` names each listener; `agentreplay init --production --tls` serves TLS")
 
 
 def _print_development(layout: Layout) -> None:
@@ -341,14 +424,27 @@ def _validate(path: Path) -> int:
         _say(f"insecure: {finding.key}: {finding.why}")
     if not findings:
         _say(f"{path}: nothing insecure (auth on, manifests required, read API private, log signed, "
-             "key files owner-only)")
+             "key files owner-only, TLS or loopback on every listener)")
     return 1 if findings else 0
 
 
 def insecure_settings(config: CollectorConfig, path: Path) -> list[Finding]:
     """Everything in ``config`` that leaves runs, reads or keys open, in the order of the file."""
     return [*_auth_findings(config), *_scope_findings(config, path), *_control_findings(config),
-            *_log_findings(config), *_file_findings(config)]
+            *_log_findings(config), *_file_findings(config), *_tls_findings(config)]
+
+
+def _tls_findings(config: CollectorConfig) -> list[Finding]:
+    """Each listener off loopback without TLS: what it carries (identity tokens, the admin token, runs) is readable
+    and changeable on the way."""
+    from agentreplay_collector.config import tls_listeners
+
+    ends = [c.endpoint for c in (config.otlp.grpc, config.otlp.http, config.control) if c is not None]
+    return [Finding(f"{key}.tls", f"none, and {end} is off loopback: identity tokens, the admin token and runs "
+                                  "cross the network in plaintext (tls: cert_file, key_file; agentreplay init "
+                                  "--production --tls)")
+            for (key, tls), end in zip(tls_listeners(config), ends, strict=True)
+            if tls is None and not end.is_loopback]
 
 
 def _auth_findings(config: CollectorConfig) -> list[Finding]:
