@@ -58,7 +58,7 @@ from agentreplay_otel.core import (
 )
 from agentreplay_otel.replay import Divergence, Mode, OnDivergence, Plan, Report
 from agentreplay_replay import case as casefile
-from agentreplay_replay import replayer
+from agentreplay_replay import grants, replayer
 from agentreplay_replay.analysis import Verdict, detect, run_view
 from agentreplay_replay.analysis.constraints import argument_values, mentions
 from agentreplay_replay.analysis.detectors.task_spec import conflict_with
@@ -296,10 +296,12 @@ class AgentReplay:
         program = shlex.split(agent) if isinstance(agent, str) else tuple(agent or self.settings.agent)
         command = [*program, *loaded.recording.entrypoint[1:]] if program else self._recorded(loaded)
         plan = Plan(mode=Mode.REGRESSION, on_divergence=OnDivergence.LIVE)
+        env = self._env()
+        granter = grants.Granter.from_environment(env, collector=self.settings.collector)  # the operator's, if set
         try:
             outcome = replayer.run(casefile.CaseReader(loaded), loaded.run_id, plan, command=command,
                                    otlp=self._otlp(), timeout_s=self.settings.timeout_s, stdout=sys.stdout,
-                                   stderr=sys.stderr, env=self._env())
+                                   stderr=sys.stderr, env=env, granter=granter)
         except replayer.DidNotStart as exc:
             raise AgentDidNotStart("\n".join([str(exc), *exc.stderr_tail])) from exc
         except replayer.CannotStart as exc:
