@@ -34,7 +34,7 @@ from agentreplay_dev.collector import (
     export_http,
     write_config,
 )
-from agentreplay_otel import identity, proof, semconv
+from agentreplay_otel import exporters, identity, proof, semconv
 from agentreplay_otel.control import ControlClient
 
 pytestmark = pytest.mark.e2e
@@ -265,6 +265,7 @@ def test_the_exporters_deflate_is_taken(world: World) -> None:
     exporter = OTLPSpanExporter(
         endpoint=f"{world.collector.http}/v1/traces", compression=Compression.Deflate,
         headers={"authorization": f"Bearer {agent.token}"}, timeout=10,
+        session=exporters.proving_session("traces", proof.Prover(agent.token, agent.key)),
     )
     try:
         assert exporter.export(forge.spans()) == SpanExportResult.SUCCESS

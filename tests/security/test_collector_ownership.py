@@ -25,6 +25,7 @@ from agentreplay_dev.collector import (
     IssuedAgent,
     SpanForge,
     call_control,
+    credential_headers,
     export_grpc,
     export_http,
     write_config,
@@ -150,13 +151,15 @@ class Stream:
 
     url: str
     token: str
+    key: Any
     agent: str
     lines: list[dict[str, Any]] = field(default_factory=list)
 
     def open(self) -> Stream:
         parts = urllib.parse.urlsplit(self.url)
         conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
-        conn.request("GET", f"/v1/watch?agent={self.agent}", headers={"authorization": f"Bearer {self.token}"})
+        conn.request("GET", f"/v1/watch?agent={self.agent}",
+                     headers=credential_headers(self.token, self.key, "GET", "/v1/watch"))
         response = conn.getresponse()
         assert response.status == 200
 
@@ -194,8 +197,8 @@ def wait(check: Callable[[], bool], timeout_s: float = 15.0) -> bool:
 
 def test_a_watch_stream_carries_only_the_watchers_halts(world: World) -> None:
     x, y = world.agent("attacker"), world.agent("victim")
-    xs = Stream(world.collector.control, x.token, x.agent_id).open()
-    ys = Stream(world.collector.control, y.token, y.agent_id).open()
+    xs = Stream(world.collector.control, x.token, x.key, x.agent_id).open()
+    ys = Stream(world.collector.control, y.token, y.key, y.agent_id).open()
     try:
         victim = world.record(y, "wire_money")  # Y's own violation halts Y's run
         operator_halted = world.record(y, "search_flights")
@@ -206,7 +209,7 @@ def test_a_watch_stream_carries_only_the_watchers_halts(world: World) -> None:
         assert wait(lambda: own in xs.halts()), xs.lines
         time.sleep(0.5)
         assert xs.halts() == {own}, xs.lines  # nothing of Y's: neither its run ids nor its reasons
-        late = Stream(world.collector.control, x.token, x.agent_id).open()  # a new snapshot
+        late = Stream(world.collector.control, x.token, x.key, x.agent_id).open()  # a new snapshot
         try:
             assert late.halts() == {own}, late.lines
         finally:

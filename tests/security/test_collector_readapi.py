@@ -109,19 +109,19 @@ def test_the_read_api_answers_no_one_without_a_token(world: World, token: str | 
 
 
 def test_an_agents_token_reads_its_own_runs_only(world: World) -> None:
-    control, token = world.collector.control, world.attacker.token
+    control, token, key = world.collector.control, world.attacker.token, world.attacker.key
     victim, own = world.victim_run, world.attacker_run
     for path in reads(victim, world.victim.agent_id):
-        status, doc = call_control(control, path, token=token)
+        status, doc = call_control(control, path, token=token, key=key)
         blob = json.dumps(doc)
         if path in ("/v1/runs", "/v1/alerts", "/v1/halts", "/v1/stats"):  # lists: only its own in them
             assert status == 200 and victim not in blob and "4111" not in blob, (path, doc)
         else:
             assert status == 403, (path, status, doc)
-    status, doc = call_control(control, "/v1/runs", token=token)
+    status, doc = call_control(control, "/v1/runs", token=token, key=key)
     assert [r["run_id"] for r in doc["runs"]] == [own]
     for path in reads(own, world.attacker.agent_id):
-        assert call_control(control, path, token=token)[0] == 200, path
+        assert call_control(control, path, token=token, key=key)[0] == 200, path
     for path in reads(victim, world.victim.agent_id):  # the operator reads everything
         assert call_control(control, path, token=ADMIN)[0] == 200, path
     status, doc = call_control(control, f"/v1/runs/{victim}/spans", token=ADMIN)
