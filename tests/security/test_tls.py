@@ -499,3 +499,21 @@ def test_a_token_never_goes_in_plaintext_off_loopback(tmp_path: Path) -> None:
     cli = sh("agentreplay kill --agent a1", cwd=tmp_path,
              extra={"AGENTREPLAY_COLLECTOR": "http://192.0.2.10:4320", "AGENTREPLAY_ADMIN_TOKEN": "t" * 40})
     assert cli.returncode == 2 and "refusing to send a token in plaintext" in cli.stderr, cli.stderr
+
+
+def test_a_replay_is_recorded_over_tls_too(tls: Deployment, llm: LLMServer, tmp_path: Path) -> None:
+    """``agentreplay replay`` with the CLI's lines and the agent's own: the replayed agent exports to the
+    https endpoint the collector reports, checked against the CA the CLI is pinned to."""
+    ledger = tmp_path / "ledger.txt"
+    run_id = run_of(tls.agent(ledger, llm))
+    context = ssl.create_default_context(cafile=str(tls.ca))
+    wait_for_verdict(tls.collector.control, run_id, tls.admin_token, context)
+    identity = "\n".join(line for line in tls.agent_env.splitlines()
+                         if line.startswith(("export AGENTREPLAY_AGENT_KEY", "export AGENTREPLAY_IDENTITY",
+                                             "export AGENTREPLAY_MANIFEST")))
+    replayed = tls.cli(f"LEDGER={ledger} agentreplay replay {run_id} --json", extra=identity)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    doc = json.loads(replayed.stdout)
+    assert doc["replay_run"]["stored"] is True, doc["replay_run"]
+    assert doc["report"]["outcome"] == "matched" and doc["report"]["live_calls"] == 0, doc["report"]
+    assert ledger.read_text() == "TP123\n"  # the replay's booking was sandboxed

@@ -298,6 +298,9 @@ def replay_env(base: Mapping[str, str], bundle_path: Path, report_path: Path, ot
     if otlp:
         env["OTEL_EXPORTER_OTLP_ENDPOINT"] = otlp if "://" in otlp else f"http://{otlp}"
         env.setdefault("OTEL_EXPORTER_OTLP_INSECURE", "true")
+        ca = env.get(semconv.ENV_CONTROL_CERTIFICATE)
+        if otlp.startswith("https://") and ca:  # a TLS collector: the CA the CLI checks it against
+            env.setdefault(semconv.ENV_OTLP_CERTIFICATE, ca)
     elif "OTEL_EXPORTER_OTLP_ENDPOINT" not in env:
         env["OTEL_TRACES_EXPORTER"] = "none"  # nowhere to send the replay's own run
     return env
