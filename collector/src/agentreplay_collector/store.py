@@ -303,7 +303,7 @@ class Store:
         try:
             if self.endpoint.startswith("chdb://"):
                 path = self.endpoint[len("chdb://") :]
-                os.makedirs(path, exist_ok=True)
+                os.makedirs(path, mode=0o700, exist_ok=True)  # owner-only: it holds every recorded run
                 return clickhouse_connect.get_client(interface="chdb", path=path)
             return clickhouse_connect.get_client(
                 dsn=self.endpoint,

@@ -24,6 +24,7 @@ from agentreplay_replay.cli._common import CLIError
 
 if TYPE_CHECKING:
     from agentreplay_collector.config import CollectorConfig
+    from agentreplay_collector.permissions import Exposed
 
 PANEL = "Keys and identities"
 GRPC_PORT, HTTP_PORT, CONTROL_PORT = 4317, 4318, 4320
@@ -154,6 +155,7 @@ def init(
     if existing and not force:
         raise CLIError(f"{existing[0]} exists; pass --force to replace it (keys replaced stop verifying)")
     if production:
+        _say(*secure_layout(layout))  # before anything is written: refused, or made owner-only
         _write_production(layout, listen, tls=tls)
         names = _certificate_names(listen, host) if tls else []
         if tls:
@@ -189,9 +191,10 @@ def _write_certificates(layout: Layout, names: list[str]) -> None:
 def _write_production(layout: Layout, listen: str, *, tls: bool = False) -> None:
     from agentreplay_otel import core
 
-    for folder in (layout.root, layout.keys, layout.log_key.parent):
+    for folder in (layout.root, layout.keys, layout.log_key.parent, layout.manifests, layout.store):
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    layout.manifests.mkdir(parents=True, exist_ok=True)
+    for replaced in layout.files(production=True):  # --force: each written anew, never through an old one
+        replaced.unlink(missing_ok=True)
     org = core.generate_key()
     core.write_private_key(org, layout.org_key)
     core.write_public_key(org.public_key(), layout.org_pub)
@@ -424,14 +427,15 @@ def _validate(path: Path) -> int:
         _say(f"insecure: {finding.key}: {finding.why}")
     if not findings:
         _say(f"{path}: nothing insecure (auth on, manifests required, read API private, log signed, "
-             "key files owner-only, TLS or loopback on every listener)")
+             "keys, store and folders owner-only, TLS or loopback on every listener)")
     return 1 if findings else 0
 
 
 def insecure_settings(config: CollectorConfig, path: Path) -> list[Finding]:
     """Everything in ``config`` that leaves runs, reads or keys open, in the order of the file."""
     return [*_auth_findings(config), *_scope_findings(config, path), *_control_findings(config),
-            *_log_findings(config), *_file_findings(config), *_tls_findings(config)]
+            *_log_findings(config), *_file_findings(config), *_tls_findings(config),
+            *permission_findings(config, path)]
 
 
 def _tls_findings(config: CollectorConfig) -> list[Finding]:
@@ -525,4 +529,88 @@ def _file_findings(config: CollectorConfig) -> list[Finding]:
         found.append(Finding("processors.agentreplay_auth.org_public_key",
                              f"the org's private key beside it, {org_key}, is open to others (mode {mode:04o}): "
                              "chmod 600 it, or keep it off this machine"))
+    return found
+
+
+# --- permissions: who else may read, write or replace the set-up (agentreplay_collector.permissions) ---
+def secure_layout(layout: Layout) -> list[str]:
+    """Before ``init --production`` writes: DIR, the folders and files it writes or reuses (the store
+    included) and the folders above DIR checked. What others may open that is the user's is made
+    owner-only (folders 0700, keys and token 0600, public files not writable by others), one line each;
+    anything owned by another user, a link, or a folder above DIR that lets others replace it is
+    refused, every path named, before anything changes."""
+    from agentreplay_collector import permissions
+
+    found = _layout_exposed(layout)
+    refused = [e for e in found if e.fix is None]
+    if refused:
+        raise CLIError("\n".join([
+            f"{layout.root} is not safe to set up in: another user could read the store or the keys, or "
+            "replace the admin token. Nothing was written or changed:",
+            *(f"  {e.line()}" for e in refused),
+            "use a folder of your own (no folder above it writable by others), or fix these and run init again"]))
+    permissions.fix(found)  # top down: once a folder is private, nothing in it can be swapped
+    left = _layout_exposed(layout)
+    if left:
+        raise CLIError("\n".join([f"{layout.root} changed while init secured it:", *(f"  {e.line()}" for e in left)]))
+    return [f"secured {e.path}: {e.why.split(' (should', 1)[0]}; now {e.fix:04o}" for e in found if e.fix is not None]
+
+
+def _layout_exposed(layout: Layout) -> list[Exposed]:
+    """What is wrong with DIR, the folders above it, and what ``init`` writes or reuses in it, top down."""
+    from agentreplay_collector.permissions import Kind, check, parents, tree
+
+    files = layout.files(production=True)
+    tls = layout.root / "tls"  # --tls: the CA's and the server's certificates and keys
+    if tls.is_dir() and not tls.is_symlink():
+        files += sorted(p for p in tls.iterdir() if p.suffix in (".key", ".pem"))
+    folders = sorted({layout.root, layout.manifests, tls, *(p.parent for p in files)}, key=lambda p: len(p.parts))
+    found = parents(layout.root)
+    for folder in folders:
+        found += check(folder, Kind.PRIVATE_FOLDER)
+    found += tree(layout.store, fixing=True)
+    for path in files:
+        found += check(path, Kind.SECRET_FILE if _secret(path) else Kind.PUBLIC_FILE)
+    return found
+
+
+def _secret(path: Path) -> bool:
+    return path.suffix == ".key" or path.name.endswith(".token")
+
+
+def permission_findings(config: CollectorConfig, path: Path) -> list[Finding]:
+    """``--validate``: the config itself and each path it names that another user owns, may write, or
+    may replace through a folder above it; the store and incidents folders if others may open them or
+    write in them. A key or token file others may open is :func:`_file_findings`' (said once)."""
+    from agentreplay_collector.permissions import Kind, check, parents, tree
+
+    named: list[tuple[str, Path, Kind | None]] = [("config", path, Kind.PUBLIC_FILE)]
+    named += [(s.key, s.path, Kind.SECRET_FILE) for s in config.secret_files]
+    if config.auth is not None and config.auth.org_public_key is not None:
+        pub, key = config.auth.org_public_key, "processors.agentreplay_auth.org_public_key"
+        named += [(key, pub, Kind.PUBLIC_FILE), (key, pub.with_name("org.key"), Kind.SECRET_FILE)]
+    if config.scope is not None and config.scope.manifests_dir is not None:
+        named.append(("processors.agentreplay_scope.manifests_dir", config.scope.manifests_dir, Kind.PUBLIC_FILE))
+    if config.transparency is not None:
+        named.append(("extensions.agentreplay_transparency.certificate", config.transparency.certificate,
+                      Kind.PUBLIC_FILE))
+    store = config.clickhouse.endpoint if config.clickhouse is not None else ""
+    if store.startswith("chdb://"):
+        named.append(("exporters.clickhouse.endpoint", Path(store.removeprefix("chdb://")), None))
+    incidents = config.analysis.incidents if config.analysis is not None else None
+    if incidents is not None:
+        named.append(("extensions.agentreplay_analysis.incidents.dir", incidents.dir, None))
+    found: list[Finding] = []
+    seen: set[Path] = set()
+    for key, named_path, kind in named:
+        target = named_path.expanduser().absolute()
+        if kind is None:  # recorded runs: a private folder, nothing in it others may write
+            exposed = [*tree(target, fixing=False), *parents(target)]
+        else:  # an open key's mode is _file_findings' to say; here who owns it, and the folders above
+            exposed = [e for e in check(target, kind, follow=True) if kind is not Kind.SECRET_FILE or e.fix is None]
+            exposed += parents(target)
+        for e in exposed:
+            if e.path not in seen:
+                seen.add(e.path)
+                found.append(Finding(key, e.line()))
     return found
