@@ -70,10 +70,12 @@ def routes(key: Ed25519PrivateKey | None, certificate: Mapping[str, Any] | None)
         if key is None or certificate is None:
             return JSONResponse({"error": "this collector has no log key to prove its identity with "
                                  "(extensions.agentreplay_transparency)"}, status_code=404)
-        try:
-            doc = json.loads(await request.body())
+        from agentreplay_collector.inputs import BadInput, json_body
+
+        try:  # no token here (the CLI asks before it sends one): nesting bounded before the body is parsed
+            doc = json_body(await request.body(), what='{"challenge": ...}')
             return JSONResponse(answer(doc.get("challenge") if isinstance(doc, dict) else None, key, certificate))
-        except ValueError as exc:
+        except (ValueError, BadInput) as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
 
     return [Route(PATH, identity, methods=["POST"])]

@@ -186,9 +186,7 @@ def routes(
         refused = admin(request)
         if refused is not None:
             return refused
-        doc = json.loads(await request.body())
-        if not isinstance(doc, dict):
-            raise ValueError("expected {run_id, kind, fork_at, ttl_s}")
+        doc = json_object(await request.body(), what="{run_id, kind, fork_at, ttl_s}")
         run_id = _run_id(str(doc.get("run_id") or ""), "run_id")
         owner = await asyncio.wrap_future(scope.owners.lookup_later(run_id))
         if owner is None:
