@@ -110,11 +110,12 @@ def _constant(text: str) -> Any:
 def json_body(body: bytes, *, what: str = "a JSON body", max_depth: int = MAX_JSON_DEPTH) -> Any:
     """``body`` parsed as JSON whose arrays and objects nest at most ``max_depth`` deep and whose
     numbers are all finite; else :class:`BadInput` saying which."""
-    depth = json_depth(body, max_depth)
-    if depth is None:
-        raise BadInput(f"expected {what}: its brackets do not pair")
-    if depth > max_depth:
-        raise BadInput(f"expected {what}: nested more than {max_depth} deep")
+    if body.count(b"[") + body.count(b"{") > max_depth:  # fewer openers than that cannot nest deeper
+        depth = json_depth(body, max_depth)
+        if depth is None:
+            raise BadInput(f"expected {what}: its brackets do not pair")
+        if depth > max_depth:
+            raise BadInput(f"expected {what}: nested more than {max_depth} deep")
     try:
         return json.loads(body, parse_float=_finite, parse_constant=_constant)
     except BadInput:
