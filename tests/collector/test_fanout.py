@@ -416,10 +416,10 @@ def test_the_agents_token_is_passed_on_to_a_second_collector_that_checks_it(
         },
         traces=["otlp/second", "otlp/tokenless"],
     )
-    _, token = org.identity("agent-1")
+    key, token = org.identity("agent-1")
     for _ in range(3):
         body = record_request(runs=1, children=3, agent_id="agent-1").SerializeToString()
-        assert export_grpc(first.grpc, body, token=token) == grpc.StatusCode.OK
+        assert export_grpc(first.grpc, body, token=token, key=key) == grpc.StatusCode.OK
     total = 3 * 4
     stats = wait_for(lambda: (s := exporter_stats(first)) and all(settled(e, total) for e in s.values()) and s)
     assert stats["otlp/second"]["sent_items"]["traces"] == total

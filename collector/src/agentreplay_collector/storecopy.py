@@ -54,6 +54,7 @@ WATERMARKS: dict[str, str] = {
     schema.LOG_CHECKPOINTS: "Timestamp",
     schema.MODEL_TRIALS: "CreatedAt",
     schema.INCIDENTS: "UpdatedAt",
+    schema.REPLAY_GRANTS: "Timestamp",
     **{table: "TimeUnix" for table in schema.METRIC_TABLES},
     schema.LOGS: "Timestamp",
 }
