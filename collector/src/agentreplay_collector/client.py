@@ -104,7 +104,7 @@ class CollectorClient:
                 raise CollectorNotTrusted(f"{semconv.ENV_COLLECTOR_IDENTITY}: {exc}") from exc
             challenge = collectorid.new_challenge()
             try:
-                doc = self._call("POST", collectorid.PATH, body={"challenge": challenge}, token=False)
+                doc = self._request("POST", collectorid.PATH, body={"challenge": challenge}, token=False)
             except urllib.error.HTTPError as exc:
                 raise CollectorNotTrusted(
                     f"the server at {self.url} is not the pinned collector: it proves no identity ({exc.code} "
@@ -121,7 +121,7 @@ class CollectorClient:
                 ) from exc
         self._verified = True
 
-    def _call(self, method: str, path: str, *, body: Any = None, token: bool = True,
+    def _request(self, method: str, path: str, *, body: Any = None, token: bool = True,
               timeout_s: float | None = None) -> Any:
         """One request, its JSON answer. ``token``: with the token, once :meth:`verify_collector` passed.
         urllib's HTTPError (and ValueError for an answer that is not JSON) go to the caller; a TLS
@@ -171,7 +171,7 @@ class CollectorClient:
         query = {k: v for k, v in (params or {}).items() if v is not None}
         target = path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         try:
-            return self._call("GET", target, timeout_s=timeout_s, token=token)
+            return self._request("GET", target, timeout_s=timeout_s, token=token)
         except urllib.error.HTTPError as exc:
             if exc.code == 404 and missing_ok:
                 return None

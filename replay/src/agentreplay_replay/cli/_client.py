@@ -120,7 +120,7 @@ class Collector(CollectorClient):
         query = {k: v for k, v in (params or {}).items() if v is not None}
         target = path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         try:
-            doc = self._call(method, target, body=body)
+            doc = self._request(method, target, body=body)
         except urllib.error.HTTPError as exc:
             raise CLIError(f"the collector refused: {exc.code} {_error_detail(exc)}".strip()) from exc
         except ValueError as exc:
