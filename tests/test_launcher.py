@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 
 from agentreplay_collector import otlp
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
-from agentreplay_otel import identity, semconv
+from agentreplay_otel import identity, proof, semconv
 from agentreplay_otel.chain import verify
 
 AGENT = Path(__file__).parent / "agents" / "booking_agent.py"
@@ -29,12 +29,16 @@ class Sink(trace_service_pb2_grpc.TraceServiceServicer):
     def __init__(self) -> None:
         self.requests: list[trace_service_pb2.ExportTraceServiceRequest] = []
         self.authorization: list[str] = []
+        self.proofs: list[tuple[str, bytes]] = []  # each export's proof, and the request's bytes
         self.lock = threading.Lock()
 
     def Export(self, request, context):  # noqa: N802 - the gRPC method name
         with self.lock:
             self.requests.append(request)
-            self.authorization.extend(v for k, v in context.invocation_metadata() if k == "authorization")
+            metadata = dict(context.invocation_metadata())
+            self.authorization.extend(v for k, v in metadata.items() if k == "authorization")
+            if proof.PROOF_HEADER in metadata:
+                self.proofs.append((metadata[proof.PROOF_HEADER], request.SerializeToString()))
         return trace_service_pb2.ExportTraceServiceResponse()
 
     def records(self):
@@ -60,9 +64,16 @@ def _script() -> list[ScriptedReply]:
     ]
 
 
-def _run_agent(tmp_path: Path, port: int, llm: LLMServer, **extra: str) -> tuple[subprocess.CompletedProcess, object]:
+def _run_agent(tmp_path: Path, port: int, llm: LLMServer, certify: object = None,
+               **extra: str) -> tuple[subprocess.CompletedProcess, object]:
+    """The agent under the launcher with a key of its own (and, with ``certify``, an org key, the token
+    that org issued for it)."""
     key = identity.generate_key()
     identity.write_private_key(key, tmp_path / "agent.pem")
+    if certify is not None:
+        (tmp_path / "id.jwt").write_text(
+            identity.issue_identity(org_key=certify, agent_id="booker", agent_public_key=key.public_key()))
+        extra = {semconv.ENV_IDENTITY: str(tmp_path / "id.jwt"), **extra}
     env = {
         k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))
     } | {
@@ -106,15 +117,18 @@ def test_agent_under_opentelemetry_instrument_exports_a_sealed_chained_run(tmp_p
     assert report.intact and report.sealed, report
 
 
-def test_identity_token_travels_as_bearer_header(tmp_path, sink):
+def test_identity_token_travels_with_a_proof_of_the_agent_key(tmp_path, sink):
     servicer, port = sink
     org = identity.generate_key()
-    (tmp_path / "id.jwt").write_text(
-        identity.issue_identity(org_key=org, agent_id="booker", agent_public_key=org.public_key())
-    )
     with LLMServer(_script()) as llm:
-        _run_agent(tmp_path, port, llm, **{semconv.ENV_IDENTITY: str(tmp_path / "id.jwt")})
-    assert servicer.authorization and all(h.startswith("Bearer ey") for h in servicer.authorization)
+        _, key = _run_agent(tmp_path, port, llm, certify=org)
+    certificate = (tmp_path / "id.jwt").read_text()
+    assert servicer.authorization and all(h == f"Bearer {certificate}" for h in servicer.authorization)
+    assert len(servicer.proofs) == len(servicer.authorization)  # one proof an export, over its bytes
+    for made, body in servicer.proofs:
+        claims = proof.verify_proof(made, key.public_key(), method="POST", target="/v1/traces",
+                                    certificate=certificate)
+        assert claims.body_sha256 == proof.digest(body)
 
 
 def test_http_protocol_is_chosen_by_the_standard_variable(tmp_path):

@@ -260,6 +260,11 @@ def load_credentials(environ: Mapping[str, str] | None = None) -> Credentials:
     env = os.environ if environ is None else environ
     key = load_private_key(env[semconv.ENV_AGENT_KEY]) if env.get(semconv.ENV_AGENT_KEY) else None
     token = _read_token(env[semconv.ENV_IDENTITY]) if env.get(semconv.ENV_IDENTITY) else None
+    if token is not None and key is None:
+        raise IdentityError(
+            f"{semconv.ENV_IDENTITY} is set without {semconv.ENV_AGENT_KEY}: the identity token is the org's"
+            " certificate of a key and authenticates nothing alone; set the key it certifies"
+        )
     signed = load_signed_manifest(env[semconv.ENV_MANIFEST]) if env.get(semconv.ENV_MANIFEST) else None
     org_path = env.get(semconv.ENV_ORG_PUBLIC_KEY)
     agent_id = env.get(semconv.ENV_AGENT_ID)

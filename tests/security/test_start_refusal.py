@@ -77,6 +77,10 @@ def _someone_elses_key(org: Org, env: dict[str, str], tmp: Path) -> None:
     identity.write_private_key(identity.generate_key(), Path(env[semconv.ENV_AGENT_KEY]))
 
 
+def _token_without_key(org: Org, env: dict[str, str], tmp: Path) -> None:
+    del env[semconv.ENV_AGENT_KEY]  # a certificate alone: it could authenticate nothing, so nothing is recorded
+
+
 def _no_org_key(org: Org, env: dict[str, str], tmp: Path) -> None:
     del env[semconv.ENV_ORG_PUBLIC_KEY]  # nothing to check the manifest against
 
@@ -92,6 +96,7 @@ ATTACKS: dict[str, tuple[Callable[[Org, dict[str, str], Path], None], str]] = {
     "other-org token": (_other_org_token, "does not verify against the org key"),
     "someone else's agent key": (_someone_elses_key, "the agent key is not the key named in the identity token"),
     "manifest without org key": (_no_org_key, "signature cannot be checked"),
+    "identity token without its key": (_token_without_key, "authenticates nothing alone"),
 }
 
 
