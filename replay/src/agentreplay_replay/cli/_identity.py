@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -154,16 +155,17 @@ def identity_issue(
         ttl_s=int(ttl_days * 86400),
     )
     _write_owner_only(target / "identity.jwt", token + "\n")
+    # absolute: the agent runs from its own folder, rarely the one these were issued in
     env = {
-        semconv.ENV_AGENT_KEY: str(target / "agent.key"),
-        semconv.ENV_IDENTITY: str(target / "identity.jwt"),
-        semconv.ENV_ORG_PUBLIC_KEY: str((org_key or keys / "org.key").with_name("org.pub")),
+        semconv.ENV_AGENT_KEY: str((target / "agent.key").resolve()),
+        semconv.ENV_IDENTITY: str((target / "identity.jwt").resolve()),
+        semconv.ENV_ORG_PUBLIC_KEY: str((org_key or keys / "org.key").with_name("org.pub").resolve()),
     }
     if manifest is not None:
-        env[semconv.ENV_MANIFEST] = str(manifest)
+        env[semconv.ENV_MANIFEST] = str(Path(manifest).resolve())
     if json_:
         print_json({"agent": agent, "kid": core.key_id(agent_key), "manifest_sha256": digest, "env": env})
         return
     out.print(f"agent {agent}: key {core.key_id(agent_key)}, token bound to manifest {digest or '(none)'}")
     for name, value in env.items():
-        out.print(f"export {name}={value}")
+        out.print(f"export {name}={shlex.quote(value)}", markup=False, highlight=False, soft_wrap=True)
