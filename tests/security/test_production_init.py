@@ -23,7 +23,13 @@ from typing import Any
 import grpc
 import pytest
 
-from agentreplay_dev.collector import CollectorProcess, call_control, export_grpc, record_request
+from agentreplay_dev.collector import (
+    CollectorProcess,
+    call_control,
+    export_grpc,
+    init_section,
+    record_request,
+)
 
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent
@@ -50,18 +56,6 @@ def sh(script: str, *, cwd: Path, extra: dict[str, str] | None = None, timeout_s
 def init(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(BIN / "agentreplay"), "init", "--production", str(directory), "--host", "127.0.0.1",
                            *args], env=clean_env(), capture_output=True, text=True, timeout=120)
-
-
-def section(printed: str, title: str) -> list[str]:
-    """The indented lines under the printed heading that starts with ``title``."""
-    lines = printed.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(title)) + 1
-    block = []
-    for line in lines[start:]:
-        if not line.startswith("  "):
-            break
-        block.append(line.strip())
-    return block
 
 
 @dataclass
@@ -98,7 +92,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
     done = init(work / "agentreplay")
     assert done.returncode == 0, done.stderr
     printed = done.stdout
-    start = section(printed, "start the collector")
+    start = init_section(printed, "start the collector")
     config = work / "agentreplay" / "otel-collector.yaml"
     assert start == [f"agentreplay-collector --config {config}"]
     with CollectorProcess(config, env=FREE_PORTS) as collector:
@@ -110,10 +104,10 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment]
                 text = text.replace(default, actual)
             return text
 
-        cli_env = with_ports(section(printed, "environment for the CLI"))
-        agent_env = with_ports(section(printed, "environment for agents"))
+        cli_env = with_ports(init_section(printed, "environment for the CLI"))
+        agent_env = with_ports(init_section(printed, "environment for agents"))
         (work / "ledger.manifest.json").write_text(json.dumps(MANIFEST))
-        commands = [c.replace("AGENT", "ledger") for c in section(printed, "next, for each agent")]
+        commands = [c.replace("AGENT", "ledger") for c in init_section(printed, "next, for each agent")]
         issued = sh("\n".join([cli_env, *commands]), cwd=work)
         assert issued.returncode == 0, issued.stderr
         identity_env = "\n".join(line for line in issued.stdout.splitlines() if line.startswith("export "))

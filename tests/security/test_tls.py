@@ -37,7 +37,13 @@ from cryptography import x509
 
 from agentreplay_collector.config import parse_config
 from agentreplay_collector.errors import ConfigError
-from agentreplay_dev.collector import EXPORT_METHOD, CollectorProcess, record_request, write_config
+from agentreplay_dev.collector import (
+    EXPORT_METHOD,
+    CollectorProcess,
+    init_section,
+    record_request,
+    write_config,
+)
 from agentreplay_dev.llm_server import LLMServer, ScriptedReply, ToolCallSpec
 from agentreplay_replay.cli import _certs
 
@@ -61,18 +67,6 @@ def clean_env() -> dict[str, str]:
 def sh(script: str, *, cwd: Path, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-ec", script], cwd=cwd, env=clean_env() | (extra or {}), capture_output=True,
                           text=True, timeout=180)
-
-
-def section(printed: str, title: str) -> list[str]:
-    """The indented lines under the printed heading that starts with ``title``."""
-    lines = printed.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(title)) + 1
-    block = []
-    for line in lines[start:]:
-        if not line.startswith("  "):
-            break
-        block.append(line.strip())
-    return block
 
 
 def port(endpoint: str) -> str:
@@ -120,13 +114,13 @@ def deploy(work: Path, *args: str) -> Iterator[Deployment]:
                 text = text.replace(default, actual)
             return text
 
-        cli_env = with_ports(section(printed, "environment for the CLI"))
+        cli_env = with_ports(init_section(printed, "environment for the CLI"))
         (work / "tls_agent.manifest.json").write_text(json.dumps(MANIFEST))
-        commands = [c.replace("AGENT", "tls_agent") for c in section(printed, "next, for each agent")]
+        commands = [c.replace("AGENT", "tls_agent") for c in init_section(printed, "next, for each agent")]
         issued = sh("\n".join([cli_env, *commands]), cwd=work)
         assert issued.returncode == 0, issued.stderr
         identity = "\n".join(line for line in issued.stdout.splitlines() if line.startswith("export "))
-        agent_env = with_ports(section(printed, "environment for agents")) + "\n" + identity
+        agent_env = with_ports(init_section(printed, "environment for agents")) + "\n" + identity
         yield Deployment(work / "agentreplay", printed, collector, cli_env, agent_env, work)
 
 

@@ -27,7 +27,13 @@ import grpc
 import pytest
 from userkit import UserEnv, UserEnvs, clean_env
 
-from agentreplay_dev.collector import CollectorProcess, call_control, export_grpc, record_request
+from agentreplay_dev.collector import (
+    CollectorProcess,
+    call_control,
+    export_grpc,
+    init_section,
+    record_request,
+)
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 
 pytestmark = pytest.mark.e2e
@@ -72,17 +78,6 @@ def pharmacist(request: Request) -> ScriptedReply:
     return ScriptedReply(tool_calls=[ToolCallSpec("refill_prescription", {"rx_number": "RX-77", "quantity_mg": 500})])
 
 
-def section(printed: str, title: str) -> list[str]:
-    lines = printed.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(title)) + 1
-    block = []
-    for line in lines[start:]:
-        if not line.startswith("  "):
-            break
-        block.append(line.strip())
-    return block
-
-
 def sh(script: str, *, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-ec", script], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
@@ -113,14 +108,14 @@ def recorded(user_envs: UserEnvs, tmp_path_factory: pytest.TempPathFactory) -> I
         ports = {":4317": f":{collector.grpc.rsplit(':', 1)[1]}", ":4320": f":{collector.control.rsplit(':', 1)[1]}"}
 
         def exports(title: str) -> str:
-            text = "\n".join(line for line in section(done.stdout, title) if line.startswith("export "))
+            text = "\n".join(line for line in init_section(done.stdout, title) if line.startswith("export "))
             for default, actual in ports.items():
                 text = text.replace(default, actual)
             return text
 
         cli_env, agent_env = exports("environment for the CLI"), exports("environment for agents")
         (work / "pharmacy.manifest.json").write_text(json.dumps(MANIFEST))
-        commands = [c.replace("AGENT", "pharmacy") for c in section(done.stdout, "next, for each agent")]
+        commands = [c.replace("AGENT", "pharmacy") for c in init_section(done.stdout, "next, for each agent")]
         issued = sh("\n".join([cli_env, *commands]), cwd=work, env=operator)
         assert issued.returncode == 0, issued.stderr
         identity_env = "\n".join(line for line in issued.stdout.splitlines() if line.startswith("export "))

@@ -464,3 +464,16 @@ class InProcessCollector:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def init_section(printed: str, title: str) -> list[str]:
+    """The indented lines ``agentreplay init --production`` printed under the heading that starts with
+    ``title`` ("environment for agents", "next, for each agent"...): what an operator copies."""
+    lines = printed.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(title)) + 1
+    block = []
+    for line in lines[start:]:
+        if not line.startswith("  "):
+            break
+        block.append(line.strip())
+    return block
