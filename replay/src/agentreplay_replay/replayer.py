@@ -387,7 +387,7 @@ def run(
         if env.get("OTEL_TRACES_EXPORTER") != "none":  # the replay is recorded somewhere: it needs the grant
             grant = (granter or grants.Granter.from_environment(base)).grant(
                 recording, plan, ttl_s=timeout_s + grants.GRANT_MARGIN_S)
-            if grant.missing:
+            if grant.missing and _enforced(base):
                 (stderr or sys.stderr).write(
                     f"agentreplay: no replay grant ({grant.missing}): a collector that enforces manifests judges "
                     "this replay as a live run of the agent (its tools stay sandboxed)\n")
@@ -469,3 +469,9 @@ def _pump(source: IO[bytes], target: TextIO, kept: bytearray | None) -> None:
             pass
     finally:
         source.close()
+
+
+def _enforced(env: Mapping[str, str]) -> bool:
+    """Whether the replayed agent starts under a signed manifest, which a collector enforces: only then does
+    a missing grant change how its replay is judged, and is worth a line."""
+    return bool(env.get(semconv.ENV_MANIFEST))
