@@ -64,7 +64,7 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[CollectorPro
 def verify_all(collector: CollectorProcess, *args: str) -> tuple[int, list[dict]]:
     done = subprocess.run(
         [str(BIN / "agentreplay"), "verify", "--all", "--json", *args, "--collector", collector.control,
-         "--store", "chdb:///nonexistent"],  # the collector answers: the store is not opened
+         "--store", f"chdb://{collector.config.parent / 'store'}"],  # the collector's own: read through it
         capture_output=True, text=True, timeout=120,
     )
     assert done.stdout, done.stderr

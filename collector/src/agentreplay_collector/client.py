@@ -21,16 +21,26 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector import collectorid
 from agentreplay_collector.errors import StoreError, StoreUnavailable
 from agentreplay_collector.models import ChainStatus, RunSummary, TraceSummary, span_from_json
-from agentreplay_collector.reader import DEFAULT_COLLECTOR, DEFAULT_DATABASE, DEFAULT_STORE, RunReader
+from agentreplay_collector.reader import (
+    DEFAULT_COLLECTOR,
+    DEFAULT_DATABASE,
+    DEFAULT_STORE,
+    RunReader,
+    chdb_store_id,
+    normalize_store,
+)
 from agentreplay_collector.tls import TlsFileError, client_context, client_tls_from_env, is_loopback_host
 from agentreplay_otel.core import IdentityError, SpanRecord, semconv
+
+if TYPE_CHECKING:
+    from agentreplay_collector.store import Store
 
 CONTROL_TLS_VARIABLES = {
     "ca": (semconv.ENV_CONTROL_CERTIFICATE, semconv.ENV_OTLP_CERTIFICATE),
@@ -189,13 +199,18 @@ class CollectorClient:
         self.verify_collector()
         return {"Authorization": f"Bearer {self.token}"}
 
-    def healthy(self, *, timeout_s: float = 0.5) -> bool:
-        """Whether a collector answers (asked without the token: health needs none)."""
+    def health(self, *, timeout_s: float = 0.5) -> dict[str, Any] | None:
+        """The collector's ``/v1/health`` (asked without the token: health needs none); None when no
+        collector answers."""
         try:
             doc = self._get("/v1/health", timeout_s=timeout_s, token=False)
         except StoreError:
-            return False
-        return isinstance(doc, dict) and doc.get("status") == "ok"
+            return None
+        return doc if isinstance(doc, dict) and doc.get("status") == "ok" else None
+
+    def healthy(self, *, timeout_s: float = 0.5) -> bool:
+        """Whether a collector answers."""
+        return self.health(timeout_s=timeout_s) is not None
 
     def list_runs(
         self,
@@ -276,6 +291,83 @@ def _error_text(exc: urllib.error.HTTPError) -> str:
         return str(exc.reason)
 
 
+class StoreMismatch(StoreError):
+    """The store a reader was told to read is not the one the collector answering serves."""
+
+
+def reads_through(client: CollectorClient, store: str | None, *, database: str = DEFAULT_DATABASE,
+                  timeout_s: float = 0.5) -> bool:
+    """Whether to read ``store`` through the collector at ``client.url`` (True), or open it directly
+    (False); :class:`StoreMismatch` when that collector serves another store.
+
+    ``store`` is the store a reader was told to read (``--store``, ``$AGENTREPLAY_STORE``), None when
+    none was named: then whichever store the collector serves is read, as always. A named store is read
+    through the collector only when the collector's ``/v1/health`` gives the same store id as the named
+    store has: a chDB directory's :data:`~agentreplay_collector.reader.STORE_ID_FILE` (the collector
+    holds the directory locked; it writes the file when it opens it), a ClickHouse server's
+    ``store_identity`` row (asked of it directly: a server takes more than one reader). Ids, not paths:
+    the same directory has other paths in a container, through symlinks, or relative to another
+    working directory. A collector without a store (the nop exporter) serves none: the store is opened
+    directly, as when nothing answers."""
+    health = client.health(timeout_s=timeout_s)
+    if health is None:
+        return False
+    if store is None:
+        return True
+    if "store" in health and health["store"] is None:
+        return False
+    served = health.get("store") if isinstance(health.get("store"), dict) else {}
+    served_id = served.get("id") if isinstance(served, dict) else None
+    named = normalize_store(store)
+    if not served_id:
+        raise StoreMismatch(
+            f"the collector at {client.url} does not say which store it serves (a collector older than this "
+            f"reader, or its store not ready yet), so cannot tell whether it serves {named}: " + _CHOICES)
+    named_id = store_id_of(named, database=database)
+    if named_id == served_id:
+        return True
+    has = f"store {named_id}" if named_id else "no store id (no collector has opened it as a store)"
+    raise StoreMismatch(
+        f"the store asked for, {named} ({has}), is not the store the collector at {client.url} serves "
+        f"(store {served_id}): " + _CHOICES)
+
+
+_CHOICES = (f"name the collector that serves it (--collector or ${semconv.ENV_COLLECTOR}), stop that "
+            f"collector to open the store directly, or name no store (--store, ${semconv.ENV_STORE}) to read "
+            "the collector's own")
+
+
+def store_id_of(store: str, *, database: str = DEFAULT_DATABASE) -> str | None:
+    """The id of the store at ``store`` (see :func:`reads_through`), None when it has none or cannot
+    be asked."""
+    target = normalize_store(store)
+    if target.startswith("chdb://"):
+        return chdb_store_id(target)
+    from agentreplay_collector.store import Store  # a server: asked directly
+
+    opened = Store(target, database=database)
+    try:
+        return opened.store_id()
+    except StoreError:
+        return None
+    finally:
+        opened.close()
+
+
+def open_store(store: str | None, *, database: str = DEFAULT_DATABASE) -> Store:
+    """The store at ``store`` (default ``$AGENTREPLAY_STORE`` or ``./.agentreplay/store``), opened
+    directly and reached now (:class:`StoreUnavailable` rather than on the first read)."""
+    from agentreplay_collector.store import Store  # the engine, loaded only when the store is opened
+
+    opened = Store(store or os.environ.get(semconv.ENV_STORE) or DEFAULT_STORE, database=database)
+    try:
+        opened._client()
+    except StoreError:
+        opened.close()
+        raise
+    return opened
+
+
 def open_reader(
     store: str | None = None,
     collector: str | None = None,
@@ -284,15 +376,13 @@ def open_reader(
     probe_timeout_s: float = 0.5,
 ) -> RunReader:
     """The read interface for the CLI: a running collector's read API if one answers at
-    ``collector`` (:func:`collector_url`), else the store at
-    ``store`` (default ``$AGENTREPLAY_STORE`` or ``./.agentreplay/store``) opened directly."""
-    from agentreplay_collector.store import Store  # the engine, loaded only when no collector answers
-
+    ``collector`` (:func:`collector_url`), else the store at ``store`` (default
+    ``$AGENTREPLAY_STORE`` or ``./.agentreplay/store``) opened directly. A store named (``store`` or
+    ``$AGENTREPLAY_STORE``) is read through the collector only if it is the one the collector serves
+    (:func:`reads_through`; :class:`StoreMismatch` if another)."""
+    named = store or os.environ.get(semconv.ENV_STORE) or None
     client = CollectorClient(collector)  # found by client.collector_url(), as every reader finds it
-    if client.healthy(timeout_s=probe_timeout_s):
+    if reads_through(client, named, database=database, timeout_s=probe_timeout_s):
         return client
     client.close()
-    target = store or os.environ.get(semconv.ENV_STORE) or DEFAULT_STORE
-    opened = Store(target, database=database)
-    opened._client()  # fail now (StoreUnavailable) rather than on the first read
-    return opened
+    return open_store(named, database=database)

@@ -1,6 +1,7 @@
 """The read API on the control endpoint (default 127.0.0.1:4320), JSON over HTTP.
 
-    GET /v1/health                      {"status": "ok"}
+    GET /v1/health                      {"status": "ok", "store": {"id"}}  the id of the store it serves
+                                        (null until known; "store": null with no store)
     GET /v1/runs?agent=&status=&verdict=&since=&until=&limit=&after=
                                         {"runs": [RunSummary...], "next"}  newest first; a full
                                         page's "next" is the ``after`` of the page that follows
@@ -55,7 +56,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
-from agentreplay_collector.errors import RequestError, StoreUnavailable
+from agentreplay_collector.errors import RequestError, StoreError, StoreUnavailable
 from agentreplay_collector.incidents import IncidentState
 from agentreplay_collector.inputs import MAX_NS, BadInput, ascii_int, json_object, query_int, time_ns
 from agentreplay_collector.models import (
@@ -77,6 +78,8 @@ from agentreplay_otel.core import (
 )
 
 MAX_LIMIT = 10_000
+_STORE_ID_WAIT_S = 0.2
+"""How long ``/v1/health`` waits for the store's id when not yet known (readers probe health in 0.5 s)."""
 MAX_LEAVES = 10_000
 MAX_RANGES = 4096
 
@@ -181,8 +184,32 @@ def build_app(
             raise BadQuery(f"a run id is a trace id: {TRACE_ID_FORM}")
         return value
 
+    looking_up: list[asyncio.Future[str | None]] = []  # the one lookup of the store's id under way
+
+    def lookup_store_id() -> str | None:
+        assert store is not None
+        try:
+            return store.store_id()
+        except StoreError:  # not ready yet, or a schema made before the id: health says none
+            return None
+
+    async def served_store_id() -> str | None:
+        """The store's id, as known; else asked of the store once at a time, briefly: health stays quick."""
+        assert store is not None
+        if store.known_store_id is not None:
+            return store.known_store_id
+        if not looking_up or looking_up[0].done():
+            looking_up[:] = [asyncio.get_running_loop().run_in_executor(pool, lookup_store_id)]
+        try:
+            return await asyncio.wait_for(asyncio.shield(looking_up[0]), _STORE_ID_WAIT_S)
+        except TimeoutError:
+            return None
+
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"status": "ok", "service": "agentreplay-collector"})
+        # which store this collector serves, by the store's id (readers compare it: client.reads_through);
+        # "store": null with the nop exporter
+        served = None if store is None else {"id": await served_store_id()}
+        return JSONResponse({"status": "ok", "service": "agentreplay-collector", "store": served})
 
     async def runs(request: Request) -> JSONResponse:
         q = request.query_params

@@ -8,6 +8,7 @@ collector without importing the store's engine.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeGuard, runtime_checkable
 
 if TYPE_CHECKING:
@@ -22,6 +23,16 @@ DEFAULT_CONTROL_HOST, DEFAULT_CONTROL_PORT = "127.0.0.1", 4320
 DEFAULT_COLLECTOR = f"http://{DEFAULT_CONTROL_HOST}:{DEFAULT_CONTROL_PORT}"
 DEFAULT_STORE = "./.agentreplay/store"
 DEFAULT_DATABASE = "agentreplay"
+
+STORE_ID_FILE = "agentreplay-store-id"
+"""The file in a chDB store's directory that holds the store's id (the ``store_identity`` row it copies).
+
+Which store a collector serves is told by that id (``/v1/health``'s ``store.id``), not by a path: a
+path differs between a container and its host, through symlinks and relative names, while the id
+travels with the store. chDB locks the directory while the collector holds it, so a reader cannot ask
+the store itself; the collector writes the id into this file when it opens the store, and the
+reader reads the file. A directory copied whole (``cp -r``) carries the id along and passes for the
+same store; ``agentreplay-collector copy`` gives its target an id of its own."""
 
 
 @runtime_checkable
@@ -71,6 +82,17 @@ def normalize_store(store: str) -> str:
     if store.startswith(("chdb://", "http://", "https://")):
         return store
     return f"chdb://{store}"
+
+
+def chdb_store_id(store: str) -> str | None:
+    """The id in a chDB store's :data:`STORE_ID_FILE` (``store``: a directory or ``chdb://DIR``); None
+    when it has none (no such directory, or no collector that writes the id has opened it)."""
+    path = Path(normalize_store(store).removeprefix("chdb://")) / STORE_ID_FILE
+    try:
+        found = path.read_text(encoding="ascii").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return found or None
 
 
 def is_store(reader: object) -> TypeGuard[Store]:

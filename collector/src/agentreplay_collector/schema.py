@@ -12,7 +12,8 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
   trust_scores, agent_keys, agent_certificates, manifests, the transparency log's
   log_leaves (with its by-run projection), log_nodes, log_checkpoints, multi-model replay's
-  model_trials, the incident writer's incidents, and replay_grants) sit beside them.
+  model_trials, the incident writer's incidents, replay_grants, and store_identity: the store's own
+  id) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
 ``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
@@ -45,6 +46,7 @@ LOG_CHECKPOINTS = "log_checkpoints"  # the log's signed checkpoints
 MODEL_TRIALS = "model_trials"  # multi-model replay: each model tried at a failed run's culprit step
 INCIDENTS = "incidents"  # each halted run's incident folder: written, removed by retention, or failed
 REPLAY_GRANTS = "replay_grants"  # replay grants: issued here, and presented by replays (used once)
+STORE_IDENTITY = "store_identity"  # the store's own random id, written once: which store a collector serves
 
 CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
 """Part of the span identity: the same span retried is one row, a forged twin is another."""
@@ -423,6 +425,18 @@ _INCIDENTS = _Table(
     shard_key="cityHash64(RunId)",
 )
 
+# The store's id (:meth:`agentreplay_collector.store.Store.store_id`): a random id written once, the
+# earliest row the one that counts. Not in TABLES: a copy of the store (storecopy) is another store,
+# and gets an id of its own.
+_STORE_IDENTITY = _Table(
+    name=STORE_IDENTITY,
+    columns="""
+    StoreId String,
+    CreatedAt DateTime64(9)""",
+    engine="MergeTree",
+    tail="ORDER BY (CreatedAt, StoreId)",
+)
+
 TABLES: tuple[_Table, ...] = (
     _TRACES,
     _TRACE_ID_TS,
@@ -508,6 +522,7 @@ def ddl(opts: SchemaOptions) -> list[str]:
         statements.extend(_create_table(table, opts))
         if table is _TRACE_ID_TS:
             statements.append(_trace_id_ts_view(opts))
+    statements.extend(_create_table(_STORE_IDENTITY, opts))
     return statements
 
 

@@ -23,6 +23,7 @@ import base64
 import logging
 import os
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
@@ -65,7 +66,7 @@ from agentreplay_collector.models import (
     TrustScore,
     verdict_filter,
 )
-from agentreplay_collector.reader import DEFAULT_DATABASE, normalize_store
+from agentreplay_collector.reader import DEFAULT_DATABASE, STORE_ID_FILE, normalize_store
 from agentreplay_otel.core import DENY, AgentIdentity, SignedCheckpoint, SpanRecord, merkle, semconv
 
 _log = logging.getLogger(__name__)
@@ -273,6 +274,7 @@ class Store:
         self._closed = False
         self.own_writes = OwnWrites() if self.exclusive else None
         self._column_types: dict[tuple[str, tuple[str, ...]], list[Any]] = {}  # per table and columns
+        self._store_id: str | None = None
 
     @classmethod
     def from_config(cls, cfg: ClickHouseConfig) -> Store:
@@ -365,6 +367,52 @@ class Store:
         for statement in [*schema.ddl(opts), *schema.added_columns(opts)]:
             self._call("DDL", "command", statement)
         self._add_log_runs_projection(opts)
+        self.store_id(create=True)
+
+    @property
+    def known_store_id(self) -> str | None:
+        """The store's id if this process has read it (:meth:`store_id`), without asking the store."""
+        return self._store_id
+
+    def store_id(self, *, create: bool = False) -> str | None:
+        """The store's own id: a random id written once into ``store_identity`` (``create``: written now
+        when the store has none), the earliest row's if two were written at once. None when the store has
+        none (or no such table: a schema made before it, by a collector with ``create_schema`` off).
+
+        A chDB store's id is also written to :data:`~agentreplay_collector.reader.STORE_ID_FILE` in its
+        directory, which readers can read while this process holds the directory: how the CLI tells
+        whether the collector answering serves the store it was told to read."""
+        if self._store_id is not None:
+            return self._store_id
+        table = f"{self.database}.{schema.STORE_IDENTITY}"
+        sql = f"SELECT StoreId FROM {table} ORDER BY CreatedAt, StoreId LIMIT 1"
+        rows = self._call("store id read", "query", sql).result_rows
+        if not rows and create:
+            made = uuid.uuid4().hex  # hex digits only: safe to write into the statement
+            self._call("store id write", "command", f"INSERT INTO {table} (StoreId, CreatedAt) VALUES ('{made}', now64(9))")
+            rows = self._call("store id read", "query", sql).result_rows or [(made,)]
+        if not rows:
+            return None
+        self._store_id = str(rows[0][0])
+        if self.exclusive:
+            self._write_store_id_file(self._store_id)
+        return self._store_id
+
+    def _write_store_id_file(self, store_id: str) -> None:
+        path = os.path.join(self.endpoint[len("chdb://"):], STORE_ID_FILE)
+        try:
+            with open(path, encoding="ascii") as held:
+                if held.read().strip() == store_id:
+                    return
+        except (OSError, UnicodeDecodeError):
+            pass
+        partial = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="ascii") as out:
+                out.write(store_id + "\n")
+            os.replace(partial, path)
+        except OSError as exc:  # readers then cannot tell this store by its directory: they say so
+            _log.warning("cannot write the store's id to %s: %s", path, exc)
 
     def insert_spans(self, table: pa.Table) -> None:
         """Write ``otel_traces`` rows in one insert: all of them or none (one block).

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.client import CollectorClient, open_reader
+from agentreplay_collector.client import CollectorClient, StoreMismatch, open_store, reads_through
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import (
     DecisionRecord,
@@ -181,19 +181,25 @@ def _error_detail(exc: urllib.error.HTTPError) -> str:
 @contextmanager
 def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
     """Runs to read: the collector's read API when it answers (the embedded store belongs to it),
-    else the store opened directly. Store failures become :class:`CLIError`."""
+    else the store opened directly. A store named (``--store``, ``$AGENTREPLAY_STORE``) is what is
+    read: through the collector only when it serves that store, an error naming both when it serves
+    another (:func:`~agentreplay_collector.client.reads_through`). Store failures become :class:`CLIError`."""
     client = Collector(collector)
     opened: RunReader
-    if client.healthy():
+    try:
+        through = reads_through(client, store)  # store: --store or $AGENTREPLAY_STORE, None if neither
+    except StoreMismatch as exc:
+        raise CLIError(str(exc)) from exc
+    if through:
         opened = client
     else:
-        target = normalize_store(store or DEFAULT_STORE)  # --store or $AGENTREPLAY_STORE
+        target = normalize_store(store or DEFAULT_STORE)
         path = target.removeprefix("chdb://")
         if target.startswith("chdb://") and not Path(path).exists():
             raise CLIError(f"no store at {path}: no run has been recorded there (start agentreplay-collector, "
                            "record a run, or point --store at another store)")
         try:
-            opened = open_reader(store=target, collector=client.url)
+            opened = open_store(target)
         except StoreError as exc:
             raise CLIError(f"cannot open the store: {exc}") from exc
     try:

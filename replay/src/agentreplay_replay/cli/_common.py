@@ -61,8 +61,8 @@ StoreOpt = Annotated[
         "--store",
         envvar=semconv.ENV_STORE,
         show_envvar=True,
-        help="Store to open when no collector runs: a chDB directory, chdb://DIR, or http(s)://HOST:PORT "
-        f"(default: {DEFAULT_STORE})",
+        help="Store to read: a chDB directory, chdb://DIR, or http(s)://HOST:PORT; through the collector only "
+        f"when it serves this store, else opened directly (default: the collector's store, else {DEFAULT_STORE})",
     ),
 ]
 CollectorOpt = Annotated[
