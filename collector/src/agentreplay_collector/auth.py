@@ -8,7 +8,8 @@ in case files and by ``GET /v1/keys``. A request without a valid proof is UNAUTH
 a proof seen before (each is single use while fresh); a verified agent writing spans under
 another agent's id is PERMISSION_DENIED. Each verified agent's public key is remembered by its
 key id in a :class:`KeyRing`, which the chain processor uses to check run seals (and which is
-persisted in ``agent_keys`` so a store read later can check them too).
+persisted in ``agent_keys``/``agent_certificates`` before the export that brought a new key is
+acknowledged, so a reader of the store can check a run's seal as soon as its spans are stored).
 """
 
 from __future__ import annotations
@@ -71,11 +72,16 @@ class KeyRing:
         entry = self._keys.get(kid)
         return entry.token if entry and entry.token else None
 
-    def drain_new(self) -> list[AgentIdentity]:
-        """Identities learnt since the last call, for persisting."""
+    def unstored(self) -> list[AgentIdentity]:
+        """Identities learnt and not yet reported :meth:`stored`: a write that fails leaves them here."""
         with self._lock:
-            new, self._new = self._new, []
-        return new
+            return list(self._new)
+
+    def stored(self, identities: Sequence[AgentIdentity]) -> None:
+        """These are in the store now: no longer listed by :meth:`unstored`."""
+        done = {i.kid for i in identities}
+        with self._lock:
+            self._new = [i for i in self._new if i.kid not in done]
 
     def __len__(self) -> int:
         return len(self._keys)

@@ -127,9 +127,12 @@ class ChainProcessor:
         """Spans that were just written (called before they are acknowledged).
 
         Runs new to this process get their ``pending`` row here, synchronously: if that
-        write fails the export is not acknowledged, so no stored run can go unjudged.
+        write fails the export is not acknowledged, so no stored run can go unjudged. So does
+        the certificate of an agent key first seen (``agent_certificates``): a reader can check
+        a run's seal as soon as its spans are acknowledged, before the verdict.
         Everything else is bookkeeping; verification happens on the processor's thread.
         """
+        self._persist_keys()
         now = self._clock()
         budget = self.config.max_buffered_spans
         touched: dict[str, _Run] = {}
@@ -327,9 +330,10 @@ class ChainProcessor:
         return found
 
     def _persist_keys(self) -> None:
-        new = self.keys.drain_new()
+        new = self.keys.unstored()  # listed until stored: a failed write is tried again
         if new:
             self.store.insert_agent_keys(new, time.time_ns())
+            self.keys.stored(new)
 
     def _carry_over(self, judged: list[RunSummary]) -> list[RunSummary]:
         """Keep the marks a run's row carries (halted, classification): read from the store, or on an

@@ -7,12 +7,14 @@ stored run. ``replay``, ``fork`` and ``analyze`` take a case file where they tak
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector.models import ChainState
 from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import InclusionProof, semconv
 from agentreplay_replay.cli._client import case_of, org_key_from_env, org_public_key, reader, resolve_run
@@ -37,6 +39,8 @@ else:
 
 PANEL = "Recorded runs"
 app = typer.Typer()
+WAIT_S = 60.0  # export's default wait for a run not yet judged and logged
+_POLL_S = 0.25
 
 RunOrCaseArg = Annotated[str, typer.Argument(
     help="Run id or unique prefix (`agentreplay runs` lists them), or a case file (`agentreplay export`).")]
@@ -85,6 +89,11 @@ def export(
     json_: JsonOpt = False,
     store: StoreOpt = None,
     collector: CollectorOpt = None,
+    no_wait: Annotated[bool, typer.Option(
+        "--no-wait", help="Refuse a run the collector has not judged yet (or whose verdict is in no signed "
+                          "checkpoint yet) rather than wait for it.")] = False,
+    wait_s: Annotated[float, typer.Option(
+        "--wait", min=0, help="Seconds to wait, at most, for a run not yet judged and logged.")] = WAIT_S,
 ) -> None:
     """Write a run to one file that anyone with the org public key can check offline.
 
@@ -103,9 +112,11 @@ def export(
     """
     with reader(store, collector) as source:
         full = resolve_run(source, run_id)
-        case = case_of(source, full)
+        case = _ready_case(source, full, 0.0 if no_wait else wait_s)
     size = cases.write(case, output)
     summary = export_summary(case, output, size)
+    for line in _short_of(case):
+        err.print(f"warning: {output}: {line}", soft_wrap=True)
     if json_:
         print_json(summary)
         return
@@ -116,6 +127,45 @@ def export(
               f"manifest {summary['manifest'][:16] + '…' if summary['manifest'] else 'none'}, "
               f"{summary['certificates']} agent certificate(s), "
               f"{summary['classifications']} verdict(s), log proof {proof_text}, {size} bytes", soft_wrap=True)
+
+
+def _ready_case(source: RunReader, run_id: str, wait_s: float) -> cases.Case:
+    """The run's case once the collector has judged the run and (with a log key) a signed checkpoint
+    holds its verdict: right after a run its verdict is still pending (the quiet period, then the next
+    checkpoint), and a case written then would lack what verifies it. Waits ``wait_s`` at most, then
+    refuses, naming what is missing."""
+    deadline = time.monotonic() + wait_s
+    waited = False
+    while True:
+        summary = source.get_run(run_id)
+        if summary is not None and summary.chain.status is ChainState.PENDING:
+            why = ("the run is still being verified: the collector has not judged it yet (it does once no "
+                   "span came for its quiet period)")
+        else:
+            case = case_of(source, run_id)
+            verdict_age_s = (time.time_ns() - case.summary.chain.verified_at_ns) / 1e9
+            if case.inclusion or case.log_certificate is None or not (waited or verdict_age_s < WAIT_S):
+                return case  # a run judged before the log (or long ago) has no leaf to wait for: said below
+            why = "the run is still being verified: its verdict is in no signed checkpoint of the log yet"
+        if time.monotonic() >= deadline:
+            raise CLIError(f"run {run_id} cannot be exported yet: {why}; a case written now would not verify. "
+                           f"Export again in a few seconds{' (or without --no-wait)' if wait_s == 0 else ''}")
+        if not waited:
+            err.print(f"waiting for run {run_id}: {why}", soft_wrap=True)
+            waited = True
+        time.sleep(_POLL_S)
+
+
+def _short_of(case: cases.Case) -> list[str]:
+    """What a written case lacks that a verifier with the org key will ask for."""
+    lines = []
+    kids = {s.attributes.get(semconv.IDENTITY_KID, "") for s in case.spans} - {""}
+    if missing := sorted(kids - set(case.certificates)):
+        lines.append(f"no certificate of agent key(s) {', '.join(missing)}: its seal will not verify")
+    if case.log_certificate is not None and not case.inclusion:
+        lines.append("no transparency-log proof (the run is in no signed checkpoint): `verify` with the org key "
+                     "refuses it unless --no-require-log-proof")
+    return lines
 
 
 def export_summary(case: cases.Case, path: Path, size: int) -> dict[str, Any]:

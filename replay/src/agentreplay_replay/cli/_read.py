@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.text import Text
 
 from agentreplay_collector.errors import StoreError
+from agentreplay_collector.models import ChainState
 from agentreplay_collector.reader import RunReader
 from agentreplay_otel.core import ChainReport, semconv
 from agentreplay_otel.core import verify as verify_chain
@@ -170,7 +173,9 @@ def verify(
     it, seals are not checked and --require-seal is an error.
 
     Exit 0 when every chain is intact (or unsealed, if seals are not required), 1 when one is
-    broken, incomplete or not sealed as required, naming the first bad span.
+    broken, incomplete or not sealed as required, naming the first bad span; 3 (PENDING) when a
+    run does not check yet but the collector has not judged it either (its spans may still be
+    arriving): verify again in a few seconds.
 
     Given a case file (`agentreplay export`), verify checks it offline with the org key alone: its
     chain and seal, the signed manifest, its decisions against the chained spans, and its
@@ -206,6 +211,7 @@ def verify(
         err.print(f"no org key (--org-key or ${semconv.ENV_ORG_PUBLIC_KEY}): chains checked, seals not checked",
                   soft_wrap=True)
     reports: list[ChainReport] = []
+    pending: dict[str, float] = {}  # run id -> seconds since its last span, for a run not judged yet
     with reader(store, collector) as source:
         certificates = functools.lru_cache(maxsize=None)(source.get_agent_certificate)
         ids = ([r.run_id for r in every_run(source, page_size=page_size)] if all_
@@ -215,15 +221,38 @@ def verify(
             if not spans and not all_:
                 raise CLIError(f"run {rid} has no stored spans")
             if org is None:
-                reports.append(verify_chain(spans))
+                report = verify_chain(spans)
             else:
-                reports.append(
-                    verify_chain(spans, org_key=org, certificates=certificates, require_seal=required)
-                )
+                report = verify_chain(spans, org_key=org, certificates=certificates, require_seal=required)
+            reports.append(report)
+            if not report.intact and _judging(source, rid):
+                pending[rid] = max(0.0, (time.time_ns() - max((s.end_ns for s in spans), default=0)) / 1e9)
     if json_:
-        print_json([render.report_json(r) for r in reports])
+        print_json([render.report_json(r) | ({"status": ChainState.PENDING.value, "pending_s": round(pending[r.run_id], 1)}
+                                             if r.run_id in pending else {}) for r in reports])
     else:
         for report in reports:
-            out.print(render.report_line(report))
-    if any(not r.intact for r in reports):
+            out.print(_pending_line(report, pending[report.run_id]) if report.run_id in pending
+                      else render.report_line(report), soft_wrap=True)
+    if any(not r.intact and r.run_id not in pending for r in reports):
         raise typer.Exit(1)
+    if pending:
+        raise typer.Exit(PENDING_EXIT)
+
+
+PENDING_EXIT = 3
+"""``verify``'s exit when a run does not check yet but the collector has not judged it either (and none is broken)."""
+
+
+def _judging(source: RunReader, run_id: str) -> bool:
+    """Whether the collector has yet to judge the run (its stored verdict is still ``pending``): its
+    spans may still be arriving, so a chain that does not check yet is not (yet) a broken one."""
+    summary = source.get_run(run_id)
+    return summary is not None and summary.chain.status is ChainState.PENDING
+
+
+def _pending_line(report: ChainReport, age_s: float) -> Text:
+    line = Text.assemble((f"{report.run_id}  ", "cyan"), (ChainState.PENDING.value, "bold yellow"))
+    line.append(f": the run is still being verified ({age_s:.0f} s since its last span); verify again once "
+                f"the collector has judged it. Its chain does not check yet: {report.problem}: {report.detail}")
+    return line
