@@ -30,6 +30,7 @@ oldest removed first.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import threading
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentreplay_collector import incidents as kept
 from agentreplay_collector._threads import name_os_thread
+from agentreplay_collector.budget import INCIDENTS, BudgetExhausted, Hold, MemoryBudget, record_bytes
 from agentreplay_collector.config import DETECTORS, AnalysisConfig, IncidentSettings, JudgeSettings
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.incidents import IncidentDue, IncidentState, StoredIncident
@@ -104,6 +106,7 @@ class AnalysisWorker:
         self._idle = threading.Event()
         self._thread: threading.Thread | None = None
         self.incidents: IncidentWriter | None = _load(INCIDENT_GROUP, INCIDENT_WRITER) if cfg.incidents else None
+        self.budget: MemoryBudget | None = None  # a run being rendered counts against its incidents share
         self.analysed_runs = 0
         self.failed_runs = 0  # runs whose analysis raised (logged; retried next round)
         self.incidents_written = 0
@@ -241,9 +244,18 @@ class AnalysisWorker:
         """Write one halted run's incident and record it; False when the folder refused it (a failure of
         the run itself is recorded as failed, logged, never raised)."""
         assert self.incidents is not None and settings.org_public_key is not None
+        hold = Hold(self.budget, INCIDENTS)
+        source = _rendered(self.store, hold) if self.budget is not None else self.store
         try:
-            written = self.incidents(self.store, run.run_id, settings.dir, settings.org_public_key)
+            written = self.incidents(source, run.run_id, settings.dir, settings.org_public_key)
             size = kept.folder_bytes(written)
+        except BudgetExhausted as exc:  # the memory budget has no room for the run now: it stays due
+            _log.warning("agentreplay_analysis: run %s's incident waits: %s", run.run_id, exc)
+            return False
+        except _TooLarge as exc:  # larger than the budget ever allows: recorded, not retried
+            self.incidents_failed += 1
+            self._record(run, IncidentState.FAILED, 0, str(exc))
+            return True
         except OSError as exc:  # the folder (full, unwritable, gone): the run stays due
             self.incidents_failed += 1
             if self._refused_since is None:
@@ -258,6 +270,8 @@ class AnalysisWorker:
             _log.exception("agentreplay_analysis: writing run %s's incident failed", run.run_id)
             self._record(run, IncidentState.FAILED, 0, f"{type(exc).__name__}: {exc}")
             return True
+        finally:
+            hold.close()
         if self._refused_since is not None:
             _log.info("agentreplay_analysis: the incidents folder %s takes incidents again", settings.dir)
             self._refused_since = None
@@ -291,6 +305,36 @@ class AnalysisWorker:
         gone = {i.run_id for i in removing}
         left = [i for i in written if i.run_id not in gone]
         self._kept = (len(left), sum(i.bytes for i in left))
+
+RENDER_FACTOR = 4
+"""A run rendered into an incident holds its spans about this many times over: the records, the case's
+JSON, the pages and packets made of them."""
+
+
+class _TooLarge(Exception):
+    """A run larger than the memory budget's incidents share could ever hold while it is rendered."""
+
+
+def _rendered(store: Store, hold: Hold) -> Store:
+    """The store as the incident writer reads it (a shallow copy: the same connections), whose
+    ``get_run_spans`` counts the run's spans against the memory budget's ``incidents`` share
+    (``RENDER_FACTOR`` times) until the incident is written."""
+    shadow = copy.copy(store)
+    read = store.get_run_spans
+
+    def get_run_spans(run_id: str) -> list[SpanRecord]:
+        spans = read(run_id)
+        size = RENDER_FACTOR * sum(map(record_bytes, spans))
+        budget = hold.budget
+        if budget is not None and not budget.fits(INCIDENTS, size):
+            raise _TooLarge(f"run {run_id} is too large to render within the memory budget ({size} bytes; the"
+                            f" incidents' share is {budget.cap(INCIDENTS)})")
+        hold.resize(max(hold.nbytes, size), f"run {run_id} rendered into an incident")
+        return spans
+
+    shadow.get_run_spans = get_run_spans  # type: ignore[method-assign]
+    return shadow
+
 
 def _unsure(run_id: str, chain: ChainStatus | None, why: str) -> StoredClassification:
     """The detectors' place-holder verdict on a run the analyzer could not judge: it says why."""

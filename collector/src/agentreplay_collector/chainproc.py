@@ -3,8 +3,9 @@
 Spans reach the collector in any order and over many exports, so a run is judged only
 once it has gone quiet: its run span has arrived and nothing came for ``quiet_period``
 (or, without a run span, nothing for ``incomplete_after``). Its spans wait in memory
-until then, up to ``max_buffered_spans`` in all; past that the oldest runs' spans are
-dropped from memory and the run is verified from the store instead. A run first seen
+until then, up to ``max_buffered_spans`` in all and within the memory budget's ``pending_runs``
+share (in bytes: a run of a few huge spans is held by their size, not their number); past either
+the oldest runs' spans are dropped from memory and the run is verified from the store instead. A run first seen
 part-way (a restart, a straggler after its verdict) fails in memory and is re-verified
 from the store, which holds every acknowledged span. Verdicts go to the ``runs`` table;
 a new run gets a ``pending`` row before its first spans are acknowledged, so a restart
@@ -46,6 +47,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.auth import KeyRing
+from agentreplay_collector.budget import PENDING_RUNS, MemoryBudget, record_bytes
 from agentreplay_collector.config import ChainConfig
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
@@ -88,6 +90,7 @@ class _Run:
     records: list[SpanRecord] | None = field(default_factory=list)  # None: verify from the store
     root_seen: bool = False
     announced: bool = False
+    size: int = 0  # bytes of its records, counted against the memory budget
 
 
 class ChainProcessor:
@@ -102,8 +105,11 @@ class ChainProcessor:
         *,
         org_key: Ed25519PublicKey | None = None,
         log: TransparencyLog | None = None,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.config = config
+        self.budget = budget  # the buffered spans' bytes count against its pending_runs share
+        self._bytes = 0
         self.store = store
         self.keys = keys
         self.org_key = org_key
@@ -136,6 +142,7 @@ class ChainProcessor:
         now = self._clock()
         budget = self.config.max_buffered_spans
         touched: dict[str, _Run] = {}
+        dropped: dict[str, list[SpanRecord]] = {}  # a new run's spans here, when its buffer was dropped
         with self._lock:
             # A run's spans come together in an export: each stretch of one run's spans is taken at once.
             for run_id, stretch in itertools.groupby(records, _TRACE_ID):
@@ -147,11 +154,13 @@ class ChainProcessor:
                 if "" in map(_PARENT_ID, spans):  # a run span (no parent) among them
                     run.root_seen = True
                 if run.records is not None:
-                    run.records.extend(spans)
-                    self._buffered += len(spans)
+                    self._keep(run, spans)
                 if not run.announced:
                     touched[run.run_id] = run
-            firsts = {run_id: list(run.records or ()) for run_id, run in touched.items()}
+                    if run.records is None:
+                        dropped[run.run_id] = spans
+            firsts = {run_id: list(run.records) if run.records is not None else dropped.get(run_id, [])
+                      for run_id, run in touched.items()}
             if self._buffered > budget:
                 self._shed(budget)
         if touched:
@@ -167,14 +176,45 @@ class ChainProcessor:
             return _Run(run_id, now, now, records=None, root_seen=True, announced=True)
         return _Run(run_id, now, now)
 
+    def _keep(self, run: _Run, spans: list[SpanRecord]) -> None:
+        """Buffer a run's new spans, if the memory budget has room for their bytes once the oldest runs'
+        are dropped (verified from the store); else the run's are dropped too. Caller holds the lock."""
+        assert run.records is not None
+        budget = self.budget
+        size = sum(map(record_bytes, spans)) if budget is not None else 0
+        if budget is not None and size and not budget.try_reserve(PENDING_RUNS, size):
+            for old in list(self._runs.values()):  # oldest first
+                if old.records and old is not run:
+                    self._drop(old)
+                    if budget.try_reserve(PENDING_RUNS, size):
+                        break
+            else:
+                self._drop(run)
+                return
+        run.records.extend(spans)
+        run.size += size
+        self._bytes += size
+        self._buffered += len(spans)
+
+    def _drop(self, run: _Run) -> None:
+        """Forget a run's buffered spans (it is verified from the store). Caller holds the lock."""
+        self._buffered -= len(run.records or ())
+        self._release(run)
+        run.records = None
+
+    def _release(self, run: _Run) -> None:
+        if run.size and self.budget is not None:
+            self.budget.release(PENDING_RUNS, run.size)
+        self._bytes -= run.size
+        run.size = 0
+
     def _shed(self, budget: int) -> None:
         """Drop buffered spans, oldest runs first, until under budget (those verify from the store)."""
         for run in self._runs.values():
             if self._buffered <= budget:
                 break
             if run.records:
-                self._buffered -= len(run.records)
-                run.records = None
+                self._drop(run)
 
     def resume(self, run_ids: Iterable[str]) -> None:
         """Runs a previous process left ``pending``: judge them from the store (after the quiet
@@ -244,6 +284,7 @@ class ChainProcessor:
             for run in due:
                 del self._runs[run.run_id]
                 self._buffered -= len(run.records or ())
+                self._release(run)
                 self._judged[run.run_id] = None
                 self._judged.move_to_end(run.run_id)
             while len(self._judged) > _JUDGED_MEMORY:
@@ -412,6 +453,11 @@ class ChainProcessor:
     @property
     def buffered_spans(self) -> int:
         return self._buffered
+
+    @property
+    def buffered_bytes(self) -> int:
+        """What the buffered spans hold, as the memory budget counts it."""
+        return self._bytes
 
 
 def run_cost(records: Iterable[SpanRecord]) -> float:

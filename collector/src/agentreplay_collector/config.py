@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from agentreplay_collector import budget
 from agentreplay_collector.errors import ConfigError
 from agentreplay_collector.incidents import IncidentCaps
 from agentreplay_collector.reader import DEFAULT_CONTROL_HOST, DEFAULT_CONTROL_PORT
@@ -290,6 +292,16 @@ class AnalysisConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
+class MemoryConfig:
+    """``agentreplay_memory`` (an extension): the one memory budget every buffer the collector keeps for
+    others counts against, in bytes (:mod:`agentreplay_collector.budget`). ``configured``: the file set it
+    (else the default: the smaller of 1 GiB and a quarter of the machine's memory)."""
+
+    limit: int
+    configured: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
 class CollectorConfig:
     """The validated config. Only the components the pipelines use are kept.
 
@@ -313,6 +325,7 @@ class CollectorConfig:
     stored_signals: frozenset[str] = frozenset(SIGNALS)
     forwarders: Mapping[str, ForwardConfig] = field(default_factory=dict)
     forwards: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    memory: MemoryConfig | None = None  # None: the default budget (parse_config always sets it)
 
 
 # --- substitution ------------------------------------------------------------------
@@ -959,7 +972,7 @@ def parse_config(raw: Any, environ: Mapping[str, str] | None = None, *, strict: 
     config = replace(config, analysis=_with_org_key(config, next(
         (extensions[e] for e in ext_ids if _component_type(e) == "agentreplay_analysis"), None)))
     _check_transparency(config, ext_ids)
-    return config
+    return replace(config, memory=_check_memory(config, extensions, ext_ids))
 
 
 def _secret_files(config: CollectorConfig, p: TracesPipeline, ext_ids: tuple[str, ...]) -> tuple[SecretFile, ...]:
@@ -1335,3 +1348,58 @@ def _text(sec: _Section, key: str) -> str:
 
 
 _EXTENSIONS["agentreplay_analysis"] = _parse_analysis
+
+
+# --- agentreplay_memory: the one memory budget (agentreplay_collector.budget) ------------------------------
+def _parse_memory(sec: _Section) -> MemoryConfig:
+    """``limit``: bytes (an integer, or like 512MiB, 2GiB), or a share of the machine's memory (``25%``)."""
+    value = sec.get("limit")
+    sec.done()
+    if value is None:
+        return MemoryConfig(limit=budget.default_limit(), configured=False)
+    if isinstance(value, str) and value.strip().endswith("%"):
+        number = value.strip()[:-1].strip()
+        machine = budget.machine_memory()
+        if not re.fullmatch(r"\d+(\.\d+)?", number) or not 0 < float(number) <= 90:
+            raise ConfigError(sec.at("limit"), "a share of the machine's memory between 0% and 90% (like 25%)", value)
+        if not machine:
+            raise ConfigError(sec.at("limit"), "a size in bytes: this machine's memory is not known", value)
+        return MemoryConfig(limit=int(machine * float(number) / 100), configured=True)
+    return MemoryConfig(limit=_size(sec, "limit", 0), configured=True)
+
+
+def _check_memory(config: CollectorConfig, extensions: dict[str, Any], ext_ids: tuple[str, ...]) -> MemoryConfig:
+    """The budget: configured (listed in service.extensions) or the default; large enough that the exports'
+    share holds the largest export a receiver takes as it is parsed and converted."""
+    ids = [e for e in extensions if _component_type(e) == "agentreplay_memory"]
+    listed = [e for e in ext_ids if _component_type(e) == "agentreplay_memory"]
+    if ids and not listed:
+        raise ConfigError(f"extensions.{ids[0]}", "listed in service.extensions too, to take effect (the memory"
+                          " budget is never left out quietly)")
+    largest, where = 0, ""
+    otlp_id = config.pipeline.receivers[0] if config.pipeline.receivers else "otlp"
+    if config.otlp is not None and config.otlp.grpc is not None:
+        largest, where = (config.otlp.grpc.max_recv_msg_size_mib * MIB,
+                          f"receivers.{otlp_id}.protocols.grpc.max_recv_msg_size_mib")
+    if config.otlp is not None and config.otlp.http is not None and config.otlp.http.max_request_body_size > largest:
+        largest, where = (config.otlp.http.max_request_body_size,
+                          f"receivers.{otlp_id}.protocols.http.max_request_body_size")
+    needed = max(budget.MIN_LIMIT, math.ceil(largest * budget.EXPANSION / budget.SHARES[budget.EXPORTS]))
+    if not listed:
+        return MemoryConfig(limit=max(budget.default_limit(), needed), configured=False)
+    memory = extensions[listed[0]]
+    assert isinstance(memory, MemoryConfig)
+    if memory.limit < needed:
+        why = (f"; the exports' share ({budget.SHARES[budget.EXPORTS]:.0%}) must hold the largest export a receiver"
+               f" takes ({_mib(largest)} MiB, {where}) {budget.EXPANSION} times over, as it is parsed and converted"
+               if needed > budget.MIN_LIMIT else "")
+        raise ConfigError(f"extensions.{listed[0]}.limit", f"at least {_mib(needed)} MiB{why}",
+                          f"{_mib(memory.limit)} MiB")
+    return memory
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / MIB:g}"
+
+
+_EXTENSIONS["agentreplay_memory"] = _parse_memory

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentreplay_collector.auth import Presented
+from agentreplay_collector.budget import FORWARDING, MemoryBudget
 from agentreplay_collector.config import SIGNALS, ForwardConfig
 from agentreplay_collector.forward_send import REQUESTS, Sender, SendError, sender_for
 from agentreplay_collector.signals import parse_json
@@ -34,7 +35,8 @@ from agentreplay_otel.core import proof
 _log = logging.getLogger(__name__)
 DROP_LOG_INTERVAL_S = 10.0
 """A burst of drops is logged once when it starts, then at most this often with what was dropped since."""
-DROP_REASONS = ("queue_full", "refused", "retries_exhausted", "garbage", "shutdown", "unencodable")
+DROP_REASONS = ("queue_full", "refused", "retries_exhausted", "garbage", "shutdown", "unencodable", "memory")
+"""``memory``: the memory budget's forwarding share was full (:mod:`.budget`): queued exports count against it."""
 
 
 @dataclass(slots=True)
@@ -77,6 +79,7 @@ class Forwarder:
         self.dropped_requests = 0
         self._drops = _DropLog(self.name)
         self._sending: dict[int, int] = {}  # sender thread -> items of the export it is sending
+        self.budget: MemoryBudget | None = None  # queued exports' bytes count against its forwarding share
 
     # --- the receivers' side (the event loop): never waits ------------------------------------------
     def offer(self, signal: str, body: bytes, *, json: bool, items: int, presented: Presented | None = None) -> bool:
@@ -86,13 +89,21 @@ class Forwarder:
         if self._closing.is_set():
             self._drop("shutdown", items, "the collector is stopping")
             return False
+        if self.budget is not None and not self.budget.try_reserve(FORWARDING, len(body)):
+            self._drop("memory", items, "the memory budget's share for forwarding is spent")
+            return False
         try:
             kept = presented if self.config.from_request else None
             self._queue.put_nowait(_Export(signal, body, json, items, kept))
         except queue.Full:
+            self._release(body)
             self._drop("queue_full", items, f"the sending queue holds {self.config.queue.queue_size} exports")
             return False
         return True
+
+    def _release(self, body: bytes) -> None:
+        if self.budget is not None:
+            self.budget.release(FORWARDING, len(body))
 
     # --- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +131,7 @@ class Forwarder:
             except queue.Empty:
                 break
             if isinstance(left, _Export):
+                self._release(left.body)
                 self._drop("shutdown", left.items, "the collector stopped before it was sent")
         with self._lock:
             stuck = [self._sending.pop(t.ident or 0, 0) for t in self._threads if t.is_alive()]
@@ -150,6 +162,7 @@ class Forwarder:
                 _log.exception("exporter %s: forwarding an export failed", self.name)
                 self._drop("refused", export.items, "internal error")
             finally:
+                self._release(export.body)
                 with self._lock:
                     self._sending.pop(me, None)
 

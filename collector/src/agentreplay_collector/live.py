@@ -15,7 +15,11 @@ per viewer; the producer alone asks the store, once a second while runs await on
 of the runs that ended (the chain's, then the analysis's when the collector runs it).
 
 A viewer that does not keep up (its queue full: a stalled connection) is dropped, never waited
-for; it reconnects and starts again from a snapshot. A viewer sees what its token may read
+for; it reconnects and starts again from a snapshot. What a viewer holds (its snapshot, its queued
+chunks, the chunk its connection is taking) counts against the memory budget's ``live`` share until
+the connection has taken it: a new viewer that does not fit is answered 429 (Retry-After), a chunk that
+does not fit drops its viewer, and a connection that takes nothing for a while is closed
+(:mod:`.admission`), which gives its bytes back. A viewer sees what its token may read
 (:mod:`.access`): the admin token everything, an agent's token its own runs, their halts and
 alerts only.
 
@@ -48,6 +52,7 @@ from starlette.routing import Route
 
 from agentreplay_collector import otlp
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
+from agentreplay_collector.budget import LIVE, RETRY_AFTER_S, MemoryBudget
 from agentreplay_collector.errors import RequestError, StoreError
 from agentreplay_collector.models import SCOPE_AGENT, AlertState, Halt, RunSummary, StoredClassification
 from agentreplay_collector.ownership import RunOwners
@@ -131,6 +136,7 @@ class _Viewer:
     run_id: str = ""  # a run's page: that run's events (and the halts and alerts its token may read)
     queue: asyncio.Queue[bytes] = field(default_factory=lambda: asyncio.Queue(QUEUE_CHUNKS))
     dropped: bool = False
+    held: int = 0  # bytes of the memory budget: its queued chunks and the one its connection is taking
 
 
 def _message(kind: str, doc: dict[str, Any]) -> bytes:
@@ -148,8 +154,11 @@ class LiveFeed:
         store: Store | None,
         tick_s: float = TICK_S,
         analysed: bool = False,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.scope = scope
+        self.budget = budget
+        self._snapshot_bytes = 0  # the last snapshot's size: what a new viewer's is taken to be, until made
         self.owners = owners
         self.store = store
         self.tick_s = tick_s
@@ -259,14 +268,42 @@ class LiveFeed:
             self._changed.clear()
             self._control.clear()
         viewer = _Viewer(caller=caller, run_id=run_id)
-        viewer.queue.put_nowait(self._snapshot(caller))
+        # the snapshot's room is taken before it is made (as large as the last one), then made exact
+        if not self._take(viewer, self._snapshot_bytes):
+            assert self.budget is not None
+            raise _Busy(self.budget.refusal(LIVE, self._snapshot_bytes, "a live view's snapshot"))
+        snapshot = self._snapshot(caller)
+        self._snapshot_bytes = len(snapshot)
+        if len(snapshot) < viewer.held:
+            self.give(viewer, viewer.held - len(snapshot))
+        elif not self._take(viewer, len(snapshot) - viewer.held):
+            self.give(viewer, viewer.held)
+            assert self.budget is not None
+            raise _Busy(self.budget.refusal(LIVE, len(snapshot), "a live view's snapshot"))
+        viewer.queue.put_nowait(snapshot)
         self._viewers.add(viewer)
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._produce(), name="agentreplay-live")
         return viewer
 
     def unsubscribe(self, viewer: _Viewer) -> None:
+        """The viewer's stream ended: what it held is given back."""
         self._viewers.discard(viewer)
+        self.give(viewer, viewer.held)
+
+    def _take(self, viewer: _Viewer, nbytes: int) -> bool:
+        """Count ``nbytes`` more against the budget for ``viewer``; False if they do not fit."""
+        if self.budget is not None and not self.budget.try_reserve(LIVE, nbytes):
+            return False
+        viewer.held += nbytes
+        return True
+
+    def give(self, viewer: _Viewer, nbytes: int) -> None:
+        """``nbytes`` of what ``viewer`` held are gone (its connection took them, or it ended)."""
+        nbytes = min(nbytes, viewer.held)
+        viewer.held -= nbytes
+        if self.budget is not None:
+            self.budget.release(LIVE, nbytes)
 
     def _snapshot(self, caller: Caller) -> bytes:
         now = time.monotonic()
@@ -337,12 +374,14 @@ class LiveFeed:
                 chunk = chunks[agent]
             if not chunk:
                 continue
-            try:
-                viewer.queue.put_nowait(chunk)
-            except asyncio.QueueFull:  # a viewer that does not keep up: dropped, never waited for
+            if viewer.queue.full() or not self._take(viewer, len(chunk)):
+                # a viewer that does not keep up, or that the budget has no room for: dropped, never waited
+                # for (what it holds is given back when its stream ends)
                 viewer.dropped = True
                 self._viewers.discard(viewer)
                 self.dropped_viewers += 1
+                continue
+            viewer.queue.put_nowait(chunk)
 
     def _judged(self) -> list[_Event]:
         """Verdicts of ended runs: the producer asks the store (one query a second while any awaits)."""
@@ -437,6 +476,12 @@ class _TooMany(RequestError):
     http_status = 503
 
 
+class _Busy(RequestError):
+    """The memory budget's live share is spent: retry later."""
+
+    http_status = 429
+
+
 def routes(feed: LiveFeed, access: ReadAccess | None, *, ping_s: float = PING_S) -> list[Route]:
     """``/v1/live``, for the control endpoint's app."""
 
@@ -448,16 +493,22 @@ def routes(feed: LiveFeed, access: ReadAccess | None, *, ping_s: float = PING_S)
                 return JSONResponse({"error": f"run: a run id ({TRACE_ID_FORM})"}, status_code=400)
             viewer = feed.subscribe(caller, normal_trace_id(run_id) or "" if run_id else "")
         except RequestError as exc:
-            return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
+            retry = {"Retry-After": str(RETRY_AFTER_S)} if exc.http_status == 429 else None
+            return JSONResponse({"error": str(exc)}, status_code=exc.http_status, headers=retry)
 
         async def stream() -> AsyncIterator[bytes]:
+            taking = 0  # the chunk the connection is taking: held until the next one is handed over
             try:
                 yield b"retry: 1000\n\n"
                 while not viewer.dropped:
                     try:
-                        yield await asyncio.wait_for(viewer.queue.get(), ping_s)
+                        chunk = await asyncio.wait_for(viewer.queue.get(), ping_s)
+                        size = len(chunk)
                     except TimeoutError:
-                        yield b": ping\n\n"
+                        chunk, size = b": ping\n\n", 0
+                    yield chunk  # returns once the server has written out what it was handed before
+                    feed.give(viewer, taking)
+                    taking = size
             finally:
                 feed.unsubscribe(viewer)
 
@@ -468,10 +519,11 @@ def routes(feed: LiveFeed, access: ReadAccess | None, *, ping_s: float = PING_S)
 
 
 def attach(pipeline: Any, scope: ScopeProcessor | None, owners: RunOwners | None, store: Store | None,
-           access: ReadAccess | None, *, analysed: bool = False) -> list[Route]:
+           access: ReadAccess | None, *, analysed: bool = False, budget: MemoryBudget | None = None) -> list[Route]:
     """Build the feed, add it to the traces pipeline's stages, and return its routes (``analysed``: the
-    collector's analysis judges finished runs, and the feed pushes its verdicts too)."""
-    feed = LiveFeed(scope=scope, owners=owners, store=store, analysed=analysed)
+    collector's analysis judges finished runs, and the feed pushes its verdicts too; ``budget``: what
+    viewers hold counts against its ``live`` share)."""
+    feed = LiveFeed(scope=scope, owners=owners, store=store, analysed=analysed, budget=budget)
     pipeline.processors = (*pipeline.processors, feed)
     return routes(feed, access)
 

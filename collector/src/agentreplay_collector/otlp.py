@@ -505,3 +505,139 @@ class _Nested:
             self.b.append(link.span_id.hex())
             self.c.append(link.trace_state)
         self.off.append(len(self.a))
+
+
+# --- slices: a large export converted a part at a time ------------------------------------------------
+SLICE_BYTES = 64 * 1024
+"""Spans' bytes a slice of a large protobuf export holds at most (one span more when a span alone is
+larger): converting one holds the interpreter for about a millisecond, so that a 100,000-span export
+never keeps another agent's Authorize waiting for the whole of it."""
+
+
+def split_export(body: bytes, slice_bytes: int = SLICE_BYTES) -> list[bytes]:
+    """``body`` (an ExportTraceServiceRequest) as requests of about ``slice_bytes`` of spans each, whose
+    conversions, one after the other, are the whole's: each resource's and scope's other fields are
+    copied whole into every slice holding some of its spans, in their order; the spans keep theirs.
+    A body not larger than ``slice_bytes``, or whose fields are not plainly those of an export (the
+    decoders are left to judge it), is one slice: itself."""
+    if len(body) <= slice_bytes:
+        return [body]
+    try:
+        resources = list(_fields(body, 0, len(body)))
+        if any(number != 1 or wire != 2 for number, wire, _, _, _ in resources):
+            return [body]
+        out: list[bytes] = []
+        current: list[bytes] = []
+        size = 0
+        for _, _, head, start, end in resources:
+            other = bytearray()  # the resource's fields but its scopes, copied into each of its parts
+            scopes: list[tuple[bytes, list[bytes]]] = []
+            for number, wire, h1, s, e in _fields(body, start, end):
+                if number == 2 and wire == 2:
+                    scope_other = bytearray()
+                    spans: list[bytes] = []
+                    for n2, w2, h2, _, e2 in _fields(body, s, e):
+                        if n2 == 2 and w2 == 2:
+                            spans.append(body[h2:e2])
+                        else:
+                            scope_other += body[h2:e2]
+                    scopes.append((bytes(scope_other), spans))
+                else:
+                    other += body[h1:e]
+            if not any(spans for _, spans in scopes):
+                current.append(body[head:end])  # nothing to slice: as it came
+                continue
+            for scope_fields, scope_spans in scopes:
+                taken: list[bytes] = []
+                for span in scope_spans:
+                    if taken and size + len(span) > slice_bytes:
+                        current.append(_resource(bytes(other), scope_fields, taken))
+                        out.append(b"".join(current))
+                        current, taken, size = [], [], 0
+                    taken.append(span)
+                    size += len(span)
+                current.append(_resource(bytes(other), scope_fields, taken))
+        if current:
+            out.append(b"".join(current))
+        return out
+    except _NotPlain:
+        return [body]
+
+
+class _NotPlain(Exception):
+    """The bytes are not plainly protobuf fields (a bad length, a group): the decoders judge them whole."""
+
+
+def _varint(buf: bytes, pos: int, end: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise _NotPlain
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf: bytes, pos: int, end: int) -> Iterable[tuple[int, int, int, int, int]]:
+    """Each field in ``buf[pos:end]``: its number, wire type, where its tag starts, where its payload
+    starts and ends (a length-delimited field's payload; any other's whole value)."""
+    while pos < end:
+        head = pos
+        tag, pos = _varint(buf, pos, end)
+        number, wire = tag >> 3, tag & 7
+        if number == 0:
+            raise _NotPlain
+        if wire == 2:
+            length, pos = _varint(buf, pos, end)
+            if pos + length > end:
+                raise _NotPlain
+            yield number, wire, head, pos, pos + length
+            pos += length
+        elif wire == 0:
+            _, after = _varint(buf, pos, end)
+            yield number, wire, head, pos, after
+            pos = after
+        elif wire in (1, 5):
+            after = pos + (8 if wire == 1 else 4)
+            if after > end:
+                raise _NotPlain
+            yield number, wire, head, pos, after
+            pos = after
+        else:  # groups, or no wire type at all
+            raise _NotPlain
+
+
+def _len_field(number: int, payload: bytes) -> bytes:
+    return _encode_varint((number << 3) | 2) + _encode_varint(len(payload)) + payload
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _resource(other: bytes, scope_other: bytes, spans: list[bytes]) -> bytes:
+    """One ResourceSpans (field 1 of the export) holding one ScopeSpans with ``spans``."""
+    scope = _len_field(2, scope_other + b"".join(spans))
+    return _len_field(1, other + scope)
+
+
+def merged(parts: Sequence[ConvertedRequest]) -> ConvertedRequest:
+    """The slices of one export, converted one at a time, as one request (the rows in their order)."""
+    if len(parts) == 1:
+        return parts[0]
+    tables = [p.table for p in parts if p.table.num_rows] or [parts[0].table]
+    return ConvertedRequest(
+        table=pa.concat_tables(tables),
+        records=[r for p in parts for r in p.records],
+        agent_ids=frozenset().union(*(p.agent_ids for p in parts)),
+        days=frozenset().union(*(p.days for p in parts)),
+        arrivals=[a for p in parts for a in p.arrivals],
+    )

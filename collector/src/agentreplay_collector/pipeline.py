@@ -16,6 +16,10 @@ The token is checked before a byte of the body is parsed, so an unauthenticated 
 the collector a header check whatever it sends. Parsing and converting run on a small pool of
 their own threads, never on the event loop that answers ``Authorize``; at most
 ``MAX_PARSING`` exports wait for it, past that an export is answered UNAVAILABLE (retry).
+A large protobuf export is converted, and then judged by the stages on the event loop, a slice of
+about 64 KiB at a time (:func:`~agentreplay_collector.otlp.split_export`), and between slices an
+``Authorize`` being answered goes first (:class:`~agentreplay_collector.admission.Priority`): one
+agent's 100,000-span export does not hold another's Authorize for the whole of it.
 
 Both receivers call :meth:`Pipeline.export_protobuf` / :meth:`Pipeline.export_json` and map
 its errors to their own status codes, so the two protocols cannot drift apart.
@@ -31,6 +35,7 @@ from typing import Any, Protocol, TypeVar
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from agentreplay_collector import otlp
+from agentreplay_collector.admission import Priority
 from agentreplay_collector.auth import Authenticated, AuthProcessor, Presented
 from agentreplay_collector.batch import Batcher
 from agentreplay_collector.errors import ExportRejected, MalformedRequest, StoreUnavailable
@@ -69,8 +74,10 @@ class Pipeline:
         batcher: Batcher | None,
         processors: Sequence[RequestProcessor] = (),
         owners: RunOwners | None = None,
+        priority: Priority | None = None,
     ) -> None:
         """``batcher=None`` is the ``nop`` exporter: requests are parsed, counted and dropped."""
+        self.priority = priority if priority is not None else Priority()
         self.auth = auth
         self.batcher = batcher
         self.processors = tuple(processors)
@@ -104,11 +111,15 @@ class Pipeline:
         self.batcher.incoming(1)  # the writer may wait for this one to fill its insert
         queued = False
         try:
-            converted = await self._off_loop(self._prepare, parse, body, who)
+            slices = await self._off_loop(self._prepare_slices, parse, body, who)
+            converted = otlp.merged(slices)
             if converted.span_count == 0:
                 return 0
-            for processor in self.processors:
-                processor.process(converted, identity)
+            for i, part in enumerate(slices):
+                if i:
+                    await self.priority.turn()  # an Authorize being answered goes first
+                for processor in self.processors:
+                    processor.process(part, identity)
             future = self.batcher.submit(converted, arriving=True)
             queued = True
         finally:
@@ -129,6 +140,21 @@ class Pipeline:
             return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
         finally:
             self._parsing -= 1
+
+    def _prepare_slices(self, parse: Parse, body: bytes, who: Authenticated | None) -> list[otlp.ConvertedRequest]:
+        """:meth:`_prepare` of each slice of a large protobuf export in turn, giving way to urgent requests
+        between them; the slices' days together are one export's (at most MAX_EXPORT_DAYS)."""
+        parts = otlp.split_export(body) if parse is otlp.parse_protobuf else [body]
+        if len(parts) == 1:
+            return [self._prepare(parse, body, who)]
+        out: list[otlp.ConvertedRequest] = []
+        days: set[int] = set()
+        for part in parts:
+            self.priority.pause()
+            out.append(self._prepare(parse, part, who))
+            days |= out[-1].days
+            _check_days(len(days))
+        return out
 
     def _prepare(self, parse: Parse, body: bytes, who: Authenticated | None) -> otlp.ConvertedRequest:
         """Parse, check each resource against the token, convert, and claim the runs (a parse thread).

@@ -40,6 +40,7 @@ from typing import Generic, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_collector.budget import REPLAY_HOLDS, MemoryBudget
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.grants import (
     DEFAULT_GRANT_TTL_S,
@@ -201,6 +202,7 @@ class ReplayClaims:
         self._used: OrderedDict[str, str] = OrderedDict()  # grant id -> the run that used it
         self._lock = threading.Lock()  # _replayed, _grants, _used: written by parse threads, read on the loop
         self.held = 0
+        self.budget: MemoryBudget | None = None  # held spans' weight counts against its replay_holds share
 
     # --- grants ------------------------------------------------------------------------------
     def issue(self, run_id: str, owner: str, request: dict[str, object]) -> ReplayGrant:
@@ -318,6 +320,7 @@ class ReplayClaims:
             hold.spans >= MAX_HELD_SPANS_PER_AGENT
             or hold.weight + heavy > MAX_HELD_BYTES_PER_AGENT
             or self.held >= MAX_HELD_SPANS
+            or (self.budget is not None and not self.budget.try_reserve(REPLAY_HOLDS, heavy))
         ):
             if not hold.spans:
                 del self._holds[span.agent]
@@ -423,6 +426,8 @@ class ReplayClaims:
         if pending is None:
             return []
         self.held -= len(pending.spans)
+        if self.budget is not None:
+            self.budget.release(REPLAY_HOLDS, pending.weight)
         hold = self._holds.get(agent)
         if hold is not None:
             hold.spans -= len(pending.spans)

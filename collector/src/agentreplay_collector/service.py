@@ -16,8 +16,10 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from agentreplay_collector import budget as memory
 from agentreplay_collector import otlp_logs, otlp_metrics, schema
 from agentreplay_collector.access import ReadAccess
+from agentreplay_collector.admission import Admission, Priority, control_route
 from agentreplay_collector.analysis import AnalysisWorker
 from agentreplay_collector.auth import AuthProcessor, KeyRing
 from agentreplay_collector.batch import Batcher, Stage
@@ -57,6 +59,9 @@ class Collector:
         if store is None and config.clickhouse is not None:
             store = Store.from_config(config.clickhouse)
         self.store = store  # None: the nop exporter (receive-only)
+        # one memory budget for every buffer kept for others; Authorize answered ahead of bulk ingest
+        self.budget = memory.MemoryBudget(config.memory.limit if config.memory else memory.default_limit())
+        self.priority = Priority()
         self.keys = KeyRing()
         self.auth = AuthProcessor(config.auth, self.keys) if config.auth else None
         if self.auth is None:
@@ -65,7 +70,8 @@ class Collector:
         self.log = TransparencyLog.from_config(store, config.transparency) if config.chain and store else None
         self.chain = (
             ChainProcessor(
-                config.chain, store, self.keys, org_key=self.auth.org_key if self.auth else None, log=self.log
+                config.chain, store, self.keys, org_key=self.auth.org_key if self.auth else None, log=self.log,
+                budget=self.budget,
             )
             if config.chain and store
             else None
@@ -75,14 +81,19 @@ class Collector:
         )
         self.owners = RunOwners(store)
         self.scope = self._build_scope(config, store, self.owners)
+        if self.scope is not None:
+            self.scope.replays.budget = self.budget  # replayed spans held for their run span
         # agentreplay_analysis: finished runs analysed for failure modes, from the store, on a thread
         self.analysis = (AnalysisWorker(config.analysis, store, signer=self.log.signer if self.log else None)
                          if config.analysis and store else None)
+        if self.analysis is not None:
+            self.analysis.budget = self.budget  # a run rendered into an incident
         self.pipeline = Pipeline(
             auth=self.auth,
             batcher=self.batcher,
             processors=[self.scope] if self.scope else (),
             owners=self.owners,
+            priority=self.priority,
         )
         # OTLP metrics and logs: the same receivers and auth, into the contrib exporter's tables
         # (or checked and dropped, as the nop exporter, when no pipeline of theirs stores)
@@ -92,9 +103,13 @@ class Collector:
         ]
         # the otlp / otlphttp exporters: every export a pipeline accepted, forwarded from a queue
         self.fanout = Fanout.from_config(config.forwarders, config.forwards) if config.forwarders else None
+        for forwarder in self.fanout.forwarders.values() if self.fanout else ():
+            forwarder.budget = self.budget  # queued exports count against the budget's forwarding share
         otlp = config.otlp
-        self.grpc = GrpcReceiver(otlp.grpc, self.pipeline, self.signals, self.fanout) if otlp.grpc else None
-        self.http = HttpReceiver(otlp.http, self.pipeline, self.signals, self.fanout) if otlp.http else None
+        self.grpc = (GrpcReceiver(otlp.grpc, self.pipeline, self.signals, self.fanout, budget=self.budget)
+                     if otlp.grpc else None)
+        self.http = (HttpReceiver(otlp.http, self.pipeline, self.signals, self.fanout, budget=self.budget)
+                     if otlp.http else None)
         self._control = None
         if config.control is not None:
             from agentreplay_collector.asgi import AsgiServer
@@ -113,7 +128,8 @@ class Collector:
 
             app.router.routes.extend(console.routes(self, access))  # /ui, its live feed and incident files
             app.router.routes.extend(self._identity_routes(config))  # the collector proves itself to the CLI
-            self._control = AsgiServer(app, config.control.endpoint, "control", tls=config.control.tls)
+            guarded = Admission(app, budget=self.budget, route=control_route(self.budget), priority=self.priority)
+            self._control = AsgiServer(guarded, config.control.endpoint, "control", tls=config.control.tls)
         for key, tls, endpoint in self._listeners(config):
             if tls is None and not endpoint.is_loopback:
                 _log.warning("%s listens on %s in plaintext: tokens and runs cross the network readable "
@@ -164,6 +180,7 @@ class Collector:
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> Endpoints:
+        self.budget.start()  # freed buffers go back to the system
         if self.fanout is not None:
             self.fanout.start()
         if self.scope is not None:
@@ -260,6 +277,7 @@ class Collector:
         self.pipeline.shutdown()
         if self.store is not None:
             self.store.close()
+        self.budget.shutdown()
         self._stopped.set()
 
     def _stages(self) -> list[Stage]:
@@ -307,6 +325,8 @@ class Collector:
             **({"scope": self.scope.stats()} if self.scope else {}),
             **({"analysis": self.analysis.stats()} if self.analysis else {}),
             **({"exporters": self.fanout.stats()} if self.fanout else {}),  # forwarding: sent, queued, dropped
+            "buffered_bytes": self.chain.buffered_bytes if self.chain else 0,
+            "memory": self.budget.stats(),  # the budget: each consumer's bytes held, its cap and refusals
             # OS thread ids, for per-thread CPU accounting (/proc/PID/task/TID/stat)
             "threads": {
                 "writer": self.batcher.native_thread_id if self.batcher else 0,

@@ -78,7 +78,7 @@ def routes(collector: Collector | None = None, access: ReadAccess | None = None)
     extra: list[Route] = []
     if collector is not None:
         extra += live.attach(collector.pipeline, collector.scope, collector.owners, collector.store, access,
-                             analysed=collector.analysis is not None)
+                             analysed=collector.analysis is not None, budget=collector.budget)
         analysis = collector.config.analysis
         incidents = analysis.incidents.dir if analysis is not None and analysis.incidents is not None else None
         extra += readapi.incident_routes(collector.store, incidents, access=access, owners=collector.owners)

@@ -4,7 +4,8 @@
 The method is registered with no deserializer, so the handler gets the raw bytes and a
 body that is not an ExportTraceServiceRequest is answered INVALID_ARGUMENT (grpcio
 itself would answer INTERNAL). grpcio enforces ``max_recv_msg_size_mib`` and answers
-RESOURCE_EXHAUSTED before the handler runs.
+RESOURCE_EXHAUSTED before the handler runs; a message the memory budget has no room for is answered
+RESOURCE_EXHAUSTED with a RetryInfo (retry in a second) before it is parsed (:mod:`..admission`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections.abc import Awaitable, Callable, Sequence
 import grpc
 from grpc import aio
 
+from agentreplay_collector.admission import grpc_interceptor, off_loop
 from agentreplay_collector.auth import Presented
+from agentreplay_collector.budget import EXPANSION, EXPORTS, MemoryBudget
 from agentreplay_collector.config import GrpcReceiverConfig
 from agentreplay_collector.errors import CollectorError, RequestError, StoreUnavailable
 from agentreplay_collector.forward import Fanout
@@ -37,8 +40,11 @@ class GrpcReceiver:
         pipeline: Pipeline,
         signals: Sequence[SignalPipeline] = (),
         fanout: Fanout | None = None,
+        *,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.config = config
+        self.budget = budget  # each message counted against it before it is parsed
         self.pipeline = pipeline
         self.signals = tuple(signals)
         self.fanout = fanout  # the forwarding exporters: each accepted export is handed on
@@ -54,6 +60,7 @@ class GrpcReceiver:
                 ("grpc.so_reuseport", 0),
             ],
             maximum_concurrent_rpcs=None,
+            interceptors=[grpc_interceptor(self.budget, EXPORTS, EXPANSION)] if self.budget is not None else None,
         )
         handler = grpc.unary_unary_rpc_method_handler(self._export)  # raw bytes in and out
         handlers = [grpc.method_handlers_generic_handler(SERVICE, {"Export": handler})]
@@ -95,7 +102,7 @@ class GrpcReceiver:
         try:
             who = target.authenticate(presented)
             if who is not None:
-                who.check_body(body)  # gRPC hands over the message as the sender serialized it
+                await off_loop(who.check_body, body)  # gRPC hands over the message as the sender serialized it
             items = await target.export_protobuf(body, who)
             if self.fanout is not None:
                 self.fanout.handoff(signal, body, json=False, items=items, presented=presented)

@@ -6,7 +6,9 @@ request's encoding; 400 for a body that does not parse (a compressed body must d
 whole: garbage, a cut stream or bytes after it are 400, never a partial export); 401/403
 from auth, checked before the body is parsed; 413 for a body over ``max_request_body_size``
 (checked on Content-Length and while reading, and again after decompressing); 415 for
-another content type or encoding; 503 with ``Retry-After`` when the store is down. Error
+another content type or encoding; 429 with ``Retry-After`` when the collector's memory budget has
+no room for the body (:mod:`..admission`: reserved before it is read); 503 with ``Retry-After``
+when the store is down. Error
 bodies are a ``google.rpc.Status`` in the request's encoding.
 """
 
@@ -24,8 +26,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from agentreplay_collector.admission import Admission, hold_of, off_loop, otlp_route
 from agentreplay_collector.asgi import AsgiServer
 from agentreplay_collector.auth import Authenticated, Presented
+from agentreplay_collector.budget import EXPANSION, MemoryBudget
 from agentreplay_collector.config import HttpReceiverConfig
 from agentreplay_collector.errors import (
     CollectorError,
@@ -124,7 +128,7 @@ async def _read_body(request: Request, limit: int, who: Authenticated | None = N
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
-        if size > limit:
+        if too_big or size > limit:  # read to answer, kept not
             too_big = True
             if size > limit * _DRAIN_FACTOR:
                 break
@@ -134,10 +138,14 @@ async def _read_body(request: Request, limit: int, who: Authenticated | None = N
         raise RequestTooLarge(f"body is over the limit of {limit} bytes")
     body = b"".join(chunks)
     if who is not None:
-        who.check_body(body)
+        await off_loop(who.check_body, body)  # a large body hashed on a thread, not the event loop
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding in ("gzip", "deflate"):
-        return _decompress(body, limit, encoding)
+        hold = hold_of(request.scope)  # the memory budget's: room to inflate into first, then what it is
+        hold.resize(EXPANSION * len(body) + limit, "a compressed body")
+        body = _decompress(body, limit, encoding)
+        hold.resize(EXPANSION * len(body))
+        return body
     if encoding not in ("", "identity"):
         raise UnsupportedMediaType(f"content encoding must be gzip, deflate or identity, not {encoding!r}")
     return body
@@ -206,11 +214,13 @@ class HttpReceiver:
         pipeline: Pipeline,
         signals: Sequence[SignalPipeline] = (),
         fanout: Fanout | None = None,
+        *,
+        budget: MemoryBudget | None = None,
     ) -> None:
         self.config = config
-        self._server = AsgiServer(
-            build_app(pipeline, config, signals, fanout), config.endpoint, "otlp-http", tls=config.tls
-        )
+        app = Admission(build_app(pipeline, config, signals, fanout), budget=budget,
+                        route=otlp_route(config.max_request_body_size))  # bodies counted against the budget
+        self._server = AsgiServer(app, config.endpoint, "otlp-http", tls=config.tls)
 
     @property
     def port(self) -> int:
