@@ -386,6 +386,12 @@ def test_the_budget_is_configured_and_checked(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as info:
             load_config(with_memory(base, limit))
         assert info.value.path == "extensions.agentreplay_memory.limit" and says in str(info.value), info.value
+    base = write_config(tmp_path / "c.yaml", store=f"chdb://{tmp_path / 'store'}", grpc_max_mib=256)
+    doc = yaml.safe_load(base.read_text())
+    doc["extensions"]["agentreplay_memory"] = None  # listed without a limit: the default, as large as needed
+    doc["service"]["extensions"].append("agentreplay_memory")
+    base.write_text(yaml.safe_dump(doc))
+    assert load_config(base).memory.limit >= 256 * MIB * 4 * 2  # type: ignore[union-attr]
     base = write_config(tmp_path / "c.yaml", store=f"chdb://{tmp_path / 'store'}")
     doc = yaml.safe_load(base.read_text())
     doc["extensions"]["agentreplay_memory"] = {"limit": "1GiB"}  # defined, not listed: not left out quietly

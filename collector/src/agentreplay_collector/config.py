@@ -1389,6 +1389,8 @@ def _check_memory(config: CollectorConfig, extensions: dict[str, Any], ext_ids: 
         return MemoryConfig(limit=max(budget.default_limit(), needed), configured=False)
     memory = extensions[listed[0]]
     assert isinstance(memory, MemoryConfig)
+    if not memory.configured:  # listed without a limit: the default, as large as the receivers need
+        return replace(memory, limit=max(memory.limit, needed))
     if memory.limit < needed:
         why = (f"; the exports' share ({budget.SHARES[budget.EXPORTS]:.0%}) must hold the largest export a receiver"
                f" takes ({_mib(largest)} MiB, {where}) {budget.EXPANSION} times over, as it is parsed and converted"
