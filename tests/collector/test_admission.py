@@ -197,13 +197,24 @@ def test_a_response_nobody_takes_is_cut_off_and_what_it_held_given_back() -> Non
 
     admission = Admission(app, budget=budget, route=lambda m, p: Route(consumer="live", limit=None),
                           write_timeout_s=0.2)
-    sends = 0
 
-    async def send(message: dict[str, Any]) -> None:
-        nonlocal sends
-        sends += 1
-        if sends > 2:
-            await asyncio.sleep(3600)
+    class Transport:
+        aborted = False
+
+        def abort(self) -> None:
+            self.aborted = True
+
+    class Cycle:  # as uvicorn's request cycle: its send, and the connection's transport
+        transport = Transport()
+        sends = 0
+
+        async def send(self, message: dict[str, Any]) -> None:
+            self.sends += 1
+            if self.sends > 2:
+                await asyncio.sleep(3600)
+
+    cycle = Cycle()
+    send = cycle.send
 
     async def receive() -> dict[str, Any]:
         await asyncio.sleep(3600)
@@ -212,6 +223,7 @@ def test_a_response_nobody_takes_is_cut_off_and_what_it_held_given_back() -> Non
     started = time.monotonic()
     asyncio.run(admission({"type": "http", "method": "GET", "path": "/v1/live", "headers": []}, receive, send))
     assert time.monotonic() - started < 2 and admission.cut_off == 1 and budget.used() == 0
+    assert cycle.transport.aborted  # what it still held is dropped, not kept for a client that takes nothing
 
 
 def test_urgent_requests_are_counted_while_they_are_answered() -> None:

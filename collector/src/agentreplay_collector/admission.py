@@ -287,6 +287,7 @@ class Admission:
         except Exception as exc:
             if _stalled(exc):
                 self.cut_off += 1
+                _abort(send)  # what the connection still holds goes too, unsent
                 _closing_stalled.set(True)  # the server closes the connection, without its error line
                 return
             if not refused:
@@ -303,6 +304,15 @@ class Admission:
             if urgent:
                 assert self.priority is not None
                 self.priority.end()
+
+
+def _abort(send: Send) -> None:
+    """Close the connection at once, dropping what its transport still holds (a server closing it would
+    wait for a client that takes nothing): uvicorn's ``send`` is its request cycle's, which has it."""
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    abort = getattr(transport, "abort", None)
+    if callable(abort):
+        abort()
 
 
 def _stalled(exc: BaseException) -> bool:
