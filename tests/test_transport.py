@@ -167,3 +167,49 @@ def test_the_guard_refuses_an_unwrapped_call_with_its_reason_and_sends_nothing(i
             assert server.request_count == 0
     finally:
         guard.install(previous)
+
+
+# --- model calls no instrumentor records (issue 33, item 1) -------------------------------------
+@pytest.mark.parametrize(("path", "body"), [
+    ("/v1/chat/completions", {"model": "mistral-small", "messages": []}),  # OpenAI-shaped, Mistral's too
+    ("/v1/completions", {"model": "m", "prompt": "hi"}),
+    ("/v1/responses", {"model": "m", "input": "hi"}),
+    ("/v1/embeddings", {"model": "m", "input": ["hi"]}),
+    ("/v1/messages", {"model": "claude", "messages": []}),  # Anthropic-shaped
+    ("/api/chat", {"model": "llama3.2", "messages": []}),  # Ollama
+    ("/api/generate", {"model": "llama3.2", "prompt": "hi"}),
+    ("/v2/chat", {"model": "command-r", "messages": []}),  # Cohere
+    ("/v1/chat", {"model": "command-r", "message": "hi"}),
+])
+def test_a_model_call_is_known_by_its_path_and_body_whatever_library_made_it(path, body):
+    from agentreplay_otel.instrumentation._transport import llm_exchange
+    assert llm_exchange("POST", path, body)
+
+
+@pytest.mark.parametrize(("method", "path", "body"), [
+    ("GET", "/api/chat", {"model": "m", "messages": []}),
+    ("POST", "/api/chat", {"messages": []}),  # no model
+    ("POST", "/api/chat", {"model": "m"}),  # no messages
+    ("POST", "/api/tags", {"model": "m", "messages": []}),
+    ("POST", "/v1/chat/completions", None),
+])
+def test_other_requests_are_not_model_calls(method, path, body):
+    from agentreplay_otel.instrumentation._transport import llm_exchange
+    assert not llm_exchange(method, path, body)
+
+
+def test_an_unrecorded_model_call_is_warned_once_per_host_and_path_naming_its_library(instrumented, capsys):
+    import httpx
+
+    from agentreplay_otel.instrumentation import _transport
+    with LLMServer() as server:
+        host = server.base_url_openai.split("://", 1)[1].removesuffix("/v1")
+        _transport._unrecorded_warned.clear()
+        with httpx.Client(headers={"user-agent": "ollama-python/0.6.1 (x86_64 linux) Python/3.11"}) as http:
+            for _ in range(2):
+                http.post(f"http://{host}/api/chat", json={"model": "llama3.2", "messages": []})
+            http.get(f"http://{host}/api/tags")  # not a model call
+        oai(server).chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    lines = [line for line in capsys.readouterr().err.splitlines() if "are not recorded" in line]
+    assert lines == [f"agentreplay: calls to {host}/api/chat are not recorded: ollama-python is not one AgentReplay "
+                     "records; the run is incomplete and a replay cannot answer them (see docs/recorder.md)"]

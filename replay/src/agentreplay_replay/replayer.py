@@ -189,6 +189,11 @@ def judge_exit(report: Report, recorded: RunEnd, exit_code: int, exception: RunE
     """The SDK's report with the agent's exit taken into account: a replay whose every call matched
     but whose agent ended differently than the recorded process is a divergence (``exit-differs``).
     A fork is not judged by its exit (it may stop the agent on purpose, with ``ForkComplete``)."""
+    if report.unrecorded_calls and report.outcome is not Outcome.FORKED and (
+            report.divergence is None or report.divergence.reason is Reason.MISSING_CALLS):  # stopped there
+        name = f"called {report.unrecorded_calls[0]}, which the recording does not hold: calls to it were not recorded"
+        divergence = Divergence(step=report.steps_replayed, reason=Reason.EXIT_DIFFERS, kind="", name=name)
+        return dataclasses.replace(report, outcome=Outcome.DIVERGED, divergence=divergence)
     why = exit_difference(recorded, exit_code, exception)
     if why is None or report.outcome is not Outcome.MATCHED:
         return report
@@ -280,13 +285,14 @@ def did_not_start(report: Report | None, exit_code: int) -> str | None:
     """Why the agent's process counts as never started, or None when it replayed.
 
     No report: it never entered replay mode (not run under the launcher, or the launcher failed).
-    A report with no run opened, no call made and a failed exit: it stopped before its first call
-    (the script missing, an import failing). An agent that exits 0 having made no call is judged
-    as a replay (``missing-calls``): it ran and did nothing.
+    A report with no run opened, no call made, no connection blocked and a failed exit: it stopped
+    before its first call (the script missing, an import failing). An agent that exits 0 having made
+    no call is judged as a replay (``missing-calls``): it ran and did nothing; one stopped at a
+    connection the replay blocked (a model call no instrumentor recorded) ran, and is judged too.
     """
     if report is None:
         return "without a replay report (is it run under opentelemetry-instrument with agentreplay installed?)"
-    if exit_code != 0 and not report.replay_run_id and report.steps_replayed == 0:
+    if exit_code != 0 and not report.replay_run_id and report.steps_replayed == 0 and not report.blocked_connections:
         return "before its first call"
     return None
 

@@ -23,8 +23,11 @@ _log = logging.getLogger(__name__)
 def load(instrumentor: Any, **kwargs: Any) -> bool:
     """Instrument when the instrumentor's libraries are installed at versions it supports.
 
-    False, and nothing instrumented, otherwise; warned once when the library is there.
+    False, and nothing instrumented, otherwise; warned once when the library is there. Whatever
+    is installed, the transport watches for model calls no instrumentor records (they are named).
     """
+    from agentreplay_otel.instrumentation import _transport
+    _transport.watch()
     requirements = list(instrumentor.instrumentation_dependencies())
     conflict = get_dependency_conflicts(requirements)
     if conflict is not None:

@@ -42,7 +42,7 @@ from agentreplay_otel.errors import AgentReplayError
 from agentreplay_otel.instrumentation._capture import DROPPED_HEADERS, after_send, header
 from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
 from agentreplay_otel.recording import RecordedStep
-from agentreplay_otel.runs import _run_for_call
+from agentreplay_otel.runs import _run_for_call, current_run
 
 _log = logging.getLogger(__name__)
 
@@ -237,6 +237,83 @@ def _unwrapped_call(request: Any, provider: str) -> LLMCall | None:
         return None
 
 
+# --- LLM exchanges no instrumentor records ---------------------------------------------------
+_SHAPES = (  # path suffix -> the body keys that make it a model call (any one of them, and a model)
+    ("/chat/completions", ("messages",)), ("/completions", ("prompt",)), ("/responses", ("input",)),
+    ("/embeddings", ("input",)), ("/v1/messages", ("messages",)), ("/api/chat", ("messages",)),
+    ("/api/generate", ("prompt",)), ("/api/embed", ("input",)), ("/api/embeddings", ("prompt",)),
+    ("/v2/chat", ("messages",)), ("/v1/chat", ("message", "messages")),
+)
+_unrecorded_warned: set[str] = set()
+_unrecorded_now: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentreplay_unrecorded", default=None)
+UNRECORDED_EVENT = "agentreplay.unrecorded_call"
+
+
+def llm_exchange(method: str, path: str, body: Any) -> bool:
+    """Whether a request is a model call by its path and body (OpenAI-, Anthropic-, Ollama-,
+    Cohere-shaped), whatever library made it."""
+    if method.upper() != "POST" or not isinstance(body, dict) or not isinstance(body.get("model"), str):
+        return False
+    path = path.rstrip("/")
+    return any(path.endswith(suffix) and any(key in body for key in keys) for suffix, keys in _SHAPES)
+
+
+def _library(request: Any) -> str | None:
+    """The client library named by the User-Agent (``ollama-python/0.4`` -> ``ollama-python``), if any."""
+    agent = header(request.headers, b"user-agent").strip()
+    name = agent.split("/", 1)[0].split(" ", 1)[0] if agent else ""
+    return name if name and not name.startswith("python-httpx") else None
+
+
+def unrecorded_call() -> str | None:
+    """``POST HOST/PATH`` while the transport sends a model call no instrumentor records (a replay's
+    network guard names it when it blocks the connection)."""
+    return _unrecorded_now.get()
+
+
+def _unrecorded(request: Any) -> str | None:
+    """A model call made outside every recorded call by a client AgentReplay does not record
+    (``POST HOST/PATH``, else None): warned once per host and path while recording, and marked on
+    the run; while replaying, named by the network guard that blocks it."""
+    try:
+        path = request.url.path.rstrip("/")
+        if request.method != "POST" or not any(path.endswith(suffix) for suffix, _ in _SHAPES):
+            return None
+        if not llm_exchange(request.method, path, _json_body(request)):
+            return None
+        where = f"{request.url.host}{':' + str(request.url.port) if request.url.port else ''}{request.url.path}"
+        if not intercept.current().acts:  # a replay: the network guard names it
+            return f"{request.method} {where}"
+        library = _library(request)
+        state = current_run()
+        if state is not None:
+            state.span.add_event(UNRECORDED_EVENT, {"http.request.method": request.method,
+                                                   "url.full": f"{request.url.scheme}://{where}",
+                                                   "agentreplay.library": library or ""})
+        with _lock:
+            first = where not in _unrecorded_warned
+            _unrecorded_warned.add(where)
+        if first:
+            who = f"{library} is not one AgentReplay records" if library else \
+                "the client that makes them is not one AgentReplay records"
+            sys.stderr.write(f"agentreplay: calls to {where} are not recorded: {who}; the run is incomplete "
+                             "and a replay cannot answer them (see docs/recorder.md)\n")
+        return f"{request.method} {where}"
+    except Exception:
+        _log.debug("agentreplay: could not read an unrecorded request", exc_info=True)
+        return None
+
+
+@contextlib.contextmanager
+def _passing(request: Any) -> Iterator[None]:
+    """Around the send of an exchange no recorded call owns: :func:`unrecorded_call` names it."""
+    token = _unrecorded_now.set(_unrecorded(request))
+    try:
+        yield
+    finally:
+        _unrecorded_now.reset(token)
+
+
 def _finisher(call: LLMCall, response: Any) -> Callable[[], None]:
     def finish() -> None:
         if response.status_code >= 400:
@@ -260,7 +337,7 @@ def _call_for(request: Any) -> tuple[LLMCall | None, bool, Any | None]:
     call = _in_flight.get()
     if call is not None:
         return call, False, None
-    provider = _client_provider(request)
+    provider = _client_provider(request) if _users else None  # only watched: nothing is recorded
     if provider is None:
         return None, False, None
     try:
@@ -305,7 +382,10 @@ def _send(original: Callable[..., Any]) -> Callable[..., Any]:
             return original(client, request, **kwargs)
         call, own, refused = _call_for(request)
         if call is None:
-            return refused if refused is not None else original(client, request, **kwargs)
+            if refused is not None:
+                return refused
+            with _passing(request):
+                return original(client, request, **kwargs)
         request, response = _prepared(call, request)
         if response is None:
             token = _sending.set(True)  # _live(call, own), inline: every exchange passes here
@@ -330,7 +410,10 @@ def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
             return await original(client, request, **kwargs)
         call, own, refused = _call_for(request)
         if call is None:
-            return refused if refused is not None else await original(client, request, **kwargs)
+            if refused is not None:
+                return refused
+            with _passing(request):
+                return await original(client, request, **kwargs)
         request, response = _prepared(call, request)
         if response is None:
             token = _sending.set(True)  # _live(call, own), inline: every exchange passes here
@@ -353,12 +436,13 @@ _lock = threading.Lock()
 _users = 0
 _originals: dict[str, tuple[Any, Any]] = {}  # package -> (Client.send, AsyncClient.send) as found
 _hooked: set[str] = set()
+_watching = False  # patched to name the model calls no instrumentor records, whether or not one installed it
 
 
 def _patch(module: ModuleType) -> None:
     """Patch one package's ``send`` (called with the lock held, or from its import hook)."""
     name = module.__name__
-    if name in _originals or not _users:
+    if name in _originals or not (_users or _watching):
         return
     client, async_client = getattr(module, "Client", None), getattr(module, "AsyncClient", None)
     if client is None or async_client is None:
@@ -389,12 +473,29 @@ def install() -> None:
                 wrapt.register_post_import_hook(_on_import, name)
 
 
+def watch() -> None:
+    """Patch the transports (as :func:`install` does, and for good) only to name the model calls no
+    instrumentor records: an agent whose only model client is one AgentReplay does not record (the
+    ``ollama``, ``mistralai`` or ``cohere`` client) installs no instrumentor, yet is warned."""
+    global _watching
+    with _lock:
+        if _watching:
+            return
+        _watching = True
+        for name in PACKAGES:
+            if name in sys.modules:
+                _patch(sys.modules[name])
+            elif name not in _hooked:
+                _hooked.add(name)
+                wrapt.register_post_import_hook(_on_import, name)
+
+
 def uninstall() -> None:
-    """Undo :func:`install` once the last instrumentor is gone."""
+    """Undo :func:`install` once the last instrumentor is gone (the patches stay while watched)."""
     global _users
     with _lock:
         _users = max(0, _users - 1)
-        if _users:
+        if _users or _watching:
             return
         for name, (send, asend) in list(_originals.items()):
             module = sys.modules[name]

@@ -10,6 +10,7 @@ one, is the operator's grant for the replay: its run span carries it to the coll
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import json
 import os
 from collections.abc import MutableMapping
@@ -66,7 +67,9 @@ def write_report(path: str) -> None:
         return
     state = runs.current_run()
     run_id = state.run_id if state is not None else runs.last_run_id()
-    Path(path).write_text(session.finish(replay_run_id=run_id or "").to_json())
+    report = session.finish(replay_run_id=run_id or "")
+    report = dataclasses.replace(report, unrecorded_calls=_network.unrecorded_calls())
+    Path(path).write_text(report.to_json())
 
 
 def install_from_env(environ: MutableMapping[str, str] | None = None) -> ReplaySession | None:

@@ -105,6 +105,7 @@ class Report:
     divergence: Divergence | None
     outcome: Outcome
     replay_run_id: str = ""
+    unrecorded_calls: list[str] = field(default_factory=list)  # blocked model calls no instrumentor recorded
 
     def to_json(self) -> str:
         return codec.to_json(self, indent=2)

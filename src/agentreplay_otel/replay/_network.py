@@ -14,6 +14,7 @@ from agentreplay_otel.replay._session import ReplaySession
 
 _originals: dict[str, Any] = {}
 _session: ReplaySession | None = None
+_unrecorded: list[str] = []  # model calls blocked that no instrumentor recorded (POST HOST/PATH), in order
 
 
 def _guarded(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -21,10 +22,25 @@ def _guarded(original: Callable[..., Any]) -> Callable[..., Any]:
         session = _session
         if session is None or _transport.sending_live() or _allowed(session, address):
             return original(sock, address)
+        call = _transport.unrecorded_call()
         session.count_blocked()
+        if call is not None:
+            if call not in _unrecorded:
+                _unrecorded.append(call)
+            raise ReplayNetworkBlocked(f"replay blocked a network connection to {address!r}: {unrecorded(call)}")
         raise ReplayNetworkBlocked(f"replay blocked a network connection to {address!r}: replays make no live calls")
 
     return connect
+
+
+def unrecorded_calls() -> list[str]:
+    """The model calls this replay blocked that no instrumentor recorded, first blocked first."""
+    return list(_unrecorded)
+
+
+def unrecorded(call: str) -> str:
+    """What a replay says of a model call it blocked that no instrumentor recorded (``POST HOST/PATH``)."""
+    return f"the agent called {call}, which the recording does not hold: calls to it were not recorded"
 
 
 def _allowed(session: ReplaySession, address: Any) -> bool:
@@ -48,6 +64,7 @@ def block(session: ReplaySession) -> None:
 def unblock() -> None:
     global _session
     _session = None
+    _unrecorded.clear()
     if _originals:
         socket.socket.connect = _originals.pop("connect")  # type: ignore[method-assign]
         socket.socket.connect_ex = _originals.pop("connect_ex")  # type: ignore[method-assign]

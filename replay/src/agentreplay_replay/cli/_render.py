@@ -214,6 +214,8 @@ def replay_report(outcome: ReplayOutcome) -> Group:
     facts.add_row("live calls", str(report.live_calls))
     facts.add_row("tools sandboxed", str(report.tools_sandboxed))
     facts.add_row("connections blocked", str(report.blocked_connections))
+    if report.unrecorded_calls:
+        facts.add_row("calls not recorded", ", ".join(report.unrecorded_calls))
     went = outcome.replay_run
     if went is not None and went.run_id:
         facts.add_row("this replay's run", replay_run_text(went))
