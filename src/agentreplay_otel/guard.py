@@ -50,6 +50,7 @@ SOURCE_HALT = "halt"
 class _RunUsage:
     tool_calls: dict[str, int] = field(default_factory=dict)
     spend_usd: float = 0.0
+    spend: dict[str, float] = field(default_factory=dict)  # charged in other currencies, as charged
 
 
 class Guard:
@@ -76,6 +77,7 @@ class Guard:
         self._remote_halts: dict[tuple[str, str], str] = {}
         self._local_halts: dict[str, str] = {}
         self.day_spend_usd: float | None = None
+        self.day_spend: dict[str, float] | None = None  # charged today in other currencies
         self.spend_multiplier = 1.0
         self.watcher: Watcher | None = None
 
@@ -120,7 +122,10 @@ class Guard:
             run = self._runs.get(run_id) if run_id else None
             calls = dict(run.tool_calls) if run else {}
             spend = run.spend_usd if run else 0.0
-        return mf.Usage(tool_calls=calls, run_spend_usd=spend, day_spend_usd=self.day_spend_usd)
+            in_currencies = dict(run.spend) if run else {}
+            today = None if self.day_spend is None else dict(self.day_spend)
+        return mf.Usage(tool_calls=calls, run_spend_usd=spend, day_spend_usd=self.day_spend_usd,
+                        run_spend=in_currencies, day_spend=today)
 
     def _run(self, run_id: str) -> _RunUsage:
         run = self._runs.get(run_id)
@@ -135,21 +140,30 @@ class Guard:
             run = self._run(run_id)
             run.tool_calls[tool] = run.tool_calls.get(tool, 0) + 1
 
-    def add_cost(self, run_id: str, cost_usd: float) -> None:
-        """A finished call's cost (LLM tokens, a tool's price): counted against the caps."""
+    def add_cost(self, run_id: str, cost_usd: float, currency: str = mf.USD) -> None:
+        """A finished call's cost (LLM tokens, a tool's price) in ``currency``, kept as charged: the
+        caps count it as the manifest says (its caps in that currency, its rates)."""
         if cost_usd <= 0:
             return
+        m = self.manifest
         with self._lock:
             run = self._run(run_id)
-            run.spend_usd += cost_usd
+            if currency == mf.USD:
+                run.spend_usd += cost_usd
+                if self.day_spend_usd is not None:
+                    self.day_spend_usd += cost_usd
+            else:
+                run.spend[currency] = run.spend.get(currency, 0.0) + cost_usd
+                if self.day_spend is not None:
+                    self.day_spend[currency] = self.day_spend.get(currency, 0.0) + cost_usd
             spend = run.spend_usd
-            if self.day_spend_usd is not None:
-                self.day_spend_usd += cost_usd
-        m = self.manifest
+            in_currencies = dict(run.spend)
+            today = None if self.day_spend is None else dict(self.day_spend)
         if m is not None:
             verdict = mf.evaluate_spend(
                 m,
-                mf.Usage(run_spend_usd=spend, day_spend_usd=self.day_spend_usd),
+                mf.Usage(run_spend_usd=spend, day_spend_usd=self.day_spend_usd,
+                         run_spend=in_currencies, day_spend=today),
                 spend_multiplier=self.spend_multiplier,
             )
             if not verdict.allowed:
@@ -164,8 +178,10 @@ class Guard:
         side_effect: bool,
         arguments: Mapping[str, Any],
         cost_usd: float | None,
+        charge: mf.Charge | None = None,
     ) -> None:
-        """Raise RunHalted or ScopeViolation (after recording why on ``span``) or return: may run."""
+        """Raise RunHalted or ScopeViolation (after recording why on ``span``) or return: may run.
+        ``charge``: the call's cost in its currency (``cost_usd`` is the same in US dollars only)."""
         run_id = format(span.get_span_context().trace_id, "032x")
         reason = self.halted(run_id)
         m = self.manifest
@@ -184,6 +200,7 @@ class Guard:
             arguments=arguments,
             usage=usage,
             cost_usd=cost_usd,
+            charge=charge,
             spend_multiplier=self.spend_multiplier,
         )
         source = SOURCE_LOCAL
@@ -193,6 +210,7 @@ class Guard:
             side_effect=side_effect,
             usage=usage,
             cost_usd=cost_usd,
+            charge=charge,
             spend_multiplier=self.spend_multiplier,
         ):
             decision, source = self._authorize(
@@ -202,9 +220,11 @@ class Guard:
                     "side_effect": side_effect,
                     "arguments": dict(arguments),
                     "cost_usd": cost_usd,
+                    **({"cost_amount": charge.amount, "cost_currency": charge.currency} if charge else {}),
                     "run_id": run_id,
                     "tool_calls": usage.tool_calls.get(tool, 0),
                     "run_spend_usd": usage.run_spend_usd,
+                    **({"run_spend": dict(usage.run_spend)} if usage.run_spend else {}),
                 }
             )
         _event(span, decision, source, tool)
@@ -279,6 +299,8 @@ class Guard:
             ), SOURCE_FAIL_CLOSED
         if answer.get("day_spend_usd") is not None:
             self.day_spend_usd = float(answer["day_spend_usd"])
+        if isinstance(answer.get("day_spend"), dict):
+            self.day_spend = {str(k): float(v) for k, v in answer["day_spend"].items()}
         if answer.get("spend_multiplier") is not None:
             self.spend_multiplier = float(answer["spend_multiplier"])
         return mf.Decision.from_json(answer), SOURCE_AUTHORIZE
@@ -333,11 +355,16 @@ class GuardInterceptor:
 
     def before_tool(self, call: ToolCall) -> Sandboxed | None:
         self.guard.before_tool(span=call.span, tool=call.name, side_effect=call.side_effect,
-                               arguments=call.arguments, cost_usd=call.cost_usd)
+                               arguments=call.arguments, cost_usd=call.cost_usd,
+                               charge=None if call.cost is None else mf.Charge(call.cost, call.currency))
         return None
 
     def charge(self, trace_id: str, cost_usd: float) -> None:
         self.guard.add_cost(trace_id, cost_usd)
+
+    def charge_in(self, trace_id: str, amount: float, currency: str) -> None:
+        """A charge in any currency, counted as the manifest says (its caps in that currency, its rate)."""
+        self.guard.add_cost(trace_id, amount, currency)
 
 
 # --- the process's guard -----------------------------------------------------------------

@@ -42,8 +42,10 @@ class ToolCall:
     span: Span
     arguments: Mapping[str, Any]
     side_effect: bool
-    cost_usd: float | None
+    cost_usd: float | None  # the cost in US dollars, when the tool charges in them
     func: Callable[..., Any]
+    cost: float | None = None  # the cost in ``currency`` (any currency)
+    currency: str = "USD"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,7 +75,8 @@ class Interceptor(Protocol):
         """Refuse (raise), sandbox (a value) or allow (None) a tool call."""
 
     def charge(self, trace_id: str, cost_usd: float) -> None:
-        """A call's cost, counted against the run's caps."""
+        """A call's cost in US dollars, counted against the run's caps (an interceptor that counts a
+        charge in another currency has ``charge_in(trace_id, amount, currency)`` too)."""
 
 
 NO_MARKS: Mapping[str, str] = MappingProxyType({})

@@ -11,6 +11,7 @@ of the manifest it was decided under, so a decision can be audited and replayed.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -19,6 +20,8 @@ from typing import Any, Final
 from agentreplay_otel import semconv
 from agentreplay_otel.errors import ManifestError
 from agentreplay_otel.identity import manifest_sha256
+
+USD: Final = semconv.CURRENCY_USD
 
 FAIL_CLOSED: Final = "closed"
 FAIL_OPEN: Final = "open"
@@ -35,6 +38,7 @@ RULE_LLM_ALLOWED: Final = "llm.allowed"
 RULE_MODEL_UNLISTED: Final = "llm.model_unlisted"
 RULE_SPEND_RUN: Final = "spend.per_run"
 RULE_SPEND_DAY: Final = "spend.per_day"
+RULE_SPEND_CURRENCY: Final = "spend.currency"  # a charge in a currency no cap counts and no rate converts
 RULE_NO_MANIFEST: Final = "manifest.none"
 RULE_HALTED: Final = "halted"
 RULE_AUTHORIZE_UNAVAILABLE: Final = "authorize.unavailable"
@@ -73,6 +77,11 @@ class Manifest:
     models: tuple[str, ...] | None = None
     per_run_usd: float | None = None
     per_day_usd: float | None = None
+    # Caps in other currencies (ISO 4217 code -> amount; USD caps are the two above), and the rates
+    # (US dollars per unit) that count a charge in another currency toward the USD caps.
+    per_run: Mapping[str, float] = field(default_factory=dict)
+    per_day: Mapping[str, float] = field(default_factory=dict)
+    rates: Mapping[str, float] = field(default_factory=dict)
     authorize_side_effects: bool = True
     near_cap_fraction: float = 0.8
     deadline_ms: int = 250
@@ -81,6 +90,52 @@ class Manifest:
     @property
     def fail_open(self) -> bool:
         return self.fail_mode == FAIL_OPEN
+
+    @property
+    def capped(self) -> bool:
+        """Whether any spend cap is set (without one, no charge counts toward anything)."""
+        return self.per_run_usd is not None or self.per_day_usd is not None or bool(self.per_run or self.per_day)
+
+
+@dataclass(frozen=True)
+class Charge:
+    """What one call charges: an amount in an ISO 4217 currency (a tool's ``cost=`` and ``currency=``)."""
+
+    amount: float
+    currency: str = USD
+
+
+@dataclass(frozen=True, kw_only=True)
+class Counted:
+    """How a manifest counts one charge: ``usd`` toward its USD caps (a USD charge, or another
+    currency at its rate), ``native`` toward caps in the charge's own currency, and ``covered``:
+    whether any cap counts it at all (False: a currency no cap is in and no rate converts)."""
+
+    usd: float = 0.0
+    native: Mapping[str, float] = field(default_factory=dict)
+    covered: bool = True
+    usd_value: float | None = None  # the charge in US dollars, where known (for ``max_cost_usd``)
+
+
+def count_charge(m: Manifest, charge: Charge | None) -> Counted:
+    """The one rule for a charge in any currency, shared by the guard and the collector: a USD charge
+    counts toward the USD caps; a charge in another currency counts toward the caps in that currency,
+    and, where ``spend.rates`` has its rate, at that rate toward the USD caps. A charge neither
+    counts is not covered (:func:`evaluate_tool` denies it under ``fail_mode: closed``)."""
+    if charge is None or not charge.amount:
+        return Counted(usd_value=0.0 if charge is not None else None)
+    currency = charge.currency
+    if currency == USD:
+        return Counted(usd=charge.amount, usd_value=charge.amount)
+    rate = m.rates.get(currency)
+    usd = charge.amount * rate if rate is not None else 0.0
+    native = {currency: charge.amount} if currency in m.per_run or currency in m.per_day else {}
+    return Counted(
+        usd=usd,
+        native=native,
+        covered=rate is not None or bool(native) or not m.capped,
+        usd_value=usd if rate is not None else None,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,6 +149,11 @@ class Usage:
     tool_calls: Mapping[str, int] = field(default_factory=dict)
     run_spend_usd: float = 0.0
     day_spend_usd: float | None = 0.0
+    # what was charged in other currencies (code -> amount, as charged: counted toward the caps in
+    # those currencies, and at the manifest's rates toward its USD caps); ``day_spend`` None: not
+    # known (as ``day_spend_usd``)
+    run_spend: Mapping[str, float] = field(default_factory=dict)
+    day_spend: Mapping[str, float] | None = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,7 +230,14 @@ def parse_manifest(body: Mapping[str, Any]) -> Manifest:
     models = body.get("models")
     if models is not None and (not isinstance(models, list) or not all(isinstance(m, str) for m in models)):
         raise ManifestError("manifest.models: expected a list of model name prefixes")
-    spend = _obj(body.get("spend", {}), "manifest.spend", {"per_run_usd", "per_day_usd"})
+    spend = _obj(
+        body.get("spend", {}), "manifest.spend", {"per_run_usd", "per_day_usd", "per_run", "per_day", "rates"}
+    )
+    per_run_usd, per_run = _caps(spend, "per_run")
+    per_day_usd, per_day = _caps(spend, "per_day")
+    rates = _by_currency(spend.get("rates", {}), "manifest.spend.rates", "a positive number of US dollars")
+    if USD in rates:
+        raise ManifestError("manifest.spend.rates.USD: a rate is US dollars per unit of another currency; USD needs none")
     auth = _obj(
         body.get("authorization", {}),
         "manifest.authorization",
@@ -191,8 +258,11 @@ def parse_manifest(body: Mapping[str, Any]) -> Manifest:
         tools=tools,
         allow_unlisted_tools=unlisted == "allow",
         models=tuple(models) if models is not None else None,
-        per_run_usd=_cap(spend.get("per_run_usd"), "manifest.spend.per_run_usd"),
-        per_day_usd=_cap(spend.get("per_day_usd"), "manifest.spend.per_day_usd"),
+        per_run_usd=per_run_usd,
+        per_day_usd=per_day_usd,
+        per_run=per_run,
+        per_day=per_day,
+        rates=rates,
         authorize_side_effects=bool(auth.get("side_effects", True)),
         near_cap_fraction=near,
         deadline_ms=deadline,
@@ -226,6 +296,49 @@ def _cap(value: Any, where: str) -> float | None:
     if number <= 0:
         raise ManifestError(f"{where}: expected a positive number, got {value!r}")
     return number
+
+
+def _currency(code: Any, where: str) -> str:
+    if not isinstance(code, str) or len(code) != 3 or not code.isascii() or not code.isalpha() or not code.isupper():
+        raise ManifestError(
+            f"{where}: {code!r} is not a currency: expected a three-letter ISO 4217 code in capitals, such as USD or EUR"
+        )
+    return code
+
+
+def _by_currency(value: Any, where: str, what: str) -> dict[str, float]:
+    """``{"EUR": 600, ...}``: each key a currency code, each value a positive number."""
+    if not isinstance(value, Mapping):
+        raise ManifestError(
+            f"{where}: expected an object of currency code (ISO 4217, such as EUR) to {what},"
+            f" such as {{\"EUR\": 600}}, not {value!r}"
+        )
+    out: dict[str, float] = {}
+    for code, amount in value.items():
+        at = f"{where}.{code}"
+        currency = _currency(code, at)
+        number = _cap(amount, at)
+        if number is None or not math.isfinite(number):
+            raise ManifestError(f"{at}: expected {what}, got {amount!r}")
+        out[currency] = number
+    return out
+
+
+def _caps(spend: Mapping[str, Any], name: str) -> tuple[float | None, dict[str, float]]:
+    """A cap written ``per_run_usd: 600`` (US dollars) and/or ``per_run: {EUR: 600, ...}``: the USD
+    cap and the caps in other currencies (a USD cap in both forms must be the same)."""
+    usd = _cap(spend.get(f"{name}_usd"), f"manifest.spend.{name}_usd")
+    if usd is not None and not math.isfinite(usd):
+        raise ManifestError(f"manifest.spend.{name}_usd: expected a finite positive number, got {usd!r}")
+    caps = _by_currency(spend.get(name, {}), f"manifest.spend.{name}", "a positive cap in that currency")
+    in_usd = caps.pop(USD, None)
+    if in_usd is not None:
+        if usd is not None and usd != in_usd:
+            raise ManifestError(
+                f"manifest.spend.{name}.USD ({in_usd:g}) and manifest.spend.{name}_usd ({usd:g}) disagree: give one"
+            )
+        usd = in_usd
+    return usd, caps
 
 
 def _tool(name: str, raw: Any) -> ToolRule:
@@ -283,12 +396,19 @@ def evaluate_tool(
     arguments: Mapping[str, Any],
     usage: Usage,
     cost_usd: float | None = None,
+    charge: Charge | None = None,
     spend_multiplier: float = 1.0,
 ) -> Decision:
     """May ``tool`` run with these arguments, given what the run has done so far?
 
-    ``usage.tool_calls`` counts this tool's calls *before* this one.
+    ``usage.tool_calls`` counts this tool's calls *before* this one. Its cost is ``charge`` (an
+    amount in a currency) or ``cost_usd`` (US dollars); :func:`count_charge` says what it counts
+    toward. A charge no cap counts is denied (``spend.currency``) under ``fail_mode: closed``; under
+    open the call is allowed by that rule, for the caller to alert on.
     """
+    if charge is None and cost_usd is not None:
+        charge = Charge(cost_usd)
+    counted = count_charge(m, charge)
     rule = m.tools.get(tool)
     if rule is None:
         if not m.allow_unlisted_tools:
@@ -305,14 +425,33 @@ def evaluate_tool(
                 RULE_MAX_PER_RUN,
                 f"{tool} may run at most {rule.max_per_run} time(s) per run; this would be call {done + 1}",
             )
-        if rule.max_cost_usd is not None and cost_usd is not None and cost_usd > rule.max_cost_usd:
+        worth = counted.usd_value
+        if rule.max_cost_usd is not None and worth is not None and worth > rule.max_cost_usd:
+            said = "" if charge is None or charge.currency == USD else f" ({_money(charge)} at the manifest's rate)"
             return _deny(
-                m, RULE_MAX_COST, f"{tool} would cost {cost_usd:.2f} USD, over {rule.max_cost_usd:.2f}"
+                m, RULE_MAX_COST, f"{tool} would cost {worth:.2f} USD{said}, over {rule.max_cost_usd:.2f}"
             )
-    spend = evaluate_spend(m, usage, added_usd=cost_usd or 0.0, spend_multiplier=spend_multiplier)
+    uncounted: Decision | None = None
+    if not counted.covered and charge is not None:
+        detail = (
+            f"{tool} charges {_money(charge)}: no spend cap is in {charge.currency} and spend.rates has no"
+            f" {charge.currency} rate, so the charge would count toward no cap"
+        )
+        if not m.fail_open:
+            return _deny(m, RULE_SPEND_CURRENCY, f"{detail} (fail_mode closed: refused)")
+        uncounted = Decision(
+            allowed=True, rule=RULE_SPEND_CURRENCY, manifest_sha256=m.sha256, detail=f"{detail} (fail_mode open: allowed)"
+        )
+    spend = evaluate_spend(
+        m, usage, added_usd=counted.usd, added=counted.native, spend_multiplier=spend_multiplier
+    )
     if not spend.allowed:
         return spend
-    return Decision(allowed=True, rule=RULE_TOOL_ALLOWED, manifest_sha256=m.sha256)
+    return uncounted or Decision(allowed=True, rule=RULE_TOOL_ALLOWED, manifest_sha256=m.sha256)
+
+
+def _money(charge: Charge) -> str:
+    return f"{charge.currency} {charge.amount:,.2f}"
 
 
 def evaluate_llm(m: Manifest, *, model: str | None, usage: Usage, spend_multiplier: float = 1.0) -> Decision:
@@ -331,26 +470,43 @@ def evaluate_spend(
     usage: Usage,
     *,
     added_usd: float = 0.0,
+    added: Mapping[str, float] | None = None,
     spend_multiplier: float = 1.0,
     at_cap_denies: bool = False,
 ) -> Decision:
-    """Is spend within the caps (times the trust multiplier) once ``added_usd`` is spent?"""
-    for rule, cap, spent, what in (
-        (RULE_SPEND_RUN, m.per_run_usd, usage.run_spend_usd, "run"),
-        (RULE_SPEND_DAY, m.per_day_usd, usage.day_spend_usd, "day"),
-    ):
-        if cap is None or spent is None:
-            continue
+    """Is spend within the caps (times the trust multiplier) once ``added_usd`` (and ``added``, in
+    other currencies) is spent? Each cap counts spend in its own currency."""
+    for rule, cap, spent, what, currency, plus in _caps_and_spend(m, usage, added_usd, added or {}):
         limit = cap * spend_multiplier
-        total = spent + added_usd
+        total = spent + plus
         if total > limit + 1e-9 or (at_cap_denies and total >= limit - 1e-12):
             return _deny(
                 m,
                 rule,
-                f"{what} spend would be {total:.4f} USD, cap {limit:.4f} USD"
+                f"{what} spend would be {total:.4f} {currency}, cap {limit:.4f} {currency}"
                 f" ({cap:g} x trust {spend_multiplier:g})",
             )
     return Decision(allowed=True, rule="spend.within", manifest_sha256=m.sha256)
+
+
+def _caps_and_spend(
+    m: Manifest, usage: Usage, added_usd: float, added: Mapping[str, float]
+) -> list[tuple[str, float, float, str, str, float]]:
+    """Each cap with what was spent toward it (known) and what would be added: (rule, cap, spent,
+    run or day, currency, added). Toward a USD cap count the US dollars spent and, at the manifest's
+    rates, what was charged in other currencies."""
+    out: list[tuple[str, float, float, str, str, float]] = []
+    for rule, what, usd_cap, usd_spent, caps, spent in (
+        (RULE_SPEND_RUN, "run", m.per_run_usd, usage.run_spend_usd, m.per_run, usage.run_spend),
+        (RULE_SPEND_DAY, "day", m.per_day_usd, usage.day_spend_usd, m.per_day, usage.day_spend),
+    ):
+        if usd_cap is not None and usd_spent is not None:
+            converted = sum(m.rates[c] * a for c, a in (spent or {}).items() if c in m.rates)
+            out.append((rule, usd_cap, usd_spent + converted, what, USD, added_usd))
+        if spent is not None:
+            for currency, cap in caps.items():
+                out.append((rule, cap, spent.get(currency, 0.0), what, currency, added.get(currency, 0.0)))
+    return out
 
 
 def needs_authorization(
@@ -360,6 +516,7 @@ def needs_authorization(
     side_effect: bool,
     usage: Usage,
     cost_usd: float | None = None,
+    charge: Charge | None = None,
     spend_multiplier: float = 1.0,
 ) -> bool:
     """Whether the guard must ask the collector (global state: halts, daily spend) first."""
@@ -373,20 +530,24 @@ def needs_authorization(
         and (side_effect or (rule is not None and rule.side_effect))
     ):
         return True
-    return near_cap(m, usage, added_usd=cost_usd or 0.0, spend_multiplier=spend_multiplier)
+    counted = count_charge(m, charge if charge is not None else None if cost_usd is None else Charge(cost_usd))
+    return near_cap(m, usage, added_usd=counted.usd, added=counted.native, spend_multiplier=spend_multiplier)
 
 
-def near_cap(m: Manifest, usage: Usage, *, added_usd: float = 0.0, spend_multiplier: float = 1.0) -> bool:
-    if m.per_day_usd is not None and usage.day_spend_usd is None:
+def near_cap(
+    m: Manifest,
+    usage: Usage,
+    *,
+    added_usd: float = 0.0,
+    added: Mapping[str, float] | None = None,
+    spend_multiplier: float = 1.0,
+) -> bool:
+    if (m.per_day_usd is not None and usage.day_spend_usd is None) or (m.per_day and usage.day_spend is None):
         return True  # not known yet: ask
-    for cap, spent in ((m.per_run_usd, usage.run_spend_usd), (m.per_day_usd, usage.day_spend_usd)):
-        if (
-            cap is not None
-            and spent is not None
-            and spent + added_usd >= m.near_cap_fraction * cap * spend_multiplier
-        ):
-            return True
-    return False
+    return any(
+        spent + plus >= m.near_cap_fraction * cap * spend_multiplier
+        for _, cap, spent, _, _, plus in _caps_and_spend(m, usage, added_usd, added or {})
+    )
 
 
 def _check_arg(name: str, arguments: Mapping[str, Any], rule: ArgRule) -> tuple[str, str] | None:

@@ -122,8 +122,9 @@ CONTENT_REFS: Final = "agentreplay.content.refs"
 NONDETERMINISM: Final = "agentreplay.nondeterminism"  # the run's clock, uuid and random draws, in order
 COST_USD: Final = "agentreplay.cost.usd"
 # A tool's declared charge in its own currency: the amount and its ISO 4217 code (``@tool(cost=..., currency=...)``).
-# COST_USD holds US dollars only: a charge in another currency has no COST_USD (no exchange rate is applied, so it
-# counts toward no USD spend cap), and amounts of two currencies are never summed.
+# COST_USD holds US dollars only: a charge in another currency has no COST_USD (it counts toward the manifest's caps
+# in its currency, or at the manifest's rate toward its USD caps: manifest.count_charge), and amounts of two
+# currencies are never summed on the record.
 COST_AMOUNT: Final = "agentreplay.cost.amount"
 COST_CURRENCY: Final = "agentreplay.cost.currency"
 CURRENCY_USD: Final = "USD"

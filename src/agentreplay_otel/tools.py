@@ -14,8 +14,9 @@ sync and async functions::
 
 ``cost`` is what one call charges (money the call moves), in ``currency`` (ISO 4217, US dollars
 by default), recorded on the span as ``agentreplay.cost.amount`` and ``agentreplay.cost.currency``;
-a charge in US dollars is ``agentreplay.cost.usd`` too, and only such a charge counts toward the
-manifest's USD caps: no exchange rate is applied, so a charge in another currency counts toward none.
+a charge in US dollars is ``agentreplay.cost.usd`` too. A charge counts toward the manifest's caps in
+its currency (``spend.per_run: {"EUR": 600}``), and toward its USD caps at the rate in ``spend.rates``;
+one no cap counts is refused under ``fail_mode: closed`` (``spend.currency``; docs/control.md).
 
 Arguments and result are recorded as JSON; the span is current while the body runs, so
 LLM calls made inside a tool are its children.
@@ -166,20 +167,20 @@ def _decide(call: ToolInvocation, span: Span) -> Replayed | None:
     """Before the body, the interceptor's verdict: the guard raises ScopeViolation / RunHalted or
     lets the body run (None); a replay answers in its place (the body never runs)."""
     interceptor = intercept.current()
-    in_usd = call.spec.currency == semconv.CURRENCY_USD  # the manifest's caps are in USD: no exchange rate
-    cost = _cost(call.spec.cost, call.arguments) if interceptor.acts and in_usd else None
+    cost = _cost(call.spec.cost, call.arguments) if interceptor.acts else None
+    in_usd = call.spec.currency == semconv.CURRENCY_USD
     try:
         sandboxed = interceptor.before_tool(intercept.ToolCall(
             name=call.spec.name, span=span, arguments=call.arguments, side_effect=call.spec.side_effect,
-            cost_usd=cost, func=call.func))
+            cost_usd=cost if in_usd else None, func=call.func, cost=cost, currency=call.spec.currency))
     except ReplayedToolError as exc:  # failed when recorded: the caller raises it where the body was
         return Replayed(failure=exc)
     return None if sandboxed is None else Replayed(value=sandboxed.value)
 
 
 def _charge(call: ToolInvocation, span: Span) -> None:
-    """The call's charge on its span, in its currency, and (in US dollars) against the run's caps; a
-    sandboxed call (a replay) cost nothing."""
+    """The call's charge on its span, in its currency, and against the run's caps (in the currency's
+    own caps, or at the manifest's rate toward its USD caps); a sandboxed call (a replay) cost nothing."""
     interceptor = intercept.current()
     if not interceptor.acts:
         return
@@ -188,9 +189,12 @@ def _charge(call: ToolInvocation, span: Span) -> None:
         return
     span.set_attribute(semconv.COST_AMOUNT, cost)
     span.set_attribute(semconv.COST_CURRENCY, call.spec.currency)
+    trace_id = format(span.get_span_context().trace_id, "032x")
     if call.spec.currency == semconv.CURRENCY_USD:
         span.set_attribute(semconv.COST_USD, cost)
-        interceptor.charge(format(span.get_span_context().trace_id, "032x"), cost)
+        interceptor.charge(trace_id, cost)
+    elif (charge_in := getattr(interceptor, "charge_in", None)) is not None:  # the guard: counted by the manifest
+        charge_in(trace_id, cost, call.spec.currency)
 
 
 def _start(call: ToolInvocation, tracer: trace.Tracer | None) -> Span:

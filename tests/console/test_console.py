@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import re
 import shlex
 import subprocess
@@ -61,6 +62,15 @@ def _cap(console, run: dict) -> float:
     return signed["manifest"]["spend"]["per_run_usd"] * trust["spend_multiplier"]
 
 
+def _usd(amount: float) -> str:
+    """Dollars as the console writes them (common.js ``usd``): two decimals, or two significant digits
+    below a cent (the demo's run costs its model calls alone: its booking is in euros)."""
+    if amount >= 0.01 or amount == 0:
+        return f"${amount:.2f}"
+    rounded = float(f"{amount:.2g}")  # JavaScript's toPrecision(2)
+    return f"${rounded:.{max(0, 1 - math.floor(math.log10(rounded)))}f}"
+
+
 def test_the_failed_run_is_listed_in_runs(console, page):
     page.open(f"{console.control}/ui/#/runs")
     row = f"document.querySelector('tr[data-run=\"{console.story}\"]')"
@@ -71,7 +81,7 @@ def test_the_failed_run_is_listed_in_runs(console, page):
     assert "halted" in cells[1] and cells[3] == "Error" and cells[4] == "intact"
     assert cells[5] == "failed " + ", ".join(verdict["failure_modes"]) and "FM-1.1" in cells[5]
     run = console.get(f"/v1/runs/{console.story}")
-    assert cells[6] == f"${run['cost_usd']:.2f} of ${_cap(console, run):.2f}" and cells[8] == str(run["span_count"])
+    assert cells[6] == f"{_usd(run['cost_usd'])} of ${_cap(console, run):.2f}" and cells[8] == str(run["span_count"])
     # the alerts that fired, newest first: the story's halt among them, linked to its run
     kinds = page.js(f"Array.from(document.querySelectorAll('#alerts li.alert')).filter(a => "
                     f"a.querySelector('a[href=\"#/run/{console.story}\"]')).map(a => a.dataset.kind)")
@@ -148,6 +158,9 @@ def test_the_run_page_highlights_the_culprit_and_shows_the_saturday_booking(cons
     saturday = [b for b in bookings if json.loads(b[1]).get("day") == "Saturday"]
     assert len(saturday) == 1 and json.loads(saturday[0][1])["flight"] == "TP125"
     assert any(d.startswith("Allowed by tool.allowed") for d in saturday[0][2])
+    # the booking's charge in the currency it was charged in (the demo books in euros), never as dollars
+    charged = page.js("document.querySelector('section.step[data-tool=\"book_flight\"] p.muted').textContent")
+    assert re.search(r" · \d+\.\d{2} EUR", charged) and "$" not in charged, charged
     refused = [b for b in bookings if json.loads(b[1]).get("day") == "Friday"]
     assert any(d.startswith("Denied by tool.max_per_run") for d in refused[0][2])
     # each LLM call's messages: the customer's request is in the first call's input
@@ -166,7 +179,7 @@ def test_the_run_page_highlights_the_culprit_and_shows_the_saturday_booking(cons
     run = console.get(f"/v1/runs/{console.story}")
     cap = _cap(console, run)
     assert page.js("document.querySelector('dd[data-key=\"cap\"]').textContent").startswith(
-        f"${run['cost_usd']:.2f} of ${cap:.2f} per run ({100 * run['cost_usd'] / cap:.0f}%)")
+        f"{_usd(run['cost_usd'])} of ${cap:.2f} per run ({100 * run['cost_usd'] / cap:.0f}%)")
     assert '"book_flight"' in page.js("document.querySelector('#manifest pre.manifest').textContent")
 
 

@@ -57,15 +57,16 @@ def _wait_kind(collector: CollectorProcess, kind: str, timeout_s: float = 30.0) 
     raise AssertionError(f"no {kind} run stored")
 
 
-def _day_spend(collector: CollectorProcess, creds: dict[str, str]) -> float:
-    """The agent's spend today as the collector counts it against the daily cap (Authorize says)."""
+def _day_spend(collector: CollectorProcess, creds: dict[str, str]) -> dict[str, float]:
+    """The agent's spend today as the collector counts it against the daily caps (Authorize says): in US
+    dollars, and charged in other currencies (the flight agent books in euros)."""
     status, doc = call_control(
         collector.control, "/v1/authorize", token=Path(creds["AGENTREPLAY_IDENTITY"]).read_text().strip(),
         key=identity.load_private_key(creds["AGENTREPLAY_AGENT_KEY"]),
         body={"kind": "llm", "model": "gpt-4o-mini", "agent_id": "flight-agent"},
     )
     assert status == 200, doc
-    return float(doc["day_spend_usd"])
+    return {"USD": float(doc["day_spend_usd"]), **doc["day_spend"]}
 
 
 def _paging(collector: CollectorProcess) -> tuple[set[str], set[str]]:
@@ -108,6 +109,7 @@ def test_replaying_and_forking_a_halted_run_pages_no_one_and_costs_the_agent_not
             halted = _record_halted_run(collector, env, webhook)
             booked = ledger.read_text()
             spend_before = _day_spend(collector, creds)
+            assert spend_before["EUR"] > 0  # the one booking, in euros
             trust_before = _trust(collector)
             assert trust_before["runs"] == 1 and trust_before["scope_violations"] == 1
 

@@ -43,9 +43,12 @@ def test_a_run_that_crosses_its_cap_through_llm_cost_alone_is_halted(tmp_path, o
             collector.stop()
 
 
-def test_a_daily_cap_holds_across_two_runs_and_a_collector_restart(tmp_path, org):
-    # each run costs 99 USD (the Saturday booking); the day allows 150
-    manifest = org.signed_manifest(flight_manifest(spend={"per_run_usd": 1000, "per_day_usd": 150}))
+@pytest.mark.parametrize("spend", [{"per_run_usd": 1000, "per_day": {"EUR": 150}},
+                                   {"per_run_usd": 1000, "per_day_usd": 150, "rates": {"EUR": 1.08}}],
+                         ids=["eur-cap", "usd-cap-at-a-rate"])
+def test_a_daily_cap_holds_across_two_runs_and_a_collector_restart(tmp_path, org, spend):
+    # each run costs 99 EUR (the Saturday booking; 106.92 USD at the rate); the day allows 150 (EUR, or USD)
+    manifest = org.signed_manifest(flight_manifest(spend=spend))
     creds = org.credentials("flight-agent", manifest)
     ledger = tmp_path / "ledger.jsonl"
     with LLMServer(airline_model) as llm:

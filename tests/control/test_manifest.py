@@ -94,7 +94,8 @@ def test_side_effects_and_unknown_day_spend_need_authorization(flight):
         ({"version": 2, "tools": {}}, "manifest.version"),
         ({"version": 1, "tools": {"t": {"max_per_run": -1}}}, "max_per_run"),
         ({"version": 1, "tools": {}, "fail_mode": "maybe"}, "fail_mode"),
-        ({"version": 1, "tools": {}, "spend": {"per_run": 3}}, "unknown key"),
+        ({"version": 1, "tools": {}, "spend": {"per_runs": 3}}, "unknown key"),
+        ({"version": 1, "tools": {}, "spend": {"per_run": 3}}, r"manifest\.spend\.per_run: expected an object of currency"),
         ({"version": 1, "tools": {"t": {"args": {"a": {"pattern": "("}}}}}, "pattern"),
     ],
 )

@@ -90,10 +90,12 @@ def test_dispute_packet_lists_every_decision_and_the_amounts(story):
     assert {d["manifest_sha256"] for d in decisions} == {case.manifest_sha256}
     amounts = packet["amounts"]
     charged_span = _tool_spans(case, "book_flight")[0]
-    recorded = float(charged_span.attributes[semconv.COST_USD])
+    # the demo's booking charges euros, and the packet says so: never as dollars
+    recorded = float(charged_span.attributes[semconv.COST_AMOUNT])
+    assert charged_span.attributes[semconv.COST_CURRENCY] == "EUR" and semconv.COST_USD not in charged_span.attributes
     assert [(c["tool"], c["arguments"]["day"], c["amount"], c["currency"]) for c in amounts["charges"]] == [
-        ("book_flight", "Saturday", recorded, "USD")]
-    assert amounts["charged"] == {"USD": recorded}
+        ("book_flight", "Saturday", recorded, "EUR")]
+    assert amounts["charged"] == {"EUR": recorded}
     assert [(c["arguments"]["day"], c["amount"]) for c in amounts["refused"]] == [("Friday", None)]
     assert "notice" not in packet  # a signed run's packet says nothing of signing
     json.dumps(packet)  # a JSON document as it stands
@@ -126,13 +128,13 @@ def test_insurance_packet_computes_the_loss_from_recorded_costs_and_the_price_ta
     assert packet["format"] == CLAIM and packet["claim"]["nothing_to_claim"] is False
     loss = packet["loss"]
     wrong_span = _tool_spans(case, "book_flight")[0]
-    wrong = float(wrong_span.attributes[semconv.COST_USD])
-    assert [(c["tool"], c["arguments"]["day"], c["amount"]) for c in loss["wrong_charges"]] == [
-        ("book_flight", "Saturday", wrong)]
-    assert loss["by_currency"]["USD"]["lost_whole"] == wrong and loss["other_charges"] == []
+    wrong = float(wrong_span.attributes[semconv.COST_AMOUNT])  # charged in euros
+    assert [(c["tool"], c["arguments"]["day"], c["amount"], c["currency"]) for c in loss["wrong_charges"]] == [
+        ("book_flight", "Saturday", wrong, "EUR")]
+    assert loss["by_currency"]["EUR"]["lost_whole"] == wrong and loss["other_charges"] == []
     # the request names no amount: the booking the analysis blames (the wrong day) is lost whole, and it says so
-    assert loss["by_currency"]["USD"]["computation"].startswith("the request names no amount")
-    assert f"booked {wrong:.2f} USD" in loss["by_currency"]["USD"]["computation"]
+    assert loss["by_currency"]["EUR"]["computation"].startswith("the request names no amount")
+    assert f"booked {wrong:.2f} EUR" in loss["by_currency"]["EUR"]["computation"]
     # the refused second ticket: not charged, listed as prevented, bounded by the manifest's cap
     assert [(p["arguments"]["day"], p["amount"], p["at_most_usd"]) for p in loss["prevented"]] == [
         ("Friday", None, 500.0)]
@@ -146,7 +148,9 @@ def test_insurance_packet_computes_the_loss_from_recorded_costs_and_the_price_ta
     assert llm and loss["model_spend"]["priced_usd"] == pytest.approx(expected) and expected > 0
     for call in loss["model_spend"]["calls"]:
         assert call["priced_usd"] == pytest.approx(call["recorded_usd"])
-    assert loss["total"] == {"USD": pytest.approx(wrong + expected, abs=1e-6)} and loss["unsure"] == []
+    # each currency summed on its own: the booking in euros, the model's tokens in dollars
+    assert loss["total"] == {"EUR": pytest.approx(wrong), "USD": pytest.approx(expected, abs=1e-6)}
+    assert loss["unsure"] == []
     assert packet["claim"]["amounts"] == loss["total"]
     # the cause and the limits in force
     cause = packet["cause"]
@@ -154,7 +158,7 @@ def test_insurance_packet_computes_the_loss_from_recorded_costs_and_the_price_ta
     assert cause["culprit"]["step"] == verdict.culprit.step
     limits = packet["limits"]
     assert limits["tool_caps"]["book_flight"] == {"max_per_run": 1, "max_cost_usd": 500, "side_effect": True}
-    assert limits["spend"] == {"per_run_usd": 600, "per_day_usd": 5000}
+    assert limits["spend"] == {"per_run_usd": 600, "per_day_usd": 5000, "rates": {"EUR": 1.08}}
     assert limits["trust"] == {"known": False}
     assert [t["step"] for t in packet["timeline"]] == [s.step for s in run_view(case.spans).steps]
 
@@ -191,3 +195,6 @@ def test_rendered_packets_are_self_contained_and_escaped(story):
         assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)  # fetches nothing
         assert "agentreplay verify CASE.json --org-key ORG.pub" in page
     assert "Saturday" in render_html(dispute_packet(case, verdict))
+    booked = float(_tool_spans(case, "book_flight")[0].attributes[semconv.COST_AMOUNT])
+    for packet in (dispute_packet(case, verdict), insurance_packet(case, verdict)):
+        assert f"{booked:.2f} EUR" in render_html(packet) and f"${booked:.2f}" not in render_html(packet)

@@ -41,7 +41,8 @@ def test_runs_lists_the_run_through_the_collector(recorded):
     [run] = json.loads(done.stdout)
     assert run["run_id"] == recorded["run_id"] and run["agent_id"] == "flight-booker"
     assert run["chain"]["status"] == "intact" and run["chain"]["seal"] == "valid"
-    assert run["span_count"] == 9 and run["cost_usd"] == pytest.approx(99.0, abs=0.01)
+    # the booking charges euros (not US dollars): the run's recorded cost in USD is its model calls' alone
+    assert run["span_count"] == 9 and 0 < run["cost_usd"] < 0.01
 
 
 def test_runs_reads_the_store_when_no_collector_runs(recorded):
@@ -62,8 +63,9 @@ def test_show_prints_the_timeline(recorded):
     done = agentreplay("show", recorded["run_id"][:10], store=recorded["store"])
     assert done.returncode == 0, done.stderr
     for expected in ("invoke_agent flight_agent", "#1 execute_tool search_flights", "#4 execute_tool book_flight",
-                     "$99.00", "chat claude-haiku-4-5"):
+                     "chat claude-haiku-4-5"):
         assert expected in done.stdout
+    assert "$99.00" not in done.stdout  # the booking is in euros, never shown as dollars
 
 
 def test_show_json_has_every_span_in_tree_order(recorded):

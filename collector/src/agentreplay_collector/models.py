@@ -493,6 +493,8 @@ class SpendTotals:
     tool: str
     cost_usd: float
     calls: int  # spans not refused by a decision
+    currency: str = ""  # a tool's charge in another currency than USD (ISO 4217), as charged
+    amount: float = 0.0  # ... and its sum, in that currency
 
 
 # --- failure analysis ---------------------------------------------------------------------

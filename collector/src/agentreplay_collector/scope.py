@@ -26,6 +26,7 @@ read together.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime as dt
 import hashlib
 import json
@@ -70,8 +71,10 @@ from agentreplay_otel.core import (
     ALLOW,
     RULE_HALTED,
     RULE_NO_MANIFEST,
+    RULE_SPEND_CURRENCY,
     AgentIdentity,
     AgentReplayError,
+    Charge,
     Decision,
     Manifest,
     ManifestError,
@@ -98,6 +101,7 @@ class RunUsage:
     seen: dict[str, int] = field(default_factory=dict)  # tool calls whose spans arrived
     authorized: dict[str, int] = field(default_factory=dict)  # tool calls Authorize allowed
     spend_usd: float = 0.0
+    spend: dict[str, float] = field(default_factory=dict)  # charged in other currencies, as charged
     spans: set[bytes] = field(default_factory=set)  # fingerprints of the spans counted
 
     def tool_calls(self) -> dict[str, int]:
@@ -164,6 +168,7 @@ class ScopeProcessor:
         self.halts: dict[tuple[str, str], Halt] = {}
         self._runs: OrderedDict[str, RunUsage] = OrderedDict()
         self._day: dict[tuple[str, str], float] = {}
+        self._day_in: dict[tuple[str, str], dict[str, float]] = {}  # (agent, day) -> charged in other currencies
         self.violations = 0
         self.replays = ReplayClaims(store, self.owners, org_public_key=org_public_key,
                                     admin_token=config.admin_token, record=self.writer.put)
@@ -231,6 +236,8 @@ class ScopeProcessor:
             tool_calls=run.tool_calls() if run else {},
             run_spend_usd=run.spend_usd if run else 0.0,
             day_spend_usd=self._day.get((agent_id, today), 0.0),
+            run_spend=dict(run.spend) if run else {},
+            day_spend=dict(self._day_in.get((agent_id, today), {})),
         )
 
     def halted(self, run_id: str | None, agent_id: str | None) -> Halt | None:
@@ -444,7 +451,9 @@ class ScopeProcessor:
         if admitted is False and tool is not None and self.halted(record.trace_id, agent) is not None:
             tool = None  # refused while halted, and the collector has it halted: the call never ran
         cost = _cost(attrs.get(semconv.COST_USD))
-        if not replayed and (SCOPE_AGENT, agent) in self.halts and (tool is not None or cost or _llm_call(attrs)):
+        if not replayed and (SCOPE_AGENT, agent) in self.halts and (
+            tool is not None or cost or _llm_call(attrs) or semconv.COST_AMOUNT in attrs
+        ):
             self._halted_agent_call(record, agent, tool, run, m)
         if cost is None:
             verdict = Decision(
@@ -455,6 +464,7 @@ class ScopeProcessor:
             )
             self._collector_violation(record, agent, tool or "", verdict, replayed=replayed)
             cost = 0.0
+        charge = self._charge(record, agent, tool, m, replayed=replayed) if semconv.COST_CURRENCY in attrs else None
         if multipliers is None:
             multiplier = self.trust.multiplier(agent)
         elif (known := multipliers.get(agent)) is not None:
@@ -466,17 +476,22 @@ class ScopeProcessor:
                 tool_calls=dict(run.seen),
                 run_spend_usd=run.spend_usd,
                 day_spend_usd=self._day.get((agent, day), 0.0),
+                run_spend=dict(run.spend),
+                day_spend=dict(self._day_in.get((agent, day), {})),
             )
             verdict = evaluate_tool(
                 m,
                 tool=tool,
                 arguments=_arguments(attrs),
                 usage=usage,
-                cost_usd=cost,
+                cost_usd=cost if charge is None else None,
+                charge=charge,
                 spend_multiplier=multiplier,
             )
             if not verdict.allowed and not admitted:
                 self._collector_violation(record, agent, tool, verdict, replayed=replayed)
+            elif verdict.allowed and verdict.rule == RULE_SPEND_CURRENCY:
+                self._uncounted_charge(record, agent, tool, verdict, replayed=replayed)
         if tool is not None:
             run.seen[tool] = run.seen.get(tool, 0) + 1
         if cost:
@@ -484,14 +499,67 @@ class ScopeProcessor:
             day_spend = self._day.get((agent, day), 0.0) + cost
             if not replayed:  # a replay's calls spent nothing of the agent's day
                 self._day[(agent, day)] = day_spend
-            if m is not None and tool is None and _over_cap(m, run.spend_usd, day_spend, multiplier):
+            if m is not None and tool is None and _over_cap(m, run.spend_usd, day_spend, multiplier, run.spend):
                 verdict = evaluate_spend(
                     m,
-                    Usage(run_spend_usd=run.spend_usd, day_spend_usd=day_spend),
+                    Usage(run_spend_usd=run.spend_usd, day_spend_usd=day_spend, run_spend=dict(run.spend),
+                          day_spend=dict(self._day_in.get((agent, day), {}))),
                     spend_multiplier=multiplier,
                 )
                 if not verdict.allowed:
                     self._collector_violation(record, agent, "", verdict, replayed=replayed)
+        if charge is not None:  # kept as charged: the manifest's caps and rates count it when judged
+            run.spend[charge.currency] = run.spend.get(charge.currency, 0.0) + charge.amount
+            if not replayed:
+                today = self._day_in.setdefault((agent, day), {})
+                today[charge.currency] = today.get(charge.currency, 0.0) + charge.amount
+
+    def _charge(
+        self, record: SpanRecord, agent: str, tool: str | None, m: Manifest | None, *, replayed: bool
+    ) -> Charge | None:
+        """The span's charge in a currency other than US dollars (``agentreplay.cost.amount`` and
+        ``.currency``; a USD charge is its ``agentreplay.cost.usd``), None if it has none. An amount
+        that is not a finite number >= 0 is a violation (``cost.invalid``) and counts 0."""
+        attrs = record.attributes
+        currency = attrs.get(semconv.COST_CURRENCY, "")
+        if currency == semconv.CURRENCY_USD:
+            return None
+        amount = _cost(attrs.get(semconv.COST_AMOUNT))
+        if amount is None:
+            verdict = Decision(
+                allowed=False,
+                rule=RULE_COST_INVALID,
+                manifest_sha256=m.sha256 if m else "",
+                detail=f"{semconv.COST_AMOUNT} is {attrs.get(semconv.COST_AMOUNT)!r}, not a finite amount >= 0",
+            )
+            self._collector_violation(record, agent, tool or "", verdict, replayed=replayed)
+            return None
+        return Charge(amount, currency) if amount else None
+
+    def _uncounted_charge(
+        self, record: SpanRecord, agent: str, tool: str, verdict: Decision, *, replayed: bool
+    ) -> None:
+        """A charge no cap counts, allowed under ``fail_mode: open``: recorded as the collector's
+        decision and alerted (a warning: nothing is halted)."""
+        self._record_decision(record, agent, tool, verdict, ACTOR_COLLECTOR, record.end_ns, replayed=replayed)
+        if replayed:
+            return
+        self.writer.alert(
+            Alert(
+                kind="spend",
+                severity="warning",
+                agent_id=agent,
+                run_id=record.trace_id,
+                message=f"{tool} allowed by {verdict.rule}: {verdict.detail}",
+                attributes={
+                    "rule": verdict.rule,
+                    "manifest_sha256": verdict.manifest_sha256,
+                    "detected_by": "collector",
+                    "span_id": record.span_id,
+                    "tool": tool,
+                },
+            )
+        )
 
     def _halted_agent_call(
         self, record: SpanRecord, agent: str, tool: str | None, run: RunUsage, m: Manifest | None
@@ -628,7 +696,7 @@ class ScopeProcessor:
         owner = self.owners.owner(run_id) if run_id else None
         if identity is not None and owner not in (None, agent):
             raise PermissionDenied(f"run {run_id} belongs to the agent that opened it, not to {agent!r}")
-        for key in ("cost_usd", "run_spend_usd"):
+        for key in ("cost_usd", "cost_amount", "run_spend_usd"):
             if _cost(_text(request.get(key))) is None:
                 raise ValueError(f"{key} must be a finite amount >= 0, not {request.get(key)!r}")
         m = self.manifest_for(identity, str(request.get("manifest_sha256") or ""))
@@ -656,16 +724,21 @@ class ScopeProcessor:
             tool = str(request.get("tool") or "")
             calls = dict(usage.tool_calls)
             calls[tool] = max(calls.get(tool, 0), int(request.get("tool_calls") or 0))
-            usage = Usage(
-                tool_calls=calls, run_spend_usd=usage.run_spend_usd, day_spend_usd=usage.day_spend_usd
-            )
+            usage = dataclasses.replace(usage, tool_calls=calls)
             arguments = request.get("arguments")
+            currency = request.get("cost_currency")
+            charge = (
+                Charge(_float(request.get("cost_amount")), currency)
+                if isinstance(currency, str) and currency and request.get("cost_amount") is not None
+                else None
+            )
             decision = evaluate_tool(
                 m,
                 tool=tool,
                 arguments=arguments if isinstance(arguments, dict) else {},
                 usage=_with_run_spend(usage, request),
                 cost_usd=_float(request.get("cost_usd")),
+                charge=charge,
                 spend_multiplier=multiplier,
             )
             if decision.allowed and run_id:
@@ -683,6 +756,7 @@ class ScopeProcessor:
             **decision.to_json(),
             "run_spend_usd": usage.run_spend_usd,
             "day_spend_usd": usage.day_spend_usd,
+            "day_spend": dict(usage.day_spend or {}),
             "spend_multiplier": multiplier,
             "halted": halt is not None,
         }
@@ -695,11 +769,16 @@ class ScopeProcessor:
             self.owners.remember({totals.run_id: totals.agent_id})
             run = self._run(totals.run_id, totals.agent_id, opened_ns=0)
             run.spend_usd += totals.cost_usd
+            if totals.currency and totals.amount:  # charged in another currency, kept as charged
+                run.spend[totals.currency] = run.spend.get(totals.currency, 0.0) + totals.amount
             if totals.operation == semconv.OP_EXECUTE_TOOL and totals.tool:
                 run.seen[totals.tool] = run.seen.get(totals.tool, 0) + totals.calls
             if totals.day == today:
                 key = (totals.agent_id, totals.day)
                 self._day[key] = self._day.get(key, 0.0) + totals.cost_usd
+                if totals.currency and totals.amount:
+                    charged = self._day_in.setdefault(key, {})
+                    charged[totals.currency] = charged.get(totals.currency, 0.0) + totals.amount
         for stored in store.manifests():
             try:
                 self.register(json.loads(stored.signed), persist=False)
@@ -755,10 +834,15 @@ def _llm_call(attributes: Mapping[str, str]) -> bool:
     )
 
 
-def _over_cap(m: Manifest, run_spend: float, day_spend: float, multiplier: float) -> bool:
+def _over_cap(
+    m: Manifest, run_spend: float, day_spend: float, multiplier: float, charged: Mapping[str, float] | None = None
+) -> bool:
     """Whether :func:`evaluate_spend` (no cost added, a cap reached allowed) would refuse this spend:
     its own comparisons, so that a span within the caps (nearly all) is judged without building a
-    decision; one over a cap is judged by it."""
+    decision; one over a cap is judged by it. ``charged``: the run's charges in other currencies
+    (with rates or caps of their own, the evaluator judges)."""
+    if charged and (m.rates or m.per_run or m.per_day):
+        return True
     run_cap, day_cap = m.per_run_usd, m.per_day_usd
     return (run_cap is not None and run_spend > run_cap * multiplier + 1e-9) or (
         day_cap is not None and day_spend > day_cap * multiplier + 1e-9
@@ -824,6 +908,14 @@ def _arguments(attrs: Mapping[str, str]) -> dict[str, Any]:
 def _with_run_spend(usage: Usage, request: Mapping[str, Any]) -> Usage:
     """The larger of the collector's and the agent's count of the run's spend (spans lag the agent)."""
     agent_says = _float(request.get("run_spend_usd"))
-    if agent_says <= usage.run_spend_usd:
+    in_currencies = request.get("run_spend")
+    more = {
+        code: max(_float(amount), usage.run_spend.get(code, 0.0))
+        for code, amount in (in_currencies.items() if isinstance(in_currencies, dict) else ())
+        if isinstance(code, str) and _cost(_text(amount)) is not None
+    }
+    if agent_says <= usage.run_spend_usd and all(v <= usage.run_spend.get(k, 0.0) for k, v in more.items()):
         return usage
-    return Usage(tool_calls=usage.tool_calls, run_spend_usd=agent_says, day_spend_usd=usage.day_spend_usd)
+    return dataclasses.replace(
+        usage, run_spend_usd=max(agent_says, usage.run_spend_usd), run_spend={**usage.run_spend, **more}
+    )

@@ -760,6 +760,8 @@ class Store:
             f" if(startsWith(SpanName, '{TOOL_SPAN_PREFIX}'), substring(SpanName, {len(TOOL_SPAN_PREFIX) + 1}), ''))"
         )
         cost = f"toFloat64OrZero({attr(semconv.COST_USD)})"
+        currency = f"if({attr(semconv.COST_CURRENCY)} IN ('', '{semconv.CURRENCY_USD}'), '', {attr(semconv.COST_CURRENCY)})"
+        amount = f"toFloat64OrZero({attr(semconv.COST_AMOUNT)})"
         arrivals = (
             f"SELECT RunId, min(ReceivedAt) AS Received FROM {db}.{schema.RUN_ARRIVALS}"
             " GROUP BY RunId HAVING Received >= now64(9) - toIntervalDay({days:UInt32})"
@@ -769,7 +771,8 @@ class Store:
             " toString(toDate(if(a.RunId = '', least(t.Timestamp, now64(9)), a.Received), 'UTC')),"
             f" if({is_tool}, '{semconv.OP_EXECUTE_TOOL}', {attr(semconv.GEN_AI_OPERATION_NAME)}),"
             f" if({is_tool}, {tool}, ''),"
-            f" sum(if(isFinite({cost}) AND {cost} >= 0, {cost}, 0)), count()"
+            f" sum(if(isFinite({cost}) AND {cost} >= 0, {cost}, 0)), count(), {currency},"
+            f" sum(if({currency} != '' AND isFinite({amount}) AND {amount} >= 0, {amount}, 0))"
             f" FROM (SELECT * FROM {db}.{schema.TRACES}"
             " WHERE (Timestamp >= now() - toIntervalDay({days:UInt32})"
             f"   OR TraceId IN (SELECT RunId FROM ({arrivals})))"
@@ -777,14 +780,14 @@ class Store:
             "     WHERE Rule = {replay_verified:String}))"
             f" LIMIT 1 BY {schema.SPAN_DEDUPE_KEY}) AS t"
             f" LEFT JOIN ({arrivals}) AS a ON a.RunId = t.TraceId"
-            " GROUP BY 1, 2, 3, 4, 5"
+            " GROUP BY 1, 2, 3, 4, 5, 8"
         )
         params = {"days": int(days), "replay_verified": RULE_REPLAY_VERIFIED}
         rows = self._call("spend", "query", sql, parameters=params).result_rows
         return [
             SpendTotals(agent_id=agent, run_id=run_id, day=day, operation=operation, tool=tool,
-                        cost_usd=float(cost), calls=int(calls))
-            for agent, run_id, day, operation, tool, cost, calls in rows
+                        cost_usd=float(cost), calls=int(calls), currency=str(code), amount=float(charged))
+            for agent, run_id, day, operation, tool, cost, calls, code, charged in rows
         ]
 
     def run_owners(self, run_ids: Sequence[str]) -> dict[str, str]:

@@ -53,7 +53,7 @@ def negotiate_fare(flight: str, day: str, offer_eur: float) -> dict:
     return {"flight": flight, "day": day, "status": "counter-offer", "price_eur": floor}
 
 
-@agentreplay_otel.tool(side_effect=True, cost=fare)
+@agentreplay_otel.tool(side_effect=True, cost=fare, currency="EUR")
 def book_flight(flight: str, day: str, price_eur: float | None = None) -> dict:
     """The airline's booking and the payment (simulated): this acts on the world.
 

@@ -482,6 +482,16 @@
     return list;
   }
 
+  // A step's charge in the currency it was charged in ("89.00 EUR"), as the packets write it; US dollars as "$".
+  function chargeText(s) {
+    var currency = attr(s, 'agentreplay.cost.currency');
+    var amount = attr(s, 'agentreplay.cost.amount');
+    if (currency && currency !== 'USD' && amount !== undefined && !isNaN(Number(amount))) {
+      return ' · ' + Number(amount).toFixed(2) + ' ' + currency;
+    }
+    return attr(s, 'agentreplay.cost.usd') ? ' · ' + usd(attr(s, 'agentreplay.cost.usd')) : '';
+  }
+
   function drawSteps(spans, decisions, culpritStep) {
     var children = [];
     spans.forEach(function (s) {
@@ -493,7 +503,7 @@
         isCulprit ? el('span', {'class': 'badge culprit-badge', text: 'culprit'}) : null,
         attr(s, 'agentreplay.chain.seq') === undefined ? el('span', {'class': 'badge foreign', text: 'attached, not in the chain'}) : null]);
       var body = [heading, el('p', {'class': 'muted', text: duration(s.start_ns, s.end_ns) +
-        (attr(s, 'agentreplay.cost.usd') ? ' · ' + usd(attr(s, 'agentreplay.cost.usd')) : '') +
+        chargeText(s) +
         (s.status_code === 'Error' ? ' · error ' + (attr(s, 'error.type') || s.status_message || '') : '')})];
       if (kind === 'llm') {
         body.push(kv([
