@@ -189,6 +189,8 @@ def _start(env: Mapping[str, str]) -> None:
     meter_provider = exporters.meter_provider(env, tracer_provider.resource, prover)
     logger_provider = exporters.logger_provider(env, tracer_provider.resource, prover)
     trace.set_tracer_provider(tracer_provider)
+    if session is not None:  # the names of the spans a replayed call runs in: its lineage
+        tracer_provider.add_span_processor(session.span_names)
     if meter_provider is not None:
         metrics.set_meter_provider(meter_provider)
     if logger_provider is not None:

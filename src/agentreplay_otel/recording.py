@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +46,8 @@ class RecordedStep:
     name: str  # the model (LLM) or the tool name
     span_id: str
     span_name: str
+    parent_span_id: str = ""  # the span it ran in (the run's, a graph node's, the agent's own)
+    parent_name: str = ""  # that span's name: its lineage, which a replay's call can name too
     provider: str = ""
     operation: str = ""
     request: dict[str, Any] = field(default_factory=dict)  # LLM: call kwargs; tool: arguments
@@ -100,6 +102,7 @@ def step_from_span(span: SpanRecord) -> RecordedStep | None:
         return None
     op = a.get(semconv.GEN_AI_OPERATION_NAME, "")
     common: dict[str, Any] = dict(step=int(raw_step), span_id=span.span_id, span_name=span.name,
+                                  parent_span_id=span.parent_span_id,
                                   failed=span.status_code == "Error", error=span.status_message, operation=op,
                                   error_type=a.get(semconv.ERROR_TYPE, ""))
     if op == semconv.OP_EXECUTE_TOOL:
@@ -120,7 +123,9 @@ def recording_from_spans(spans: Iterable[SpanRecord]) -> Recording:
     spans, _attached = partition_chain(spans)
     roots = [s for s in spans if s.is_root]
     root = roots[0] if roots else None
-    steps = sorted((s for s in map(step_from_span, spans) if s is not None), key=lambda s: s.step)
+    names = {s.span_id: s.name for s in spans}
+    steps = sorted((replace(s, parent_name=names.get(s.parent_span_id, ""))
+                    for s in map(step_from_span, spans) if s is not None), key=lambda s: s.step)
     entry = json_or(root.attributes.get(semconv.RUN_ENTRYPOINT) if root else None, [])
     return Recording(
         run_id=spans[0].trace_id if spans else "",

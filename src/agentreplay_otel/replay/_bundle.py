@@ -16,6 +16,8 @@ import os
 from collections.abc import MutableMapping
 from pathlib import Path
 
+from opentelemetry import trace
+
 from agentreplay_otel import codec, intercept, runs, semconv
 from agentreplay_otel.instrumentation import _transport
 from agentreplay_otel.recording import Recording
@@ -43,6 +45,9 @@ def install(session: ReplaySession, report_path: str | None = None) -> None:
     if _session is None:
         _transport.install()
     _session = session
+    provider = trace.get_tracer_provider()
+    if hasattr(provider, "add_span_processor"):  # the SDK's: the names of the spans a call runs in
+        provider.add_span_processor(session.span_names)
     intercept.install(session)
     _network.block(session)
     if report_path and not _report_registered:

@@ -3,14 +3,23 @@
 LLM requests are matched where the client library sends them (the transport), on the JSON
 body it built: position, kind, then a fingerprint of the canonical body, the same form the
 recording keeps. Tool calls are matched by position, name and arguments; their bodies never run.
+
+Calls made at once (a thread pool, ``asyncio.gather``) begin in another order on every run, so a
+call is matched by its own identity, not its arrival: the recorded step at its own position when
+the request is that step's, else the earliest pending recorded step with the same request; among
+identical requests, those recorded in the same lineage (the span the call runs in: a graph node's,
+the agent's own) first. A call that no pending step asks is a divergence at its own position, as before.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import Span
 
 from agentreplay_otel import semconv
@@ -33,6 +42,26 @@ def _step_of(span: Span) -> int | None:
     step = getattr(span, "attributes", None) or {}
     value = step.get(semconv.STEP)
     return value if isinstance(value, int) else None
+
+
+class SpanNames(SpanProcessor):
+    """The names of the spans this process started, the latest few thousand: the lineage a replayed
+    call runs in (its parent span's name), which its recorded step names too."""
+
+    def __init__(self, keep: int = 4096) -> None:
+        self._names: OrderedDict[int, str] = OrderedDict()
+        self._keep = keep
+        self._lock = threading.Lock()
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        with self._lock:
+            self._names[span.get_span_context().span_id] = span.name
+            if len(self._names) > self._keep:
+                self._names.popitem(last=False)
+
+    def get(self, span_id: int) -> str:
+        with self._lock:
+            return self._names.get(span_id, "")
 
 
 def recorded_failure(step: RecordedStep) -> Exception:
@@ -59,6 +88,8 @@ class ReplaySession:
         self.cursor = 0  # one past the highest step taken
         self.calls = 0
         self._taken: set[int] = set()
+        self._index: dict[tuple[str, str, str], list[int]] | None = None  # (kind, tool, fingerprint) -> steps
+        self.span_names = SpanNames()  # fed by the tracer provider (replay.install): a call's lineage
         self.matched = 0
         self.live_calls = 0
         self.tools_sandboxed = 0
@@ -98,20 +129,66 @@ class ReplaySession:
             self.blocked += 1
 
     # --- LLM calls -------------------------------------------------------------------
-    def _take(self, step: int | None) -> int:
-        """The recorded step a call is matched to: its own step number (calls are numbered as they
-        begin, so concurrent calls match whatever order they reach the transport in), else the next."""
-        if step is None or step in self._taken:
-            step = self.cursor
-        self._taken.add(step)
-        self.cursor = max(self.cursor, step + 1)
+    def _take(self, step: int | None, kind: str = "", name: str = "", printed: str = "",
+              parent: str = "") -> int:
+        """The recorded step a call is matched to (its identity, not its arrival order).
+
+        ``step``: the call's own number (calls are numbered as they begin); ``printed``: its
+        request's fingerprint; ``parent``: the name of the span it runs in. The step at its own position when its
+        request is that step's; else the earliest pending (not yet taken) recorded step of the same
+        kind (and tool) with the same fingerprint; among identical requests, those recorded under the
+        span this call's parent replays first, its own position first among them. Nothing pending asks
+        it: its own position (else the next), where the divergence is reported."""
+        own = self.cursor if step is None or step in self._taken else step
+        if printed:
+            found = self._pending(own, kind, name, printed, parent)
+            if found is not None:
+                own = found
+        self._taken.add(own)
+        self.cursor = max(self.cursor, own + 1)
         self.calls += 1
-        return step
+        return own
+
+    def _pending(self, own: int, kind: str, name: str, printed: str, parent: str) -> int | None:
+        steps = self.recording.steps
+        lineage = parent or None
+
+        def asks(i: int) -> bool:
+            s = steps[i]
+            return s.kind == kind and s.fingerprint == printed and (kind != KIND_TOOL or s.name == name)
+
+        if own < len(steps) and asks(own) and (lineage is None or steps[own].parent_name == lineage):
+            return own  # the common case: the call is the one recorded at its place
+        if self._index is None:
+            self._index = {}
+            for i, s in enumerate(steps):
+                self._index.setdefault((s.kind, s.name if s.kind == KIND_TOOL else "", s.fingerprint), []).append(i)
+        same = [i for i in self._index.get((kind, name if kind == KIND_TOOL else "", printed), ())
+                if i not in self._taken]
+        if not same:
+            return None
+        if len(same) > 1 and lineage is not None:  # identical requests: the call's own lineage first
+            same = [i for i in same if steps[i].parent_name == lineage] or same
+        return own if own in same else same[0]
+
+    def _lineage_of(self, span: Span | None = None) -> str:
+        """The name of the span a call runs in: its step span's parent (a tool's span, or the LLM call's
+        span, current where the client library sends), else the caller's current span."""
+        if span is None:
+            span = trace.get_current_span()
+            if not span.get_span_context().is_valid:
+                return ""
+            if _step_of(span) is None:  # not a call's own span: the one the call runs in
+                return str(getattr(span, "name", "") or "")
+        parent = getattr(span, "parent", None)
+        return self.span_names.get(parent.span_id) if parent is not None else ""
 
     def on_request(self, provider: str, name: str, body: dict[str, Any], step: int | None = None) -> Answer:
         """How the request for an LLM call is answered: from the recording, live, or refused."""
+        printed = request_fingerprint(body)
+        parent = self._lineage_of()
         with self._lock:
-            step = self._take(step)
+            step = self._take(step, KIND_LLM, name, "" if self._is_live() else printed, parent)
             recorded = self.recording.steps[step] if step < len(self.recording.steps) else None
             if self._is_live():
                 return self._live(body, step, provider)
@@ -126,7 +203,7 @@ class ReplaySession:
                 self.forked = True
                 self._forked_call = forked_call(self.recording, step, provider, body)
                 return self._live(apply_fix(body, self.plan.fix, provider), step, provider)
-            if request_fingerprint(body) != recorded.fingerprint:
+            if printed != recorded.fingerprint:
                 return self._diverge(body, self._request_divergence(step, KIND_LLM, name, body, recorded),
                                      step, provider)
             self.matched += 1
@@ -178,7 +255,8 @@ class ReplaySession:
         A call that fails here (its recorded failure, a divergence) says so too: the collector
         exempts from enforcement only the calls whose spans say they never ran."""
         try:
-            value, source = self.on_tool_call(call.name, call.arguments, call.func, _step_of(call.span))
+            value, source = self.on_tool_call(call.name, call.arguments, call.func, _step_of(call.span),
+                                              span=call.span)
         except ReplayDivergence:
             call.span.set_attribute(semconv.REPLAY_SOURCE, "diverged")
             raise
@@ -189,9 +267,11 @@ class ReplaySession:
         return Sandboxed(value=value, source=source)
 
     def on_tool_call(self, name: str, arguments: Mapping[str, Any], func: Any,
-                     step: int | None = None) -> tuple[Any, str]:
+                     step: int | None = None, *, span: Span | None = None) -> tuple[Any, str]:
+        printed = request_fingerprint(dict(arguments))
+        parent = self._lineage_of(span)
         with self._lock:
-            step = self._take(step)
+            step = self._take(step, KIND_TOOL, name, "" if self._is_live() else printed, parent)
             self.tools_sandboxed += 1
             recorded = self.recording.steps[step] if step < len(self.recording.steps) else None
             if not self._is_live():
