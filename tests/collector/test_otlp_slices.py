@@ -58,7 +58,7 @@ def test_the_slices_convert_to_the_whole(slice_bytes: int, native: bool) -> None
     if native and not otlp.wire_decoder_available():
         pytest.skip("the compiled pass is not built")
     body = two_resources()
-    parts = otlp.split_export(body, slice_bytes)
+    parts = otlp.split_export(body, slice_bytes, above=0)
     assert len(parts) > 1 if len(body) > slice_bytes else len(parts) == 1
     assert_same(otlp.merged([converted(p, native=native) for p in parts]), converted(body, native=native))
 
@@ -66,14 +66,17 @@ def test_the_slices_convert_to_the_whole(slice_bytes: int, native: bool) -> None
 def test_a_small_or_unplain_body_is_one_slice() -> None:
     body = record_request(runs=1, children=1).SerializeToString()
     assert otlp.split_export(body) == [body]
-    assert otlp.split_export(body + b"\x0a\xff\xff\xff\xff\x0f", 16) == [body + b"\x0a\xff\xff\xff\xff\x0f"]
-    assert otlp.split_export(b"\x10\x01" + body, 16) == [b"\x10\x01" + body]  # a field an export has not
-    assert otlp.split_export(b"\x0b" + body, 16) == [b"\x0b" + body]  # a group
+    assert otlp.split_export(body, 16) == [body]  # not above SPLIT_ABOVE: whole
+    assert len(otlp.split_export(body, 16, above=0)) > 1
+    bad = body + b"\x0a\xff\xff\xff\xff\x0f"
+    assert otlp.split_export(bad, 16, above=0) == [bad]
+    assert otlp.split_export(b"\x10\x01" + body, 16, above=0) == [b"\x10\x01" + body]  # a field an export has not
+    assert otlp.split_export(b"\x0b" + body, 16, above=0) == [b"\x0b" + body]  # a group
 
 
 def _outcome(body: bytes) -> str:
     try:
-        parts = [converted(p, native=False) for p in otlp.split_export(body, 64)]
+        parts = [converted(p, native=False) for p in otlp.split_export(body, 64, above=0)]
         return f"{otlp.merged(parts).span_count} spans"
     except CollectorError as exc:
         return type(exc).__name__

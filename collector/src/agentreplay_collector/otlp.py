@@ -512,15 +512,18 @@ SLICE_BYTES = 64 * 1024
 """Spans' bytes a slice of a large protobuf export holds at most (one span more when a span alone is
 larger): converting one holds the interpreter for about a millisecond, so that a 100,000-span export
 never keeps another agent's Authorize waiting for the whole of it."""
+SPLIT_ABOVE = 256 * 1024
+"""Bodies up to this size are converted whole (a recorder's 512-span export is ~180 KB: a few
+milliseconds); each slice costs its own Arrow table, ~0.2 ms."""
 
 
-def split_export(body: bytes, slice_bytes: int = SLICE_BYTES) -> list[bytes]:
+def split_export(body: bytes, slice_bytes: int = SLICE_BYTES, above: int = SPLIT_ABOVE) -> list[bytes]:
     """``body`` (an ExportTraceServiceRequest) as requests of about ``slice_bytes`` of spans each, whose
     conversions, one after the other, are the whole's: each resource's and scope's other fields are
     copied whole into every slice holding some of its spans, in their order; the spans keep theirs.
-    A body not larger than ``slice_bytes``, or whose fields are not plainly those of an export (the
-    decoders are left to judge it), is one slice: itself."""
-    if len(body) <= slice_bytes:
+    A body not larger than ``above`` (nor ``slice_bytes``), or whose fields are not plainly those of an
+    export (the decoders are left to judge it), is one slice: itself."""
+    if len(body) <= max(slice_bytes, above):
         return [body]
     try:
         resources = list(_fields(body, 0, len(body)))
