@@ -53,7 +53,9 @@ def test_cluster_ddl_shape() -> None:
     creates = [s for s in statements if s.startswith("CREATE TABLE")]
     local = [s for s in creates if re.match(r"CREATE TABLE IF NOT EXISTS \S+_local ", s)]
     distributed = [s for s in creates if "ENGINE = Distributed(" in s]
-    assert len(local) == len(distributed) == len(schema.TABLES)
+    # every table, and the store's own id beside them (kept out of TABLES: a copy gets its own)
+    assert len(local) == len(distributed) == len(schema.TABLES) + 1
+    assert any(f".{schema.STORE_IDENTITY}_local " in s for s in local)
     for s in local:
         assert re.search(r"ENGINE = Replicated\w*MergeTree\('/clickhouse/tables/\{shard\}/\{database\}/\{table\}', '\{replica\}'", s), s
         assert local_form(s) != s and "Replicated" not in local_form(s)
