@@ -573,9 +573,10 @@ def _check_decisions(case: Case, digest: str, found: _Findings) -> None:
                         f"{len(case.decisions) - agent} collector decision(s) name chained spans and the manifest")
 
 
-def certified_log_key(case: Case, org_key: Ed25519PublicKey) -> str:
-    """The id of a log key the org certified, as the case shows it (the log key's certificate it
-    carries, a proof's checkpoint, a signed verdict); "" when it shows none."""
+def log_certificates(case: Case) -> list[Mapping[str, Any]]:
+    """The log key certificates the case shows (the one it carries, a proof's checkpoint's, a signed
+    verdict's), unchecked: a verifier checks them against its org key, an exporter only asks whether
+    the collector keeps a log (then a case without its proof will be refused)."""
     found: list[Any] = [case.log_certificate]
     for doc in case.inclusion:
         checkpoint = doc.get("checkpoint")
@@ -585,10 +586,15 @@ def certified_log_key(case: Case, org_key: Ed25519PublicKey) -> str:
             verdict = json.loads(stored.verdict_json)
             attestation = verdict.get(ATTESTATION) if isinstance(verdict, dict) else None
             found.append(attestation.get("certificate") if isinstance(attestation, Mapping) else None)
-    for certificate in found:
-        if isinstance(certificate, Mapping):
-            with contextlib.suppress(CheckpointError):
-                return key_id(verify_log_certificate(certificate, org_key))
+    return [c for c in found if isinstance(c, Mapping)]
+
+
+def certified_log_key(case: Case, org_key: Ed25519PublicKey) -> str:
+    """The id of a log key the org certified, as the case shows it (the log key's certificate it
+    carries, a proof's checkpoint, a signed verdict); "" when it shows none."""
+    for certificate in log_certificates(case):
+        with contextlib.suppress(CheckpointError):
+            return key_id(verify_log_certificate(certificate, org_key))
     return ""
 
 

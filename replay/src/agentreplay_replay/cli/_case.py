@@ -143,8 +143,10 @@ def _ready_case(source: RunReader, run_id: str, wait_s: float) -> cases.Case:
                    "span came for its quiet period)")
         else:
             case = case_of(source, run_id)
-            verdict_age_s = (time.time_ns() - case.summary.chain.verified_at_ns) / 1e9
-            if case.inclusion or case.log_certificate is None or not (waited or verdict_age_s < WAIT_S):
+            verified_at_ns = case.summary.chain.verified_at_ns
+            verdict_age_s = (time.time_ns() - verified_at_ns) / 1e9 if verified_at_ns else 0.0  # 0: not said
+            logged = bool(cases.log_certificates(case))  # the collector keeps a log: the case needs its proof
+            if case.inclusion or not logged or not (waited or verdict_age_s < WAIT_S):
                 return case  # a run judged before the log (or long ago) has no leaf to wait for: said below
             why = "the run is still being verified: its verdict is in no signed checkpoint of the log yet"
         if time.monotonic() >= deadline:
@@ -162,7 +164,7 @@ def _short_of(case: cases.Case) -> list[str]:
     kids = {s.attributes.get(semconv.IDENTITY_KID, "") for s in case.spans} - {""}
     if missing := sorted(kids - set(case.certificates)):
         lines.append(f"no certificate of agent key(s) {', '.join(missing)}: its seal will not verify")
-    if case.log_certificate is not None and not case.inclusion:
+    if cases.log_certificates(case) and not case.inclusion:
         lines.append("no transparency-log proof (the run is in no signed checkpoint): `verify` with the org key "
                      "refuses it unless --no-require-log-proof")
     return lines
