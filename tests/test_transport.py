@@ -198,7 +198,7 @@ def test_other_requests_are_not_model_calls(method, path, body):
     assert not llm_exchange(method, path, body)
 
 
-def test_an_unrecorded_model_call_is_warned_once_per_host_and_path_naming_its_library(instrumented, capsys):
+def test_a_model_call_whose_instrumentor_is_off_is_warned_once_per_host_and_path_naming_it(instrumented, capsys):
     import httpx
 
     from agentreplay_otel.instrumentation import _transport
@@ -211,5 +211,52 @@ def test_an_unrecorded_model_call_is_warned_once_per_host_and_path_naming_its_li
             http.get(f"http://{host}/api/tags")  # not a model call
         oai(server).chat.completions.create(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
     lines = [line for line in capsys.readouterr().err.splitlines() if "are not recorded" in line]
-    assert lines == [f"agentreplay: calls to {host}/api/chat are not recorded: ollama-python is not one AgentReplay "
-                     "records; the run is incomplete and a replay cannot answer them (see docs/recorder.md)"]
+    assert lines == [f"agentreplay: calls to {host}/api/chat are not recorded: ollama's instrumentor (agentreplay_ollama) "
+                     "is off; the run is incomplete and a replay cannot answer them (see docs/recorder.md)"]
+
+
+def anonymous_calls(server):
+    """An agent's own client: plain httpx, OpenAI-shaped, a JSON answer and then a stream."""
+    import httpx
+
+    ask = [{"role": "user", "content": "How many pallets of rice are left in bay 3?"}]
+    with httpx.Client(headers={"user-agent": "warehouse-bot/1.0"}, timeout=10) as http:
+        answer = http.post(f"{server.base_url_openai}/chat/completions", json={"model": "gpt-4o-mini", "messages": ask})
+        streamed = http.post(f"{server.base_url_openai}/chat/completions",
+                             json={"model": "gpt-4o-mini", "messages": ask, "stream": True})
+        return answer.json()["choices"][0]["message"]["content"], streamed.text
+
+
+def test_a_model_call_from_a_client_nobody_named_is_recorded_with_its_genai_attributes_and_replays(instrumented):
+    with LLMServer([ScriptedReply(text="Forty pallets."), ScriptedReply(text="Still forty.")]) as server:
+        recorded, recording, spans = record(instrumented, lambda: anonymous_calls(server))
+        count = server.request_count
+        replayed, report, _ = replay(instrumented, lambda: anonymous_calls(server), recording)
+        assert server.request_count == count  # nothing live
+    assert recorded[0] == "Forty pallets." and recorded[1].endswith("data: [DONE]\n\n")
+    assert replayed == recorded
+    assert report.outcome == "matched" and report.steps_matched == 2 and report.live_calls == 0
+    chats = [s for s in spans if semconv.STEP in s.attributes and s.name.startswith("chat ")]
+    assert [s.attributes[semconv.GEN_AI_PROVIDER_NAME] for s in chats] == ["openai", "openai"]
+    first, second = (json.loads(s.attributes[semconv.GEN_AI_OUTPUT_MESSAGES]) for s in chats)
+    assert first[0]["parts"] == [{"type": "text", "content": "Forty pallets."}]
+    assert second[0]["parts"] == [{"type": "text", "content": "Still forty."}]  # the stream, folded
+    assert int(chats[0].attributes[semconv.GEN_AI_USAGE_OUTPUT_TOKENS]) == 2
+    assert chats[1].attributes[semconv.GEN_AI_REQUEST_STREAM] in (True, "true")
+
+
+def test_the_guard_reaches_a_client_nobody_named(instrumented):
+    import httpx
+
+    g = guard.Guard(manifest=None, agent_id="agent-test")
+    previous = guard.install(g)
+    try:
+        with LLMServer([ScriptedReply(text="never")]) as server, httpx.Client(timeout=10) as http:
+            with agentreplay_otel.run("agent") as handle:
+                g.halt_locally(handle.run_id, "operator kill")
+                refused = http.post(f"{server.base_url_openai}/chat/completions",
+                                    json={"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "hi"}]})
+            assert server.request_count == 0
+    finally:
+        guard.install(previous)
+    assert refused.status_code == 400 and "halted" in refused.json()["error"]["message"]

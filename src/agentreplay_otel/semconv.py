@@ -67,6 +67,8 @@ OP_EMBEDDINGS: Final = "embeddings"
 OP_INVOKE_AGENT: Final = "invoke_agent"
 OP_EXECUTE_TOOL: Final = "execute_tool"
 OP_INVOKE_WORKFLOW: Final = "invoke_workflow"
+OP_CREATE_AGENT: Final = "create_agent"
+OP_GENERATE_CONTENT: Final = "generate_content"
 
 # gen_ai.provider.name values
 PROVIDER_OPENAI: Final = "openai"
@@ -74,6 +76,11 @@ PROVIDER_ANTHROPIC: Final = "anthropic"
 PROVIDER_GCP_GEMINI: Final = "gcp.gemini"  # the Gemini Developer API (google-genai)
 PROVIDER_GCP_VERTEX_AI: Final = "gcp.vertex_ai"  # google-genai's client with vertexai=True
 PROVIDER_AWS_BEDROCK: Final = "aws.bedrock"
+# Clients recorded from their HTTP exchanges (instrumentation/_wire.py); Ollama has no registered name.
+PROVIDER_MISTRAL_AI: Final = "mistral_ai"
+PROVIDER_COHERE: Final = "cohere"
+PROVIDER_GROQ: Final = "groq"
+PROVIDER_OLLAMA: Final = "ollama"
 
 # gen_ai.token.type values
 TOKEN_TYPE_INPUT: Final = "input"
@@ -91,6 +98,70 @@ METRIC_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
 METRIC_TOKEN_USAGE: Final = "gen_ai.client.token.usage"
 METRIC_OPERATION_TIME_TO_FIRST_CHUNK: Final = "gen_ai.client.operation.time_to_first_chunk"
 METRIC_OPERATION_TIME_PER_OUTPUT_CHUNK: Final = "gen_ai.client.operation.time_per_output_chunk"
+
+# --- Other instrumentations' names: read in foreign traces, never written ---------------
+# A trace another instrumentation sent (AutoGen's, CrewAI's, OpenLLMetry, OpenInference, an OpenAI Agents
+# SDK bridge) is a run too (docs/collector.md, "Foreign traces"). These are the names those instrumentations
+# write that the conventions above do not hold: some the GenAI conventions retired (``LEGACY_*``: the package
+# marks them removed, which is why AgentReplay never writes them), others of OpenLLMetry (``TRACELOOP_*``,
+# ``LLM_REQUEST_TYPE``) and of OpenInference (``OI_*``). Read by the collector to recognise a GenAI trace and
+# by the analysis to read it; nothing that records writes them (tests/test_semconv.py).
+LEGACY_GEN_AI_SYSTEM: Final = "gen_ai.system"  # the provider, or the framework (AutoGen writes "autogen")
+LEGACY_GEN_AI_PROMPT: Final = "gen_ai.prompt"  # OpenLLMetry: gen_ai.prompt.{i}.role / .content / .tool_calls.{j}.*
+LEGACY_GEN_AI_COMPLETION: Final = "gen_ai.completion"  # OpenLLMetry: gen_ai.completion.{i}.*
+LEGACY_GEN_AI_EVENT_CONTENT: Final = "gen_ai.event.content"  # a message event's body as JSON (Semantic Kernel)
+# Message events on a span (the body in the event's attributes), as the GenAI conventions had them:
+LEGACY_EVENT_SYSTEM_MESSAGE: Final = "gen_ai.system.message"
+LEGACY_EVENT_USER_MESSAGE: Final = "gen_ai.user.message"
+LEGACY_EVENT_ASSISTANT_MESSAGE: Final = "gen_ai.assistant.message"
+LEGACY_EVENT_TOOL_MESSAGE: Final = "gen_ai.tool.message"
+LEGACY_EVENT_CHOICE: Final = "gen_ai.choice"
+LEGACY_EVENT_CONTENT_PROMPT: Final = "gen_ai.content.prompt"  # its gen_ai.prompt attribute: the messages, JSON
+LEGACY_EVENT_CONTENT_COMPLETION: Final = "gen_ai.content.completion"  # its gen_ai.completion attribute
+# The conventions' event that carries gen_ai.input.messages / gen_ai.output.messages as its attributes:
+LEGACY_EVENT_INFERENCE_DETAILS: Final = "gen_ai.client.inference.operation.details"
+# OpenLLMetry (traceloop)
+TRACELOOP_SPAN_KIND: Final = "traceloop.span.kind"  # workflow | task | agent | tool
+TRACELOOP_ENTITY_NAME: Final = "traceloop.entity.name"
+TRACELOOP_ENTITY_INPUT: Final = "traceloop.entity.input"  # JSON: {"args": [...], "kwargs": {...}}
+TRACELOOP_ENTITY_OUTPUT: Final = "traceloop.entity.output"
+TRACELOOP_KIND_AGENT: Final = "agent"
+TRACELOOP_KIND_TOOL: Final = "tool"
+LLM_REQUEST_TYPE: Final = "llm.request.type"  # chat | completion | embedding
+# OpenInference (Arize): flattened messages, llm.input_messages.{i}.message.role and so on
+OI_SPAN_KIND: Final = "openinference.span.kind"  # LLM | TOOL | AGENT | CHAIN | EMBEDDING | RETRIEVER ...
+OI_KIND_LLM: Final = "LLM"
+OI_KIND_TOOL: Final = "TOOL"
+OI_KIND_AGENT: Final = "AGENT"
+OI_INPUT_MESSAGES: Final = "llm.input_messages"
+OI_OUTPUT_MESSAGES: Final = "llm.output_messages"
+OI_MODEL_NAME: Final = "llm.model_name"
+OI_PROVIDER: Final = "llm.provider"
+OI_SYSTEM: Final = "llm.system"
+OI_INPUT_VALUE: Final = "input.value"
+OI_OUTPUT_VALUE: Final = "output.value"
+OI_TOOL_NAME: Final = "tool.name"
+OI_TOOL_DESCRIPTION: Final = "tool.description"
+OI_AGENT_NAME: Final = "agent.name"
+OI_GRAPH_NODE_ID: Final = "graph.node.id"
+OI_MESSAGE_ROLE: Final = "message.role"
+OI_MESSAGE_CONTENT: Final = "message.content"
+OI_MESSAGE_CONTENTS: Final = "message.contents"  # .{k}.message_content.type / .text
+OI_MESSAGE_CONTENT_TEXT: Final = "message_content.text"
+OI_MESSAGE_TOOL_CALLS: Final = "message.tool_calls"  # .{j}.tool_call.id / .function.name / .function.arguments
+OI_MESSAGE_TOOL_CALL_ID: Final = "message.tool_call_id"
+OI_TOOL_CALL_ID: Final = "tool_call.id"
+OI_TOOL_CALL_NAME: Final = "tool_call.function.name"
+OI_TOOL_CALL_ARGUMENTS: Final = "tool_call.function.arguments"
+# An exception recorded on a span (the OpenTelemetry API's record_exception)
+EVENT_EXCEPTION: Final = "exception"
+EXCEPTION_TYPE: Final = "exception.type"
+EXCEPTION_MESSAGE: Final = "exception.message"
+
+FOREIGN_GENAI_KEY_PREFIX: Final = "gen_ai."
+"""A span with an attribute under this prefix, or one of :data:`FOREIGN_GENAI_KEYS`, or an event whose name
+starts with it, is a GenAI span: a trace holding one (and no span claiming a chain) is a foreign run."""
+FOREIGN_GENAI_KEYS: Final = frozenset({OI_SPAN_KIND, TRACELOOP_SPAN_KIND})
 
 # --- AgentReplay -----------------------------------------------------------------
 RUN_KIND: Final = "agentreplay.run.kind"

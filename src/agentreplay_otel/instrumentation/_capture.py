@@ -75,8 +75,11 @@ def after_send(call: LLMCall, response: Any, on_done: Callable[[], None] | None 
 
 def _keep(call: LLMCall, response: Any, content: bytes) -> None:
     text = content.decode(response.encoding or "utf-8", errors="replace")
-    if "text/event-stream" in header(response.headers, b"content-type"):
+    kind = header(response.headers, b"content-type")
+    if "text/event-stream" in kind:
         call.exchange.events = sse_events(text)
+    elif "ndjson" in kind:  # Ollama's stream: a JSON object a line
+        call.exchange.events = [line for line in text.splitlines() if line.lstrip().startswith("{")]
     else:
         call.exchange.body = text
 

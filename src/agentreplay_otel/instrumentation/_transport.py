@@ -32,17 +32,21 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import wrapt
 from opentelemetry import trace
 
 from agentreplay_otel import intercept, semconv
 from agentreplay_otel.errors import AgentReplayError
+from agentreplay_otel.instrumentation import _wire
 from agentreplay_otel.instrumentation._capture import DROPPED_HEADERS, after_send, header
-from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult
+from agentreplay_otel.instrumentation._llm import LLMCall
 from agentreplay_otel.recording import RecordedStep
 from agentreplay_otel.runs import _run_for_call, current_run
+
+if TYPE_CHECKING:
+    from agentreplay_otel.instrumentation._wrap import Recorder
 
 _log = logging.getLogger(__name__)
 
@@ -173,7 +177,9 @@ def recorded_response(step: RecordedStep, request: Any) -> Any:
     if step.http:
         status = int(step.http.get("status", 200))
         headers = {k: v for k, v in dict(step.http.get("headers", {})).items() if k not in DROPPED_HEADERS}
-    if step.stream is not None:
+    if step.stream is not None and "ndjson" in headers.get("content-type", ""):  # Ollama's: a JSON object a line
+        body = "".join(e if isinstance(e, str) else json.dumps(e, separators=(",", ":")) + "\n" for e in step.stream).encode()
+    elif step.stream is not None:
         body = sse_body(step.provider, step.stream)
         headers["content-type"] = "text/event-stream"
     else:
@@ -188,13 +194,17 @@ def sse_body(provider: str, events: list[Any]) -> bytes:
     for event in events:
         data = event if isinstance(event, str) else json.dumps(event, separators=(",", ":"))
         kind = _event_type(data)
-        if kind and (provider == semconv.PROVIDER_ANTHROPIC or kind.startswith("response.")):
+        if kind and (provider in _NAMED_EVENTS or kind.startswith("response.")):
             lines.append(f"event: {kind}\ndata: {data}\n\n")
         else:
             lines.append(f"data: {data}\n\n")
-    if provider == semconv.PROVIDER_OPENAI and not any(line.startswith("event: response.") for line in lines):
+    if provider in _CHAT_COMPLETIONS and not any(line.startswith("event: response.") for line in lines):
         lines.append("data: [DONE]\n\n")
     return "".join(lines).encode()
+
+
+_NAMED_EVENTS = frozenset({semconv.PROVIDER_ANTHROPIC, semconv.PROVIDER_COHERE})  # streams whose events are named
+_CHAT_COMPLETIONS = frozenset({semconv.PROVIDER_OPENAI, semconv.PROVIDER_GROQ, semconv.PROVIDER_MISTRAL_AI})  # end: [DONE]
 
 
 def _event_type(data: str) -> str | None:
@@ -208,28 +218,61 @@ def _event_type(data: str) -> str | None:
 
 # --- calls no instrumentor wraps ---------------------------------------------------------------
 def _client_provider(request: Any) -> str | None:
-    """Which API client sent this request: None for requests that are not the LLM clients'."""
+    """Which of the OpenAI and Anthropic clients sent this request: None for any other sender (the
+    other clients their generator makes, Groq's among them, are known by what they send: ``_wire``)."""
     headers = request.headers
     if "x-stainless-lang" not in headers:
         return None
-    return semconv.PROVIDER_ANTHROPIC if "anthropic-version" in headers else semconv.PROVIDER_OPENAI
+    if "anthropic-version" in headers:
+        return semconv.PROVIDER_ANTHROPIC
+    return semconv.PROVIDER_OPENAI if header(headers, b"user-agent").startswith("OpenAI/") else None
 
 
 _OPERATIONS = (("/chat/completions", semconv.OP_CHAT), ("/messages", semconv.OP_CHAT),
                ("/completions", semconv.OP_TEXT_COMPLETION), ("/embeddings", semconv.OP_EMBEDDINGS), ("/responses", semconv.OP_CHAT))
 
 
-def _unwrapped_call(request: Any, provider: str) -> LLMCall | None:
-    """A call of its own for an exchange made outside every wrapped entry point."""
-    body = _json_body(request)
-    model = body.get("model") if isinstance(body, dict) else None
-    path = request.url.path.rstrip("/")
-    operation = next((op for suffix, op in _OPERATIONS if path.endswith(suffix)), path.rsplit("/", 1)[-1])
+def _recognised(request: Any) -> _wire.Wire | None:
+    """The model call this request is by its path and body (``_wire``), whoever sent it."""
+    if request.method != "POST" or not request.url.path.rstrip("/").endswith(_wire.PATHS):
+        return None
+    return _wire.recognise(request.url.path, _json_body(request), request.headers,
+                           header(request.headers, b"user-agent"))
+
+
+def _opened(request: Any) -> tuple[LLMCall, _wire.API] | None:
+    """A call of its own for a model call no wrapped entry point made, where it is recorded: the
+    OpenAI and Anthropic clients' other methods (their instrumentor installed), and any client's
+    request that reads as a model call (its instrumentor on, or a client nobody named)."""
+    provider = _client_provider(request) if _users else None
+    if provider is not None:
+        path = request.url.path.rstrip("/")
+        operation = next((op for suffix, op in _OPERATIONS if path.endswith(suffix)), path.rsplit("/", 1)[-1])
+        api = _wire.ANTHROPIC if provider == semconv.PROVIDER_ANTHROPIC else _wire.OPENAI
+        call = _own_call(request, _json_body(request), provider, operation, None, api)
+        return (call, api) if call is not None else None
+    wire = _recognised(request) if _users or _watching else None
+    if wire is None or wire.recorder is None:
+        return None
+    call = _own_call(request, _json_body(request), wire.provider, wire.operation, wire.recorder, wire.api)
+    return (call, wire.api) if call is not None else None
+
+
+def _own_call(request: Any, body: dict[str, Any] | None, provider: str, operation: str,
+              recorder: Recorder | None, api: _wire.API) -> LLMCall | None:
+    """The call's span, begun as a wrapped call's is: the run's verdict first (a refusal raises)."""
     try:
-        state = _run_for_call(None)
-        intercept.current().before_llm(state.span, model if isinstance(model, str) else None)
-        return LLMCall(tracer=trace.get_tracer(__name__), metrics=None, provider=provider, operation=operation,
-                       model=model if isinstance(model, str) else None, request=body or {}, attributes={})
+        tracer = recorder.tracer if recorder is not None else trace.get_tracer(__name__)
+        info = api.request(body or {})
+        state = _run_for_call(tracer)
+        intercept.current().before_llm(state.span, info.model)
+        url = request.url
+        attributes = {semconv.SERVER_ADDRESS: url.host, **({semconv.SERVER_PORT: url.port} if url.port else {}),
+                      **info.attributes}
+        return LLMCall(run=state, tracer=tracer, metrics=recorder.metrics if recorder is not None else None,
+                       provider=provider, operation=operation, model=info.model, request=body or {},
+                       attributes=attributes, input_messages=info.input_messages,
+                       system_instructions=info.system_instructions)
     except AgentReplayError:
         raise
     except Exception:
@@ -237,13 +280,7 @@ def _unwrapped_call(request: Any, provider: str) -> LLMCall | None:
         return None
 
 
-# --- LLM exchanges no instrumentor records ---------------------------------------------------
-_SHAPES = (  # path suffix -> the body keys that make it a model call (any one of them, and a model)
-    ("/chat/completions", ("messages",)), ("/completions", ("prompt",)), ("/responses", ("input",)),
-    ("/embeddings", ("input",)), ("/v1/messages", ("messages",)), ("/api/chat", ("messages",)),
-    ("/api/generate", ("prompt",)), ("/api/embed", ("input",)), ("/api/embeddings", ("prompt",)),
-    ("/v2/chat", ("messages",)), ("/v1/chat", ("message", "messages")),
-)
+# --- model calls not recorded -----------------------------------------------------------------
 _unrecorded_warned: set[str] = set()
 _unrecorded_now: contextvars.ContextVar[str | None] = contextvars.ContextVar("agentreplay_unrecorded", default=None)
 UNRECORDED_EVENT = "agentreplay.unrecorded_call"
@@ -252,10 +289,7 @@ UNRECORDED_EVENT = "agentreplay.unrecorded_call"
 def llm_exchange(method: str, path: str, body: Any) -> bool:
     """Whether a request is a model call by its path and body (OpenAI-, Anthropic-, Ollama-,
     Cohere-shaped), whatever library made it."""
-    if method.upper() != "POST" or not isinstance(body, dict) or not isinstance(body.get("model"), str):
-        return False
-    path = path.rstrip("/")
-    return any(path.endswith(suffix) and any(key in body for key in keys) for suffix, keys in _SHAPES)
+    return method.upper() == "POST" and _wire.recognise(path, body, {}, "") is not None
 
 
 def _library(request: Any) -> str | None:
@@ -266,25 +300,23 @@ def _library(request: Any) -> str | None:
 
 
 def unrecorded_call() -> str | None:
-    """``POST HOST/PATH`` while the transport sends a model call no instrumentor records (a replay's
+    """``POST HOST/PATH`` while the transport sends a model call that is not recorded (a replay's
     network guard names it when it blocks the connection)."""
     return _unrecorded_now.get()
 
 
 def _unrecorded(request: Any) -> str | None:
-    """A model call made outside every recorded call by a client AgentReplay does not record
-    (``POST HOST/PATH``, else None): warned once per host and path while recording, and marked on
-    the run; while replaying, named by the network guard that blocks it."""
+    """A model call made outside every recorded call that is not recorded (``POST HOST/PATH``, else
+    None): its client's instrumentor is off. Warned once per host and path while recording, and
+    marked on the run; while replaying, named by the network guard that blocks it."""
     try:
-        path = request.url.path.rstrip("/")
-        if request.method != "POST" or not any(path.endswith(suffix) for suffix, _ in _SHAPES):
-            return None
-        if not llm_exchange(request.method, path, _json_body(request)):
+        wire = _recognised(request)
+        if wire is None:
             return None
         where = f"{request.url.host}{':' + str(request.url.port) if request.url.port else ''}{request.url.path}"
         if not intercept.current().acts:  # a replay: the network guard names it
             return f"{request.method} {where}"
-        library = _library(request)
+        library = wire.client.library if wire.client is not None else _library(request)
         state = current_run()
         if state is not None:
             state.span.add_event(UNRECORDED_EVENT, {"http.request.method": request.method,
@@ -294,8 +326,8 @@ def _unrecorded(request: Any) -> str | None:
             first = where not in _unrecorded_warned
             _unrecorded_warned.add(where)
         if first:
-            who = f"{library} is not one AgentReplay records" if library else \
-                "the client that makes them is not one AgentReplay records"
+            who = (f"{library}'s instrumentor (agentreplay_{library}) is off" if wire.client is not None else
+                   f"{library or 'its client'} is not recorded")
             sys.stderr.write(f"agentreplay: calls to {where} are not recorded: {who}; the run is incomplete "
                              "and a replay cannot answer them (see docs/recorder.md)\n")
         return f"{request.method} {where}"
@@ -314,12 +346,12 @@ def _passing(request: Any) -> Iterator[None]:
         _unrecorded_now.reset(token)
 
 
-def _finisher(call: LLMCall, response: Any) -> Callable[[], None]:
+def _finisher(call: LLMCall, response: Any, api: _wire.API) -> Callable[[], None]:
     def finish() -> None:
         if response.status_code >= 400:
             call.fail(_HTTPError(f"HTTP {response.status_code}"))
         else:
-            call.finish(LLMResult())
+            call.finish(_wire.result_of(api, call.exchange.body, call.exchange.events))
 
     weakref.finalize(response, finish)  # a response nobody reads to the end still ends its span
     return finish
@@ -330,20 +362,19 @@ class _HTTPError(Exception):
 
 
 # --- the patch ------------------------------------------------------------------------------
-def _call_for(request: Any) -> tuple[LLMCall | None, bool, Any | None]:
-    """The call this exchange belongs to, whether the transport opened it (no wrapper did), and the
-    response that refuses it when the guard does: a 400 the library raises, with the guard's reason
-    (an exception raised here would be retried by the library, then reported as a connection error)."""
+def _call_for(request: Any) -> tuple[LLMCall | None, _wire.API | None, Any | None]:
+    """The call this exchange belongs to, the API whose bodies end it when the transport opened it (no
+    wrapper did), and the response that refuses it when the guard does: a 400 the library raises, with
+    the guard's reason (an exception raised here would be retried by the library, then reported as a
+    connection error)."""
     call = _in_flight.get()
     if call is not None:
-        return call, False, None
-    provider = _client_provider(request) if _users else None  # only watched: nothing is recorded
-    if provider is None:
-        return None, False, None
+        return call, None, None
     try:
-        return _unwrapped_call(request, provider), True, None
+        opened = _opened(request)
     except AgentReplayError as refused:
-        return None, False, _refusal(request, refused)
+        return None, None, _refusal(request, refused)
+    return (opened[0], opened[1], None) if opened is not None else (None, None, None)
 
 
 def _prepared(call: LLMCall, request: Any) -> tuple[Any, Any | None]:
@@ -368,9 +399,9 @@ def _live(call: LLMCall, own: bool) -> Iterator[None]:
         _sending.reset(token)
 
 
-def _received(call: LLMCall, response: Any, own: bool) -> Any:
+def _received(call: LLMCall, response: Any, own: _wire.API | None) -> Any:
     try:
-        after_send(call, response, _finisher(call, response) if own else None)
+        after_send(call, response, _finisher(call, response, own) if own is not None else None)
     except Exception:
         _log.exception("agentreplay: could not record a response")
     return response
@@ -392,7 +423,7 @@ def _send(original: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 response = original(client, request, **kwargs)
             except BaseException as exc:
-                if own:
+                if own is not None:
                     call.fail(exc)
                 raise
             finally:
@@ -420,7 +451,7 @@ def _asend(original: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 response = await original(client, request, **kwargs)
             except BaseException as exc:
-                if own:
+                if own is not None:
                     call.fail(exc)
                 raise
             finally:
