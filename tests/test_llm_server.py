@@ -594,3 +594,258 @@ def test_responses_carry_the_providers_headers() -> None:
             stream.headers["content-type"].startswith("text/event-stream") and "request-id" in stream.headers
         )
         assert [e.type for e in stream.parse()][-1] == "message_stop"
+
+
+# -- Ollama, Cohere v2, Groq, Mistral: their wire formats (their clients are not installed here) -----
+
+TOOL_SCRIPT = [
+    ScriptedReply(text="I will check.", tool_calls=[WEATHER, ToolCallSpec("get_time", {"tz": "UTC"})])
+]
+MISTRAL_UA = {"user-agent": "mistral-client-python/3.7.0"}
+
+
+def sse_events(text: str) -> list[tuple[str | None, dict]]:
+    """(event name, JSON data) of each server-sent event; a `[DONE]` data line ends the list."""
+    events = []
+    for block in text.strip().split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.splitlines())
+        if fields["data"] == "[DONE]":
+            break
+        events.append((fields.get("event"), json.loads(fields["data"])))
+    return events
+
+
+def test_ollama_chat_answers_whole_or_as_ndjson_and_streams_unless_told_not_to() -> None:
+    with (
+        LLMServer([ScriptedReply(text="It is sunny.")]) as srv,
+        httpx2.Client(base_url=srv.base_url_ollama) as http,
+    ):
+        plain = http.post("/api/chat", json={"model": "llama3.2", "messages": USER, "stream": False})
+        assert plain.status_code == 200 and plain.headers["content-type"].startswith("application/json")
+        body = plain.json()
+        assert body["model"] == "llama3.2" and body["created_at"].endswith("Z") and body["done"] is True
+        assert body["message"] == {"role": "assistant", "content": "It is sunny."}
+        assert (body["done_reason"], body["prompt_eval_count"], body["eval_count"]) == ("stop", 3, 3)
+        assert (
+            body["total_duration"]
+            == body["load_duration"] + body["prompt_eval_duration"] + body["eval_duration"]
+        )
+
+        for extra in ({"stream": True}, {}):  # Ollama's server streams when the body does not say false
+            streamed = http.post("/api/chat", json={"model": "llama3.2", "messages": USER, **extra})
+            assert streamed.headers["content-type"] == "application/x-ndjson"
+            assert (
+                streamed.text.endswith("\n") and "\n\n" not in streamed.text and "data:" not in streamed.text
+            )
+            lines = [json.loads(line) for line in streamed.text.splitlines()]
+            assert [line["done"] for line in lines] == [False, False, False, True]
+            assert "".join(line["message"]["content"] for line in lines) == "It is sunny."
+            assert lines[-1]["done_reason"] == "stop" and lines[-1]["eval_count"] == 3
+            assert "eval_count" not in lines[0]
+    assert [r.provider for r in srv.requests] == ["ollama"] * 3
+    assert [r.stream for r in srv.requests] == [False, True, True]
+
+
+def test_ollama_tool_calls_carry_argument_objects_and_generate_answers_as_response() -> None:
+    script = [*TOOL_SCRIPT * 2, ScriptedReply(text="Blue light scatters.", truncated=True)]
+    with LLMServer(script) as srv, httpx2.Client(base_url=srv.base_url_ollama) as http:
+        request = {
+            "model": "llama3.2",
+            "messages": USER,
+            "stream": False,
+            "tools": [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}],
+        }
+        message = http.post("/api/chat", json=request).json()["message"]
+        calls = message["tool_calls"]
+        assert message["content"] == "I will check." and calls[0]["id"] == "call_fixed"
+        assert [(c["function"]["name"], c["function"]["arguments"]) for c in calls] == [
+            ("get_weather", {"city": "Paris", "unit": "celsius"}),
+            ("get_time", {"tz": "UTC"}),
+        ]
+        lines = [
+            json.loads(line) for line in http.post("/api/chat", json={**request, "stream": True}).iter_lines()
+        ]
+        with_calls = [line for line in lines if line["message"].get("tool_calls")]
+        assert len(with_calls) == 1 and not with_calls[0]["done"] and lines[-1]["done"]
+        assert [c["function"]["arguments"] for c in with_calls[0]["message"]["tool_calls"]][1] == {
+            "tz": "UTC"
+        }
+
+        generated = http.post(
+            "/api/generate", json={"model": "llama3.2", "prompt": "Why is the sky blue?", "stream": False}
+        ).json()
+        assert generated["response"] == "Blue light scatters." and generated["done_reason"] == "length"
+        assert generated["prompt_eval_count"] == 5 and len(generated["context"]) == 5 + 3
+        assert srv.requests[-1].last_user_text == "Why is the sky blue?"
+
+
+def test_cohere_v2_chat_text_and_tool_calls() -> None:
+    with (
+        LLMServer([ScriptedReply(text="Hello!"), *TOOL_SCRIPT]) as srv,
+        httpx2.Client(base_url=srv.base_url_cohere) as http,
+    ):
+        request = {"model": "command-a-03-2025", "messages": USER, "stream": False}
+        text = http.post("/v2/chat", json=request)
+        assert text.headers["x-debug-trace-id"] and text.json()["finish_reason"] == "COMPLETE"
+        assert text.json()["message"] == {
+            "role": "assistant",
+            "content": [{"type": "text", "text": "Hello!"}],
+        }
+        assert text.json()["usage"] == {
+            "billed_units": {"input_tokens": 3, "output_tokens": 1},
+            "tokens": {"input_tokens": 3, "output_tokens": 1},
+        }
+        body = http.post("/v2/chat", json=request).json()
+        message = body["message"]
+        assert body["finish_reason"] == "TOOL_CALL" and "content" not in message
+        assert message["tool_plan"] == "I will check."  # Command models explain a call in the plan
+        assert message["tool_calls"][0] == {
+            "id": "call_fixed",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": json.dumps(WEATHER.arguments)},
+        }
+        assert message["tool_calls"][1]["id"].startswith("get_time_")  # Cohere names ids after the tool
+    assert [r.provider for r in srv.requests] == ["cohere", "cohere"]
+
+
+def test_cohere_v2_stream_events_name_their_type() -> None:
+    with (
+        LLMServer([ScriptedReply(text="Hi there"), *TOOL_SCRIPT]) as srv,
+        httpx2.Client(base_url=srv.base_url) as http,
+    ):
+        request = {"model": "command-a-03-2025", "messages": USER, "stream": True}
+        answer = http.post("/v2/chat", json=request)
+        assert answer.headers["content-type"] == "text/event-stream"
+        events = sse_events(answer.text)
+        assert all(name == data["type"] for name, data in events)  # the client reads `type` from the data
+        assert [name for name, _ in events] == [
+            "message-start",
+            "content-start",
+            "content-delta",
+            "content-delta",
+            "content-end",
+            "message-end",
+        ]
+        assert events[0][1]["delta"]["message"]["role"] == "assistant" and events[0][1]["id"]
+        assert events[1][1]["delta"]["message"]["content"] == {"type": "text", "text": ""}
+        assert (
+            "".join(d["delta"]["message"]["content"]["text"] for n, d in events if n == "content-delta")
+            == "Hi there"
+        )
+        assert events[-1][1]["delta"]["finish_reason"] == "COMPLETE"
+        assert events[-1][1]["delta"]["usage"]["billed_units"]["output_tokens"] == 2
+
+        events = sse_events(http.post("/v2/chat", json=request).text)
+        names = [name for name, _ in events]
+        assert (
+            "content-start" not in names
+            and names.count("tool-call-start") == 2
+            and names[-1] == "message-end"
+        )
+        assert (
+            "".join(d["delta"]["message"]["tool_plan"] for n, d in events if n == "tool-plan-delta")
+            == "I will check."
+        )
+        start = next(d for n, d in events if n == "tool-call-start")
+        assert start["index"] == 0 and start["delta"]["message"]["tool_calls"] == {
+            "id": "call_fixed",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": ""},
+        }
+        fragments = [
+            d["delta"]["message"]["tool_calls"]["function"]["arguments"]
+            for n, d in events
+            if n == "tool-call-delta" and d["index"] == 0
+        ]
+        assert len(fragments) > 1 and json.loads("".join(fragments)) == WEATHER.arguments
+        assert [d["index"] for n, d in events if n == "tool-call-end"] == [0, 1]
+        assert events[-1][1]["delta"]["finish_reason"] == "TOOL_CALL"
+
+
+def test_groq_path_answers_openai_shapes_with_x_groq() -> None:
+    with LLMServer([ScriptedReply(text="Fast answer.")]) as srv:
+        assert srv.base_url_groq == srv.base_url  # the groq client adds /openai/v1 itself
+        client = openai.OpenAI(base_url=srv.base_url_groq + "/openai/v1", api_key="gsk-test", max_retries=0)
+        raw = client.chat.completions.with_raw_response.create(model="llama-3.3-70b-versatile", messages=USER)
+        assert raw.headers["x-request-id"].startswith("req_01") and raw.headers["x-groq-region"]
+        result = raw.parse()
+        assert (
+            result.choices[0].message.content == "Fast answer."
+            and result.usage
+            and result.usage.total_tokens == 5
+        )
+        extra = result.model_extra or {}
+        assert extra["x_groq"]["id"].startswith("req_01") and result.usage.model_extra["total_time"] > 0
+        chunks = list(
+            client.chat.completions.create(model="llama-3.3-70b-versatile", messages=USER, stream=True)
+        )
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == "Fast answer."
+        assert (chunks[0].model_extra or {})["x_groq"]["id"].startswith("req_01")
+        finishing = next(c for c in chunks if c.choices[0].finish_reason == "stop")
+        assert (finishing.model_extra or {})["x_groq"]["usage"]["completion_tokens"] == 2
+    assert [(r.path, r.provider) for r in srv.requests] == [("/openai/v1/chat/completions", "groq")] * 2
+
+
+def test_mistral_client_gets_whole_tool_calls_and_openai_clients_keep_fragments() -> None:
+    with LLMServer(TOOL_SCRIPT) as srv, httpx2.Client(base_url=srv.base_url_mistral) as http:
+        request = {"model": "mistral-small-latest", "messages": USER, "stream": True}
+        events = [
+            data
+            for _, data in sse_events(
+                http.post("/v1/chat/completions", json=request, headers=MISTRAL_UA).text
+            )
+        ]
+        deltas = [e["choices"][0]["delta"] for e in events]
+        with_calls = [d["tool_calls"] for d in deltas if d.get("tool_calls")]
+        assert len(with_calls) == 1  # every call whole, in the finishing chunk: the client needs each name
+        assert [
+            (c["function"]["name"], json.loads(c["function"]["arguments"]), c["index"]) for c in with_calls[0]
+        ] == [("get_weather", WEATHER.arguments, 0), ("get_time", {"tz": "UTC"}, 1)]
+        assert len(with_calls[0][1]["id"]) == 9  # Mistral's ids
+        assert events[-1]["choices"][0]["finish_reason"] == "tool_calls"
+        assert events[-1]["usage"] == {
+            "prompt_tokens": 3,
+            "completion_tokens": 3 + 1 + 4 + 1 + 2,
+            "total_tokens": 3 + 11,
+        }  # always, unasked
+        body = http.post("/v1/chat/completions", json={**request, "stream": False}, headers=MISTRAL_UA).json()
+        assert body["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "get_weather"
+        assert "system_fingerprint" not in body and body["choices"][0]["message"]["prefix"] is False
+
+        openai_events = [data for _, data in sse_events(http.post("/v1/chat/completions", json=request).text)]
+        calls = [c for e in openai_events for c in e["choices"][0]["delta"].get("tool_calls") or []]
+        assert any("name" not in c["function"] for c in calls)  # OpenAI streams argument fragments
+        missing = http.post("/v1/nothing", json={}, headers=MISTRAL_UA)
+        assert missing.status_code == 404 and missing.json()["object"] == "error"
+    assert [r.provider for r in srv.requests] == ["mistral", "mistral", "openai", "mistral"]
+
+
+def test_new_providers_fail_in_their_own_error_shapes() -> None:
+    failing = [ScriptedReply(error_status=429, error_message="slow down", retry_after_ms=1000)]
+    with LLMServer(failing) as srv, httpx2.Client(base_url=srv.base_url) as http:
+        ollama = http.post("/api/chat", json={"model": "m", "messages": USER})
+        assert ollama.status_code == 429 and ollama.json() == {"error": "slow down"}
+        cohere = http.post("/v2/chat", json={"model": "m", "messages": USER})
+        assert cohere.status_code == 429 and cohere.json()["message"] == "slow down" and cohere.json()["id"]
+        assert cohere.headers["retry-after"] == "1"
+        groq = http.post("/openai/v1/chat/completions", json={"model": "m", "messages": USER})
+        assert groq.json()["error"]["message"] == "slow down" and groq.headers["x-groq-region"]
+        mistral = http.post("/v1/chat/completions", json={"model": "m", "messages": USER}, headers=MISTRAL_UA)
+        assert mistral.json()["object"] == "error" and mistral.json()["message"] == "slow down"
+        assert http.post("/api/tags", json={}).json() == {"error": "Invalid URL (POST /api/tags)"}
+        bad = http.post("/api/chat", content=b"[]")
+        assert bad.status_code == 400 and list(bad.json()) == ["error"]
+
+
+def test_ollama_stream_error_after_cuts_the_ndjson_lines() -> None:
+    with LLMServer([ScriptedReply(text="a b c d e f", stream_error_after=2)]) as srv:
+        received: list[dict] = []
+        with (
+            pytest.raises(httpx2.RemoteProtocolError),
+            httpx2.stream(
+                "POST", srv.base_url_ollama + "/api/chat", json={"model": "m", "messages": USER}
+            ) as answer,
+        ):
+            for line in answer.iter_lines():
+                received.append(json.loads(line))
+        assert [line["message"]["content"] for line in received] == ["a", " b"]

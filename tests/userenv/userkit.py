@@ -135,13 +135,15 @@ def tool_round_trip(request: Request) -> ScriptedReply:
     if not tools or _has_tool_result(request):
         return ScriptedReply(text=f"Done: {request.last_user_text}")
     first = tools[0]
-    name = first["function"]["name"] if request.provider == "openai" else first["name"]
+    # OpenAI's chat shape, which Groq, Mistral, Ollama and Cohere v2 share: {"function": {"name": ...}}
+    chat_shaped = request.provider in ("openai", "groq", "mistral", "ollama", "cohere")
+    name = first["function"]["name"] if chat_shaped else first["name"]
     return ScriptedReply(tool_calls=[ToolCallSpec(name, ARGUMENTS[name])])
 
 
 def _has_tool_result(request: Request) -> bool:
     messages = [m for m in request.body.get("messages") or [] if isinstance(m, dict)]
-    if request.provider == "openai":
+    if request.provider in ("openai", "groq", "mistral", "ollama", "cohere"):  # a message of role "tool"
         return any(m.get("role") == "tool" for m in messages)
     return any(isinstance(b, dict) and b.get("type") == "tool_result"
                for m in messages if isinstance(m.get("content"), list) for b in m["content"])

@@ -16,7 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Provider = Literal["openai", "anthropic"]
+Provider = Literal["openai", "anthropic", "gemini", "bedrock", "ollama", "cohere", "groq", "mistral"]
+"""The API a request spoke, so that a script answers in its shape: "groq" for `/openai/v1/...`, "mistral" for
+a chat completion the `mistralai` client sent (known by its User-Agent), "openai" for any other `/v1/...`."""
 
 _ALNUM = string.ascii_letters + string.digits
 _WORD = re.compile(r"\s*\S+(?:\s+$)?")
@@ -44,14 +46,17 @@ class ScriptedReply:
     `output_tokens` = words in `text` + for each tool call (1 + words in its JSON arguments); both at least 1.
 
     Failure injection: `error_status` answers with the provider's error JSON and that status instead;
-    `stream_error_after` sends only that many SSE events of a streamed answer, then drops the connection.
+    `stream_error_after` sends only that many events (SSE events, Ollama's NDJSON lines) of a streamed answer,
+    then drops the connection.
     `retry_after_ms` adds `retry-after-ms`/`retry-after` headers to an error; both clients honour them.
     `truncated` reports a length stop (finish_reason "length", stop_reason "max_tokens", status "incomplete").
     `chunk_delay_s` sleeps between SSE events, for time-to-first-token style tests.
 
-    `thinking` puts an Anthropic thinking block (with a signature) before the text; the OpenAI APIs have no
-    visible reasoning text and ignore it. Structured output (`parse`, `response_format`, `output_config`)
-    is a reply whose `text` is the JSON document the requested schema describes.
+    `thinking` puts an Anthropic thinking block (with a signature) before the text, Ollama's `thinking` field
+    or a Cohere thinking content item; the OpenAI-shaped APIs have no visible reasoning text and ignore it.
+    Cohere sends the text of a reply that also calls tools as its `tool_plan`. Structured output (`parse`,
+    `response_format`, `output_config`) is a reply whose `text` is the JSON document the requested schema
+    describes.
     """
 
     text: str | None = None
@@ -92,6 +97,9 @@ class RecordedRequest:
 
     @property
     def stream(self) -> bool:
+        """Asked for with `"stream": true`; Ollama's server streams unless told `"stream": false`."""
+        if self.provider == "ollama":
+            return self.body.get("stream") is not False
         return bool(self.body.get("stream"))
 
     @property

@@ -1,4 +1,5 @@
-"""A local scripted model server speaking the real OpenAI and Anthropic HTTP APIs.
+"""A local scripted model server speaking the real HTTP APIs of OpenAI, Anthropic, Gemini, Bedrock, Ollama,
+Cohere, Groq and Mistral.
 
 Point the unmodified `openai` / `anthropic` clients at it (`base_url=server.base_url_openai` /
 `server.base_url_anthropic`) and they parse its answers, streamed or not, into their usual typed objects.
@@ -6,8 +7,13 @@ Endpoints: OpenAI `/v1/chat/completions`, `/v1/responses`, `/v1/completions` (le
 Anthropic `/v1/messages` and `/v1/messages/count_tokens`; Gemini `/v1beta/models/{model}:generateContent` and
 `:streamGenerateContent?alt=sse` (`server.base_url_gemini`); Bedrock Runtime `/model/{modelId}/converse` and
 `/converse-stream`, its events in AWS's binary event-stream framing (`server.base_url_bedrock`, the client's
-`endpoint_url`); each with the provider's response headers. A Gemini or Bedrock request's `provider` is
-"gemini" or "bedrock", and its model is the one its path names.
+`endpoint_url`); Ollama `/api/chat` and `/api/generate`, streamed as NDJSON lines, and by default, as Ollama
+does (`server.base_url_ollama`, the client's `host`); Cohere v2 `/v2/chat` (`server.base_url_cohere`); Groq
+`/openai/v1/chat/completions` (`server.base_url_groq`); Mistral `/v1/chat/completions`, OpenAI's path, told
+apart by the `mistralai` client's User-Agent (`server.base_url_mistral`, the client's `server_url`); each with
+the provider's response headers and error JSON. A request's `provider` names the API it spoke ("openai",
+"anthropic", "gemini", "bedrock", "ollama", "cohere", "groq", "mistral"); a Gemini or Bedrock request's model
+is the one its path names.
 Tests, benchmarks and the demo use it instead of the network, so it is built to be fast and steady:
 a stdlib `ThreadingHTTPServer` with HTTP/1.1 keep-alive, TCP_NODELAY, and each answer sent in one write.
 
@@ -39,10 +45,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any, cast
+from typing import Any
 from urllib.parse import unquote
 
-from . import _anthropic_api, _openai_api
+from . import _anthropic_api, _cohere_api, _ollama_api, _openai_api, _openai_compatible
 from ._script import (
     Provider,
     RecordedRequest,
@@ -77,11 +83,13 @@ Script = Callable[[Request], ScriptedReply] | Sequence[ScriptedReply] | None
 
 @dataclass(frozen=True)
 class _Route:
-    """How one model endpoint renders a resolved turn: as a JSON body, or as a list of SSE events."""
+    """How one model endpoint renders a resolved turn: as a JSON body, or as a list of stream events (SSE
+    events, or Ollama's NDJSON lines) sent as `stream_type`."""
 
     provider: Provider
     body: Callable[[Turn, Mapping[str, Any]], dict[str, Any]]
     events: Callable[[Turn, Mapping[str, Any]], list[bytes]]
+    stream_type: str = "text/event-stream; charset=utf-8"
 
 
 @dataclass(frozen=True)
@@ -101,9 +109,34 @@ _ROUTES: dict[str, _Route | _Lookup] = {
         "anthropic", lambda t, _: _anthropic_api.message(t), lambda t, _: _anthropic_api.message_events(t)
     ),
     "/v1/messages/count_tokens": _Lookup("anthropic", _anthropic_api.count_tokens),
+    "/api/chat": _Route("ollama", _ollama_api.chat, _ollama_api.chat_lines, _ollama_api.STREAM_TYPE),
+    "/api/generate": _Route(
+        "ollama", _ollama_api.generate, _ollama_api.generate_lines, _ollama_api.STREAM_TYPE
+    ),
+    "/v2/chat": _Route("cohere", _cohere_api.chat, _cohere_api.chat_events, "text/event-stream"),
+    "/openai/v1/chat/completions": _Route(
+        "groq", _openai_compatible.groq_chat_completion, _openai_compatible.groq_chat_events
+    ),
 }
-_ERROR_BODIES = {"openai": _openai_api.error_body, "anthropic": _anthropic_api.error_body}
-_HEADERS = {"openai": _openai_api.headers, "anthropic": _anthropic_api.headers}
+_MISTRAL_CHAT = _Route(
+    "mistral", _openai_compatible.mistral_chat_completion, _openai_compatible.mistral_chat_events
+)
+_ERROR_BODIES = {
+    "openai": _openai_api.error_body,
+    "anthropic": _anthropic_api.error_body,
+    "ollama": _ollama_api.error_body,
+    "cohere": _cohere_api.error_body,
+    "groq": _openai_api.error_body,
+    "mistral": _openai_compatible.mistral_error_body,
+}
+_HEADERS = {
+    "openai": _openai_api.headers,
+    "anthropic": _anthropic_api.headers,
+    "ollama": _ollama_api.headers,
+    "cohere": _cohere_api.headers,
+    "groq": _openai_compatible.groq_headers,
+    "mistral": _openai_compatible.mistral_headers,
+}
 _BAD_JSON = "We could not parse the JSON body of your request: expected a JSON object."
 
 
@@ -187,6 +220,26 @@ class LLMServer:
         """`boto3.client("bedrock-runtime", endpoint_url=...)`: the client adds `/model/{modelId}/converse`."""
         return self.base_url
 
+    @property
+    def base_url_ollama(self) -> str:
+        """`ollama.Client(host=...)`: the client adds `/api/chat` (a host with no scheme gets port 11434)."""
+        return self.base_url
+
+    @property
+    def base_url_cohere(self) -> str:
+        """`cohere.ClientV2(base_url=...)`: the client adds `/v2/chat`."""
+        return self.base_url
+
+    @property
+    def base_url_groq(self) -> str:
+        """`groq.Groq(base_url=...)`: the client adds `/openai/v1/chat/completions`."""
+        return self.base_url
+
+    @property
+    def base_url_mistral(self) -> str:
+        """`Mistral(server_url=...)`: the client adds `/v1/chat/completions`."""
+        return self.base_url
+
     # -- what was received --------------------------------------------------------------------------------
 
     @property
@@ -219,7 +272,7 @@ class LLMServer:
         native = _native_route(path) if handler.command == "POST" else None
         if native is not None:
             return self._handle_native(handler, native, raw)
-        route = _ROUTES.get(path) if handler.command == "POST" else None
+        route = _route(path, handler.headers) if handler.command == "POST" else None
         provider = route.provider if route else _guess_provider(path, handler.headers)
         body = _parse_object(raw)
         request = RecordedRequest(
@@ -247,7 +300,7 @@ class LLMServer:
             message = reply.error_message or _phrase(reply.error_status)
             return _send_error(handler, provider, reply.error_status, message, reply.retry_after_ms)
         if request.stream:
-            return _send_events(handler, provider, route.events(turn, body), reply)
+            return _send_events(handler, provider, route.events(turn, body), reply, route.stream_type)
         _send(handler, 200, _HEADERS[provider](), "application/json", dumps(route.body(turn, body)))
 
     def _handle_native(self, handler: _Handler, route: _NativeRoute, raw: bytes) -> None:
@@ -256,7 +309,7 @@ class LLMServer:
         request = RecordedRequest(
             method=handler.command,
             path=handler.path.split("?", 1)[0],
-            provider=cast(Provider, route.provider),  # the scripts' view: a provider name beside the two
+            provider=route.provider,
             body={**(body or {}), "model": route.model},
             headers={k.lower(): v for k, v in handler.headers.items()},
             raw_body=raw,
@@ -381,9 +434,23 @@ def _parse_object(raw: bytes) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
+def _route(path: str, headers: Any) -> _Route | _Lookup | None:
+    """The endpoint's route; a chat completion from the `mistralai` client gets Mistral's shapes."""
+    if path == "/v1/chat/completions" and _openai_compatible.is_mistral(headers.get("User-Agent", "")):
+        return _MISTRAL_CHAT
+    return _ROUTES.get(path)
+
+
 def _guess_provider(path: str, headers: Any) -> Provider:
+    """Whose error JSON an unknown path gets: by its prefix, else by the client's headers."""
+    prefixes: dict[str, Provider] = {"/api/": "ollama", "/v2/": "cohere", "/openai/": "groq"}
+    for prefix, provider in prefixes.items():
+        if path.startswith(prefix):
+            return provider
     if path.startswith("/v1/messages") or "anthropic-version" in headers or "x-api-key" in headers:
         return "anthropic"
+    if _openai_compatible.is_mistral(headers.get("User-Agent", "")):
+        return "mistral"
     return "openai"
 
 
@@ -438,11 +505,17 @@ def _send_error(
 
 
 def _send_events(
-    handler: BaseHTTPRequestHandler, provider: Provider, events: list[bytes], reply: ScriptedReply
+    handler: BaseHTTPRequestHandler,
+    provider: Provider,
+    events: list[bytes],
+    reply: ScriptedReply,
+    content_type: str,
 ) -> None:
-    """Streams SSE events as HTTP chunks; `stream_error_after` stops early and drops the connection."""
-    headers = [*_HEADERS[provider](), ("cache-control", "no-cache"), ("transfer-encoding", "chunked")]
-    head = _head(handler, 200, headers, "text/event-stream; charset=utf-8") + b"\r\n"
+    """Streams events as HTTP chunks; `stream_error_after` stops early and drops the connection."""
+    headers = [*_HEADERS[provider](), ("transfer-encoding", "chunked")]
+    if content_type.startswith("text/event-stream"):
+        headers.insert(-1, ("cache-control", "no-cache"))
+    head = _head(handler, 200, headers, content_type) + b"\r\n"
     cut = reply.stream_error_after
     chunks = [b"%x\r\n%s\r\n" % (len(event), event) for event in events[:cut]]
     tail = b"0\r\n\r\n" if cut is None else b""
@@ -467,7 +540,7 @@ _BEDROCK_PATH = re.compile(r"^/model/([^/]+)/(converse|converse-stream)$")
 
 @dataclass(frozen=True)
 class _NativeRoute:
-    provider: str  # "gemini" or "bedrock"
+    provider: Provider  # "gemini" or "bedrock"
     model: str
     stream: bool
 
@@ -648,7 +721,7 @@ def load_script(path: str | Path) -> list[ScriptedReply]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Scripted OpenAI/Anthropic-compatible model server.")
+    parser = argparse.ArgumentParser(description="Scripted model server speaking the providers' HTTP APIs.")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on the first line)")
     parser.add_argument("--script", help="JSON list of replies; default: echo the last user message")
@@ -660,7 +733,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     with LLMServer(script, host=args.host, port=args.port) as server:
         print(server.base_url, flush=True)
         print(
-            f"openai: {server.base_url_openai}  anthropic: {server.base_url_anthropic}",
+            f"openai: {server.base_url_openai}  anthropic: {server.base_url_anthropic}"
+            f"  groq, ollama, cohere, mistral, gemini, bedrock: {server.base_url}",
             file=sys.stderr,
             flush=True,
         )
