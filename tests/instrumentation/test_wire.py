@@ -112,6 +112,9 @@ def test_a_body_that_does_not_read_records_nothing_rather_than_failing():
     ({}, "mistral-client-python/1.9.1", semconv.PROVIDER_MISTRAL_AI, "mistralai"),
     ({"x-fern-sdk-name": "cohere"}, "python-httpx/0.28", semconv.PROVIDER_COHERE, "cohere"),
     ({}, "Groq/Python 1.7.0", semconv.PROVIDER_GROQ, "groq"),
+    ({}, "AsyncGroq/Python 1.7.0", semconv.PROVIDER_GROQ, "groq"),
+    ({}, "cohere/7.3.1", semconv.PROVIDER_COHERE, "cohere"),
+    ({}, "speakeasy-sdk/python 1.2.0 2.486.1 0.0.2 mistralai", semconv.PROVIDER_MISTRAL_AI, "mistralai"),
     ({}, "OpenAI/Python 2.3.0", semconv.PROVIDER_OPENAI, "openai"),
     ({}, "my-agent/1.0", semconv.PROVIDER_OPENAI, None),  # nobody named: the API it speaks
 ])

@@ -1,11 +1,11 @@
-"""A user's Ollama agent, in its own environment: its model calls are not recorded, and it is said
-(issue 33, item 1).
+"""A user's Ollama agent whose instrumentor the user turned off: its model calls are not recorded,
+and it is said (issue 33, item 1; recorded with it on: test_wire_clients.py).
 
-The environment holds the SDK's wheel and ``ollama`` (the real client), nothing else: no instrumentor
-of ours is installed, yet the transport watches. The agent asks its model twice through
-``ollama.Client.chat`` (a local Ollama-shaped server answers) and records a note through a tool.
-Recording warns once, naming the host and path and the client (from its User-Agent); the run's span
-says so. The replay, blocked at the first chat, names the call and its URL, and does not say the
+The environment holds the SDK's wheel and ``ollama`` (the real client), nothing else; the user
+exports ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=agentreplay_ollama``. The agent asks its model twice
+through ``ollama.Client.chat`` (a local Ollama-shaped server answers) and records a note through a
+tool. Recording warns once, naming the host and path and the instrumentor that is off; the run's
+span says so. The replay, blocked at the first chat, names the call and its URL, and does not say the
 agent did not start.
 """
 
@@ -81,10 +81,11 @@ class OllamaWorld(World):
     host: str = ""
 
     def agent_env(self, env: UserEnv, service: str, **extra: str) -> dict[str, str]:
-        return super().agent_env(env, service, **extra) | {"OLLAMA_HOST": f"http://{self.host}"}
+        return super().agent_env(env, service, **extra) | {"OLLAMA_HOST": f"http://{self.host}",
+                                                           "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS": "agentreplay_ollama"}
 
 
-def test_an_ollama_agent_is_told_its_calls_are_not_recorded_and_its_replay_names_the_blocked_call(
+def test_an_ollama_agent_whose_instrumentor_is_off_is_told_and_its_replay_names_the_blocked_call(
         user_envs, world: World, ollama_host, tmp_path):
     service, user = "user-ollama", user_envs["ollama"]
     ours = OllamaWorld(collector=world.collector, model=world.model, host=ollama_host)
@@ -92,8 +93,8 @@ def test_an_ollama_agent_is_told_its_calls_are_not_recorded_and_its_replay_names
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [line for line in done.stderr.splitlines() if "are not recorded" in line]
     assert len(lines) == 1, done.stderr  # two calls, one line
-    assert lines[0].startswith(f"agentreplay: calls to {ollama_host}/api/chat are not recorded: ollama-python is "
-                               "not one AgentReplay records;"), lines
+    assert lines[0].startswith(f"agentreplay: calls to {ollama_host}/api/chat are not recorded: ollama's "
+                               "instrumentor (agentreplay_ollama) is off;"), lines
     assert effects(tmp_path) == 1
 
     run_id = ours.judged_run(service)

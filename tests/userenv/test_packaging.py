@@ -37,6 +37,10 @@ SDK_ENTRY_POINTS = {
         "agentreplay_litellm": "agentreplay_otel.instrumentation.litellm:LiteLLMInstrumentor",
         "agentreplay_gemini": "agentreplay_otel.instrumentation.gemini:GeminiInstrumentor",
         "agentreplay_bedrock": "agentreplay_otel.instrumentation.bedrock:BedrockInstrumentor",
+        "agentreplay_mistralai": "agentreplay_otel.instrumentation.mistralai:MistralInstrumentor",
+        "agentreplay_cohere": "agentreplay_otel.instrumentation.cohere:CohereInstrumentor",
+        "agentreplay_ollama": "agentreplay_otel.instrumentation.ollama:OllamaInstrumentor",
+        "agentreplay_groq": "agentreplay_otel.instrumentation.groq:GroqInstrumentor",
     },
     "agentreplay_redactor": {"pii": "agentreplay_otel.redaction:redact_pii"},
 }

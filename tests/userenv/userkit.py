@@ -39,8 +39,11 @@ LIBRARIES = {  # environment -> what the user installs beside the SDK (`pip inst
     # Gemini and Bedrock agents (test_gemini_agent.py, test_bedrock_agent.py): their SDKs alone beside ours
     "gemini": ("google-genai",),
     "bedrock": ("boto3",),
-    # a client AgentReplay does not record (test_ollama_agent.py): its calls are named as not recorded
+    # clients recorded from their HTTP exchanges (test_wire_clients.py, test_ollama_agent.py)
     "ollama": ("ollama",),
+    "mistralai": ("mistralai",),
+    "cohere": ("cohere",),
+    "groq": ("groq",),
 }
 INSTALL_TIMEOUT_S = 600
 

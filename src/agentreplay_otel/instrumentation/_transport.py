@@ -225,7 +225,8 @@ def _client_provider(request: Any) -> str | None:
         return None
     if "anthropic-version" in headers:
         return semconv.PROVIDER_ANTHROPIC
-    return semconv.PROVIDER_OPENAI if header(headers, b"user-agent").startswith("OpenAI/") else None
+    user_agent = header(headers, b"user-agent")  # OpenAI's clients, and subclasses of them, by their class name
+    return None if any(c.sent(headers, user_agent) for c in _wire.STAINLESS) else semconv.PROVIDER_OPENAI
 
 
 _OPERATIONS = (("/chat/completions", semconv.OP_CHAT), ("/messages", semconv.OP_CHAT),

@@ -16,6 +16,7 @@ the API it speaks.
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -370,24 +371,25 @@ class Client:
 
     library: str  # the distribution a user installs
     provider: str
-    user_agent: str = ""  # the User-Agent's start, case-insensitive
-    header: tuple[str, str] | None = None  # or a header it always sends (name, value)
+    user_agent: str  # a pattern the User-Agent matches from its start, case-insensitive
+    header: tuple[str, str] | None = None  # or a header it sends (name, value)
 
     def sent(self, headers: Any, user_agent: str) -> bool:
-        if self.header is not None:
-            return str(headers.get(self.header[0], "")).lower() == self.header[1]
-        return user_agent.lower().startswith(self.user_agent)
+        if self.header is not None and str(headers.get(self.header[0], "")).lower() == self.header[1]:
+            return True
+        return re.match(self.user_agent, user_agent, re.IGNORECASE) is not None
 
 
 # OpenAI's and Anthropic's own clients are recorded by their instrumentors, at their entry points: here,
 # with no recorder ever given, a request of theirs seen on the wire is one whose instrumentor is off.
-OPENAI_CLIENT = Client("openai", semconv.PROVIDER_OPENAI, user_agent="openai/")
-ANTHROPIC_CLIENT = Client("anthropic", semconv.PROVIDER_ANTHROPIC, user_agent="anthropic/")
-MISTRAL = Client("mistralai", semconv.PROVIDER_MISTRAL_AI, user_agent="mistral-client-python")
-COHERE_CLIENT = Client("cohere", semconv.PROVIDER_COHERE, header=("x-fern-sdk-name", "cohere"))
-OLLAMA_CLIENT = Client("ollama", semconv.PROVIDER_OLLAMA, user_agent="ollama-python")
-GROQ = Client("groq", semconv.PROVIDER_GROQ, user_agent="groq/python")
+OPENAI_CLIENT = Client("openai", semconv.PROVIDER_OPENAI, r"(async)?(azure)?openai/python")
+ANTHROPIC_CLIENT = Client("anthropic", semconv.PROVIDER_ANTHROPIC, r"(async)?anthropic/python")
+MISTRAL = Client("mistralai", semconv.PROVIDER_MISTRAL_AI, r"mistral-client-python/|speakeasy-sdk/python .* mistralai$")
+COHERE_CLIENT = Client("cohere", semconv.PROVIDER_COHERE, r"cohere/", header=("x-fern-sdk-name", "cohere"))
+OLLAMA_CLIENT = Client("ollama", semconv.PROVIDER_OLLAMA, r"ollama-python/")
+GROQ = Client("groq", semconv.PROVIDER_GROQ, r"(async)?groq/python")
 CLIENTS = (OPENAI_CLIENT, ANTHROPIC_CLIENT, MISTRAL, COHERE_CLIENT, OLLAMA_CLIENT, GROQ)
+STAINLESS = (GROQ,)  # made by the generator OpenAI's client is made by: the same x-stainless-* headers
 
 
 @dataclass(frozen=True)
