@@ -445,7 +445,13 @@ def result_of(api: API, body: str | None, events: list[str] | None) -> LLMResult
 
 # --- the instrumentors ----------------------------------------------------------------------
 class WireInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Records one client library's model calls from its HTTP exchanges (see the module's docstring)."""
+    """Records one client library's model calls from its HTTP exchanges (see the module's docstring)::
+
+        OllamaInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
+
+    ``opentelemetry-instrument`` does this by itself when the library is installed; turned off there
+    (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=agentreplay_ollama``), its calls are named as not recorded.
+    """
 
     client: Client
     requirement: str

@@ -1,14 +1,6 @@
-"""Cohere instrumentation: ``cohere``'s clients: ``ClientV2.chat`` and ``chat_stream`` (and v1's ``Client.chat``), sync and async, tool calls included.
+"""Cohere: ``ClientV2.chat``/``chat_stream`` (and v1's ``Client.chat``), sync and async.
 
-Recorded from the client's HTTP exchanges (see ``_wire``): it sends through ``httpx``, whose
-``send`` the transport patches, so every method of the client is one call path::
-
-    from agentreplay_otel.instrumentation.cohere import CohereInstrumentor
-
-    CohereInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
-
-``opentelemetry-instrument`` does this by itself (entry point ``agentreplay_cohere``); turned off there
-(``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=agentreplay_cohere``), its calls are named as not recorded.
+Recorded from the client's HTTP exchanges, whichever method made them: see ``_wire``.
 """
 
 from __future__ import annotations
@@ -19,7 +11,7 @@ __all__ = ["CohereInstrumentor"]
 
 
 class CohereInstrumentor(WireInstrumentor):
-    """Records each Cohere model call as a step of the run."""
+    """Records each Cohere model call as a step of the run (entry point ``agentreplay_cohere``)."""
 
     client = COHERE_CLIENT
     requirement = "cohere >= 5"

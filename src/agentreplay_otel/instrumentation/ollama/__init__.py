@@ -1,14 +1,6 @@
-"""Ollama instrumentation: ``ollama``'s ``Client``/``AsyncClient`` (and the module's functions): ``chat`` and ``generate``, streamed (one JSON object a line) or not, tool calls included.
+"""Ollama: ``Client``/``AsyncClient`` ``chat``, ``generate`` and ``embed``, streamed a JSON object a line or not.
 
-Recorded from the client's HTTP exchanges (see ``_wire``): it sends through ``httpx``, whose
-``send`` the transport patches, so every method of the client is one call path::
-
-    from agentreplay_otel.instrumentation.ollama import OllamaInstrumentor
-
-    OllamaInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
-
-``opentelemetry-instrument`` does this by itself (entry point ``agentreplay_ollama``); turned off there
-(``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=agentreplay_ollama``), its calls are named as not recorded.
+Recorded from the client's HTTP exchanges, whichever method made them: see ``_wire``.
 """
 
 from __future__ import annotations
@@ -19,7 +11,7 @@ __all__ = ["OllamaInstrumentor"]
 
 
 class OllamaInstrumentor(WireInstrumentor):
-    """Records each Ollama model call as a step of the run."""
+    """Records each Ollama model call as a step of the run (entry point ``agentreplay_ollama``)."""
 
     client = OLLAMA_CLIENT
     requirement = "ollama >= 0.4"
