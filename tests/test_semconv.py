@@ -12,6 +12,7 @@ import inspect
 import re
 import warnings
 from enum import Enum
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -27,12 +28,15 @@ _PACKAGE_MODULES: tuple[ModuleType, ...] = (
 # The namespaces the package defines; a name of ours in one of them must be the package's.
 _CONVENTION_PREFIXES = ("gen_ai.", "openai.", "error.", "server.", "service.")
 _METRIC_PREFIX = "METRIC_"  # ours: METRIC_X is the package's GEN_AI_CLIENT_X
+# Other instrumentations' names, read in foreign traces and never written: some the conventions retired.
+_READ_ONLY_PREFIXES = ("LEGACY_", "FOREIGN_")
 
 
 def _ours() -> dict[str, str]:
     """Our constants whose values are convention names (attributes and metrics)."""
     return {name: value for name, value in vars(semconv).items()
-            if name.isupper() and isinstance(value, str) and value.startswith(_CONVENTION_PREFIXES)}
+            if name.isupper() and isinstance(value, str) and value.startswith(_CONVENTION_PREFIXES)
+            and not name.startswith(_READ_ONLY_PREFIXES)}
 
 
 def _package_name(ours: str) -> str:
@@ -96,3 +100,15 @@ def test_well_known_values_are_the_packages(prefix, enum):
 def test_openai_api_types_are_the_packages():
     values = {m.value for m in _enum(openai_attributes, "OpenaiApiTypeValues")}
     assert {semconv.OPENAI_API_CHAT_COMPLETIONS, semconv.OPENAI_API_RESPONSES} <= values
+
+
+def test_names_read_in_foreign_traces_are_never_written():
+    """The retired GenAI names, OpenLLMetry's and OpenInference's are read in other instrumentations' traces
+    (a foreign run) and written by nothing of the SDK: only semconv spells them."""
+    read_only = [name for name in vars(semconv)
+                 if name.startswith((*_READ_ONLY_PREFIXES, "TRACELOOP_", "OI_", "LLM_REQUEST_TYPE"))]
+    assert "LEGACY_GEN_AI_PROMPT" in read_only and "OI_INPUT_MESSAGES" in read_only
+    package = Path(semconv.__file__).parent
+    written = {str(path.relative_to(package)): name for path in package.rglob("*.py") if path.name != "semconv.py"
+               for name in read_only if re.search(rf"\bsemconv\.{name}\b", path.read_text(encoding="utf-8"))}
+    assert written == {}
