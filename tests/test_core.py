@@ -38,6 +38,7 @@ PINNED = [
     "compiled_link_hash",
     "link_hash",
     "partition_chain",
+    "unchained",
     "verify",
     "AgentIdentity",
     "generate_key",

@@ -135,6 +135,18 @@ def partition_chain(records: Iterable[SpanRecord]) -> tuple[list[SpanRecord], li
     return chain, attached
 
 
+def unchained(records: Iterable[SpanRecord]) -> bool:
+    """Whether a trace's spans (at least one) are all attached: none claims a chain. Such a trace is no
+    AgentReplay agent's run; when it holds GenAI spans it is another instrumentation's (a *foreign* run,
+    ``unchained``): nothing in it can be verified, so nothing is claimed about tampering either way."""
+    empty = True
+    for r in records:
+        if claims_chain(r.attributes, r.resource):
+            return False
+        empty = False
+    return not empty
+
+
 def verify(
     records: Iterable[SpanRecord],
     *,

@@ -37,6 +37,7 @@ if _typing.TYPE_CHECKING:
         compiled_link_hash,
         link_hash,
         partition_chain,
+        unchained,
         verify,
     )
     from agentreplay_otel.errors import (
@@ -137,6 +138,7 @@ _HOME: dict[str, tuple[str, str]] = {  # each name -> (its module, its name ther
     "compiled_link_hash": ("agentreplay_otel.chainverify", "compiled_link_hash"),
     "link_hash": ("agentreplay_otel.chainverify", "link_hash"),
     "partition_chain": ("agentreplay_otel.chainverify", "partition_chain"),
+    "unchained": ("agentreplay_otel.chainverify", "unchained"),
     "verify": ("agentreplay_otel.chainverify", "verify"),
     "AgentReplayError": ("agentreplay_otel.errors", "AgentReplayError"),
     "ConfigurationError": ("agentreplay_otel.errors", "ConfigurationError"),
@@ -250,6 +252,7 @@ __all__ = [
     "compiled_link_hash",
     "link_hash",
     "partition_chain",
+    "unchained",
     "verify",
     # identity: keys, identity tokens, signed manifests
     "AgentIdentity",

@@ -85,12 +85,13 @@ def load_recording(path: str | Path) -> Recording:
 
 
 def json_or(text: str | None, default: Any) -> Any:
-    """A stored JSON attribute, parsed; ``default`` when it is missing or not JSON."""
+    """A stored JSON attribute, parsed; ``default`` when it is missing or not JSON (nested deeper than the
+    parser goes included: an attribute is anything its sender wrote)."""
     if text is None:
         return default
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return default
 
 
