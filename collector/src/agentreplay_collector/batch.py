@@ -20,7 +20,8 @@ ClickHouse far less per row (measured on chDB: ~49 us a span in inserts of 1,000
 held up by the timeout.
 
 After the rows are written and before the answer, ``on_written`` (the chain processor)
-sees the batch's run spans. When the store fails, every export in the failed insert is answered UNAVAILABLE (the
+sees the batch's run spans, and the traces in it that hold GenAI spans but no chain (foreign runs) or
+their root span. When the store fails, every export in the failed insert is answered UNAVAILABLE (the
 sender retries), and new exports are refused the same way for ``retry_after_s`` instead
 of piling up behind a store that is down. When the store refuses the rows themselves (not
 its state), each export of the insert is written alone and only the refused one is answered
@@ -44,13 +45,13 @@ import pyarrow as pa
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.config import BatchConfig
 from agentreplay_collector.errors import ExportRejected, StoreError, StoreRejected, StoreUnavailable
-from agentreplay_collector.otlp import ConvertedRequest
+from agentreplay_collector.otlp import ConvertedRequest, ForeignMarks
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import SpanRecord
 
 _log = logging.getLogger(__name__)
 
-OnWritten = Callable[[list[SpanRecord]], None]
+OnWritten = Callable[[list[SpanRecord], ForeignMarks], None]
 T = TypeVar("T")
 
 
@@ -308,10 +309,11 @@ class Batcher:
                 self.store.insert_run_arrivals(arrivals)
             if self.on_written is not None:
                 records = [r for p in batch for r in p.request.records]
-                if records:
+                marks = ForeignMarks.of(p.request for p in batch)
+                if records or marks:
                     # Before the acknowledgement: a run's "pending" row is written in step with
                     # its first spans, so a crash cannot leave stored spans of a run nobody judges.
-                    self.on_written(records)
+                    self.on_written(records, marks)
         except StoreRejected as exc:
             # The rows, not the store: the store is up, and only the export that holds them is refused.
             if len(batch) > 1:

@@ -14,8 +14,15 @@ finds and finishes every run whose spans are stored.
 Spans of other services in a run's trace (a downstream service's, through context
 propagation) are not the chain's (:func:`~agentreplay_otel.core.partition_chain`): the receiver
 hands over only spans that claim a chain, and a run verified from the store leaves the others
-out, so both ways reach the verdict ``agentreplay verify`` does. A trace in which no span claims
-a chain is not a run: it gets no row here.
+out, so both ways reach the verdict ``agentreplay verify`` does.
+
+A trace in which no span claims a chain but one is a GenAI span (another instrumentation's: AutoGen's,
+OpenLLMetry, OpenInference ...; see :func:`~agentreplay_collector.otlp.foreign_traces`) is a *foreign*
+run: it gets a ``pending`` row as a run does, and once its root span has come and nothing for
+``quiet_period`` (or, without a root, nothing for ``foreign_quiet_period``) its row says ``unchained``,
+read from the store: there is no chain to verify, so nothing is claimed about tampering, either way. A
+span that claims a chain arriving later makes it a run like any other, judged by its chain. A trace
+with neither (a plain service's) is not a run: it gets no row here.
 
 Only that ``pending`` row is on the acknowledgement path; verification runs on the
 processor's own thread.
@@ -39,7 +46,7 @@ import operator
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -51,17 +58,20 @@ from agentreplay_collector.budget import PENDING_RUNS, MemoryBudget, record_byte
 from agentreplay_collector.config import ChainConfig
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+from agentreplay_collector.otlp import ForeignMarks
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import TransparencyLog
 from agentreplay_otel.core import (
     ChainHead,
     ChainProblem,
     ChainReport,
+    SealStatus,
     SpanRecord,
     chain_head,
     claims_chain,
     compiled_link_hash,
     semconv,
+    unchained,
     verify,
 )
 
@@ -91,6 +101,7 @@ class _Run:
     root_seen: bool = False
     announced: bool = False
     size: int = 0  # bytes of its records, counted against the memory budget
+    foreign: bool = False  # GenAI spans and none claiming a chain (yet): judged from the store, unchained
 
 
 class ChainProcessor:
@@ -126,11 +137,14 @@ class ChainProcessor:
         self._judged: OrderedDict[str, None] = OrderedDict()
         self.verified_runs = 0
         self.verified_spans = 0
+        self.foreign_runs = 0  # runs judged unchained: other instrumentations' GenAI traces
         self.native_thread_id = 0
+        self.on_judged: Callable[[], None] | None = None  # after each round's verdicts are written (analysis)
 
     # --- intake (writer thread) --------------------------------------------------------------
-    def observe(self, records: Iterable[SpanRecord]) -> None:
-        """Spans that were just written (called before they are acknowledged).
+    def observe(self, records: Iterable[SpanRecord], foreign: ForeignMarks | None = None) -> None:
+        """Spans that were just written (called before they are acknowledged), and ``foreign``: the
+        written traces without a chain that hold a GenAI span or had their root span written.
 
         Runs new to this process get their ``pending`` row here, synchronously: if that
         write fails the export is not acknowledged, so no stored run can go unjudged. So does
@@ -143,13 +157,17 @@ class ChainProcessor:
         budget = self.config.max_buffered_spans
         touched: dict[str, _Run] = {}
         dropped: dict[str, list[SpanRecord]] = {}  # a new run's spans here, when its buffer was dropped
+        chained: set[str] = set()
         with self._lock:
             # A run's spans come together in an export: each stretch of one run's spans is taken at once.
             for run_id, stretch in itertools.groupby(records, _TRACE_ID):
                 spans = list(stretch)
+                chained.add(run_id)
                 run = self._runs.get(run_id)
                 if run is None:
                     run = self._runs[run_id] = self._new_run(run_id, now)
+                elif run.foreign:  # a span claims a chain after all: a run like any other (from the store)
+                    run.foreign = False
                 run.last_seen = now
                 if "" in map(_PARENT_ID, spans):  # a run span (no parent) among them
                     run.root_seen = True
@@ -159,6 +177,8 @@ class ChainProcessor:
                     touched[run.run_id] = run
                     if run.records is None:
                         dropped[run.run_id] = spans
+            if foreign:
+                self._mark_foreign(foreign, chained, now, touched)
             firsts = {run_id: list(run.records) if run.records is not None else dropped.get(run_id, [])
                       for run_id, run in touched.items()}
             if self._buffered > budget:
@@ -167,6 +187,29 @@ class ChainProcessor:
             self.store.upsert_runs([self._summary(r, firsts[r], None) for r in touched], time.time_ns())
             for run in touched.values():
                 run.announced = True
+
+    def _mark_foreign(self, marks: ForeignMarks, chained: set[str], now: float, touched: dict[str, _Run]) -> None:
+        """Track the traces that hold GenAI spans and no chain as foreign runs, and note the root spans of the
+        runs in flight (a plain trace's root is noted only for a run judged lately: a root that came after its
+        verdict). Caller holds the lock."""
+        for run_id in marks.genai:
+            if run_id in chained:
+                continue
+            run = self._runs.get(run_id)
+            if run is None:
+                run = self._runs[run_id] = self._new_run(run_id, now)
+                run.foreign = run.records is not None  # one judged lately is judged again from the store
+                run.records = None  # its spans are read from the store: no record was made of them
+            run.last_seen = now
+            if not run.announced:
+                touched[run_id] = run
+        for run_id in marks.roots:
+            run = self._runs.get(run_id)
+            if run is None and run_id in self._judged and run_id not in chained:
+                run = self._runs[run_id] = self._new_run(run_id, now)
+            if run is not None and not run.root_seen:  # a foreign run's root, or the plain root above a chain:
+                run.root_seen = True  # judged once quiet (a chain still cut short is looked at again later)
+                run.last_seen = now
 
     def _new_run(self, run_id: str, now: float) -> _Run:
         """A run this tick has not seen. One judged lately (a straggler after its verdict: a span that
@@ -297,6 +340,8 @@ class ChainProcessor:
                 self.log.append(verdicts)
             judged = [summary for summary, _ in verdicts]
             self.store.upsert_runs(self._carry_over(judged), time.time_ns())
+            if judged and self.on_judged is not None:
+                self.on_judged()  # the analysis takes them now, not at its next poll
         except StoreError:
             with self._lock:  # judge them again (from the store) once it is back
                 for run in due:
@@ -317,7 +362,12 @@ class ChainProcessor:
     def _is_due(self, run: _Run, now: float, final: bool) -> bool:
         if final:
             return run.root_seen
-        wait = self.config.quiet_period_s if run.root_seen else self.config.incomplete_after_s
+        if run.root_seen:
+            wait = self.config.quiet_period_s
+        elif run.foreign:
+            wait = self.config.foreign_quiet_period_s
+        else:
+            wait = self.config.incomplete_after_s
         return now - run.last_seen >= wait
 
     def _judge(self, run: _Run, now: float, final: bool) -> tuple[RunSummary, ChainHead] | None:
@@ -327,6 +377,9 @@ class ChainProcessor:
             report = self._verify(records)
         if report is None or not report.intact:
             records = self.store.get_run_spans(run.run_id)  # authoritative: every acked span
+            if records and unchained(records):  # another instrumentation's trace: nothing to verify
+                self.foreign_runs += 1
+                return foreign_summary(run.run_id, records, self.config.foreign_quiet_period_s), chain_head([])
             report = self._verify(records) if records else None
         if report is None:
             return None
@@ -458,6 +511,48 @@ class ChainProcessor:
     def buffered_bytes(self) -> int:
         """What the buffered spans hold, as the memory budget counts it."""
         return self._bytes
+
+
+def foreign_summary(run_id: str, records: list[SpanRecord], quiet_s: float) -> RunSummary:
+    """The row of a foreign run (no span claims a chain): every span of the trace is the run's; its agent is
+    the root's ``gen_ai.agent.name`` (OpenInference's ``agent.name``, an OpenLLMetry agent's entity name), else
+    the one agent the trace names (none for several: a team is named by its service), its service the root's;
+    ``unchained``, with what was not seen. Its ``agent_id`` is empty: no AgentReplay identity sent it."""
+    roots = [r for r in records if not r.parent_span_id]
+    ordered = sorted(records, key=lambda r: (r.start_ns, r.span_id))
+    ids = {r.span_id for r in records}
+    top = roots[-1] if roots else next((r for r in ordered if r.parent_span_id not in ids), ordered[0])
+    named = {n for n in (_agent_name(r.attributes) for r in records) if n}
+    agent = _agent_name(top.attributes) or (next(iter(named)) if len(named) == 1 else "")
+    services = sorted({r.resource.get(semconv.SERVICE_NAME, "") for r in records} - {""})
+    detail = "no span claims an AgentReplay chain: another instrumentation's trace, nothing to verify"
+    if not roots:
+        detail += f"; its root span never came (judged after {quiet_s:g} s without spans)"
+    chain = ChainStatus(run_id=run_id, status=ChainState.UNCHAINED, seal=str(SealStatus.ABSENT),
+                        span_count=len(records), detail=detail, verified_at_ns=time.time_ns())
+    return RunSummary(
+        run_id=run_id,
+        agent_id="",
+        agent_name=agent,
+        service_name=top.resource.get(semconv.SERVICE_NAME, "") or (services[0] if services else ""),
+        run_kind=semconv.RUN_KIND_RECORD,
+        name=top.name,
+        start_ns=min(r.start_ns for r in records),
+        end_ns=max(r.end_ns for r in records),
+        span_count=len(records),
+        status_code=top.status_code if roots else ("Error" if any(r.status_code == "Error" for r in records)
+                                                   else top.status_code),
+        cost_usd=0.0,
+        chain=chain,
+    )
+
+
+def _agent_name(attributes: Mapping[str, str]) -> str:
+    """The agent a span names, in any of the shapes instrumentations write it."""
+    name = attributes.get(semconv.GEN_AI_AGENT_NAME) or attributes.get(semconv.OI_AGENT_NAME)
+    if not name and attributes.get(semconv.TRACELOOP_SPAN_KIND) == semconv.TRACELOOP_KIND_AGENT:
+        name = attributes.get(semconv.TRACELOOP_ENTITY_NAME)
+    return name or ""
 
 
 def run_cost(records: Iterable[SpanRecord]) -> float:

@@ -111,6 +111,9 @@ class ChainConfig:
     quiet_period_s: float = 2.0
     incomplete_after_s: float = 300.0
     max_buffered_spans: int = 200_000
+    # a foreign run (another instrumentation's GenAI trace) whose root span has not come: judged once nothing
+    # of it came for this long (a root in another process, never exported, or a parent outside the trace)
+    foreign_quiet_period_s: float = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -550,8 +553,11 @@ def _parse_chain(sec: _Section) -> ChainConfig:
         quiet_period_s=sec.duration("quiet_period", 2.0),
         incomplete_after_s=sec.duration("incomplete_after", 300.0),
         max_buffered_spans=sec.integer("max_buffered_spans", 200_000, minimum=0),
+        foreign_quiet_period_s=sec.duration("foreign_quiet_period", 5.0),
     )
     sec.done()
+    if cfg.foreign_quiet_period_s <= 0:
+        raise ConfigError(sec.at("foreign_quiet_period"), "a duration above 0", cfg.foreign_quiet_period_s)
     return cfg
 
 

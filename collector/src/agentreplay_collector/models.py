@@ -90,6 +90,9 @@ class ChainState(enum.StrEnum):
     UNSEALED = "unsealed"  # every link checks, but no seal (or spans ended after the seal)
     BROKEN = "broken"  # a link fails: ``problem`` and ``seq`` say where
     INCOMPLETE = "incomplete"  # the run span never arrived (a cut tail, or an agent that died)
+    # Another instrumentation's GenAI trace (a foreign run): no span claims an AgentReplay chain, so there is
+    # nothing to verify and nothing is claimed about tampering, either way. Never "intact", never "broken".
+    UNCHAINED = "unchained"
 
 
 def chain_state(report: ChainReport) -> ChainState:
@@ -236,8 +239,9 @@ class RunSummary:
 
 @dataclass(frozen=True, kw_only=True)
 class TraceSummary:
-    """A stored trace that is not a run: no span of it claims an AgentReplay chain (services that
-    are not AgentReplay agents, sending plain OpenTelemetry). Listed by ``agentreplay runs --all``."""
+    """A stored trace that is not a run: no span of it claims an AgentReplay chain and none is a GenAI
+    span (services that are not agents, sending plain OpenTelemetry; a trace with GenAI spans is a
+    foreign run). Listed by ``agentreplay runs --all``."""
 
     trace_id: str
     name: str  # the root span's name; "" when the root span is not stored

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -88,6 +89,10 @@ class ConvertedRequest:
     agent_ids: frozenset[str] = frozenset()
     days: frozenset[int] = frozenset()  # UTC days (since the epoch) the spans start on: the partitions
     arrivals: list[RunArrival] = field(default_factory=list)  # runs this export opens, written with it
+    # Traces without a span that claims a chain (no record here) holding a GenAI span (another
+    # instrumentation's run, see foreign_traces), and the traces whose root span (no parent) is in this export.
+    genai_traces: frozenset[str] = frozenset()
+    root_traces: frozenset[str] = frozenset()
 
     @property
     def span_count(self) -> int:
@@ -96,6 +101,27 @@ class ConvertedRequest:
     @property
     def run_ids(self) -> set[str]:
         return {r.trace_id for r in self.records}
+
+
+@dataclass(frozen=True, slots=True)
+class ForeignMarks:
+    """What the chain processor learns of the traces in written exports that no span claims a chain of:
+    which hold a GenAI span (foreign runs), and which had their root span among them."""
+
+    genai: frozenset[str] = frozenset()
+    roots: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.genai or self.roots)
+
+    @classmethod
+    def of(cls, requests: Iterable[ConvertedRequest]) -> ForeignMarks:
+        genai: set[str] = set()
+        roots: set[str] = set()
+        for r in requests:
+            genai.update(r.genai_traces)
+            roots.update(r.root_traces)
+        return cls(genai=frozenset(genai), roots=frozenset(roots))
 
 
 # --- parsing ---------------------------------------------------------------------------
@@ -401,7 +427,40 @@ def _converted(
         )
     except (pa.ArrowInvalid, OverflowError) as exc:
         raise MalformedRequest(f"a span time is out of range: {exc}") from exc
-    return ConvertedRequest(table=table, records=records, agent_ids=frozenset(agents), days=frozenset(days))
+    genai, roots = foreign_traces(table, {r.trace_id for r in records})
+    return ConvertedRequest(table=table, records=records, agent_ids=frozenset(agents), days=frozenset(days),
+                            genai_traces=genai, root_traces=roots)
+
+
+_GENAI_KEYS = pa.array(sorted(semconv.FOREIGN_GENAI_KEYS), pa.string())
+
+
+def foreign_traces(table: pa.Table, run_ids: set[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """The traces of an export, outside ``run_ids`` (those with a span claiming a chain), that hold a GenAI
+    span (an attribute under ``gen_ai.``, ``openinference.span.kind`` or ``traceloop.span.kind``, or an event
+    named ``gen_ai.*``: any instrumentation's model, agent or tool call); and every trace whose root span
+    (no parent) is here, claiming or not (a run whose chain starts below a plain root has ended too).
+
+    Column at a time, in Arrow's kernels (the span loops of both conversions are left as they are): about
+    0.3 µs a span (measured on 510-span exports of 13 attributes a span), of the pipeline's ~18."""
+    genai: set[str] = set()
+    roots: set[str] = set()
+    for batch in table.select(["TraceId", "ParentSpanId", "SpanAttributes", "Events.Name"]).to_batches():
+        trace_ids, parents, attributes, events = batch.columns
+        if attributes.offset or events.offset:  # a slice: its offsets would not start at its keys' start
+            attributes, events = pa.concat_arrays([attributes]), pa.concat_arrays([events])
+        roots.update(pc.unique(pc.filter(trace_ids, pc.equal(parents, ""))).to_pylist())
+        keys = attributes.keys
+        rows = pc.list_parent_indices(pa.ListArray.from_arrays(attributes.offsets, keys))
+        hit = pc.or_(pc.starts_with(keys, semconv.FOREIGN_GENAI_KEY_PREFIX), pc.is_in(keys, value_set=_GENAI_KEYS))
+        marked = [pc.filter(rows, hit)]
+        if len(pc.list_flatten(events)):
+            marked.append(pc.filter(pc.list_parent_indices(events),
+                                    pc.starts_with(pc.list_flatten(events), semconv.FOREIGN_GENAI_KEY_PREFIX)))
+        for found in marked:
+            if len(found):
+                genai.update(pc.unique(pc.take(trace_ids, pc.unique(found))).to_pylist())
+    return frozenset(genai - run_ids), frozenset(roots)
 
 
 # --- the compiled pass ----------------------------------------------------------------------
@@ -643,4 +702,6 @@ def merged(parts: Sequence[ConvertedRequest]) -> ConvertedRequest:
         agent_ids=frozenset().union(*(p.agent_ids for p in parts)),
         days=frozenset().union(*(p.days for p in parts)),
         arrivals=[a for p in parts for a in p.arrivals],
+        genai_traces=frozenset().union(*(p.genai_traces for p in parts)),
+        root_traces=frozenset().union(*(p.root_traces for p in parts)),
     )

@@ -88,6 +88,8 @@ class Collector:
                          if config.analysis and store else None)
         if self.analysis is not None:
             self.analysis.budget = self.budget  # a run rendered into an incident
+            if self.chain is not None:
+                self.chain.on_judged = self.analysis.notify  # a run analysed once its verdict is in, not a poll later
         self.pipeline = Pipeline(
             auth=self.auth,
             batcher=self.batcher,
@@ -319,6 +321,7 @@ class Collector:
             "buffered_spans": self.chain.buffered_spans if self.chain else 0,
             "verified_runs": self.chain.verified_runs if self.chain else 0,
             "verified_spans": self.chain.verified_spans if self.chain else 0,
+            "foreign_runs": self.chain.foreign_runs if self.chain else 0,
             "log_size": self.log.size if self.log else 0,
             "log_damaged": self.log.damaged if self.log else "",
             **{s.signal.name: s.stats() for s in self.signals},  # exports and rows written

@@ -42,7 +42,8 @@
       placeholder: 'any agent', spellcheck: 'false'});
     var status = el('select', {id: 'filter-status'});
     [['', 'any state'], ['pending', 'live (pending)'], ['intact', 'chain intact'], ['unsealed', 'unsealed'],
-      ['broken', 'chain broken'], ['incomplete', 'incomplete'], ['Ok', 'outcome Ok'], ['Error', 'outcome Error']]
+      ['broken', 'chain broken'], ['incomplete', 'incomplete'], ['unchained', 'unchained (other instrumentation)'],
+      ['Ok', 'outcome Ok'], ['Error', 'outcome Error']]
       .forEach(function (pair) {
         status.appendChild(el('option', {value: pair[0], selected: (params.get('status') || '') === pair[0],
           text: pair[1]}));
