@@ -36,7 +36,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 
-from agentreplay_otel import determinism, exporters, guard, redaction, replay, semconv, settings
+from agentreplay_otel import caches, determinism, exporters, guard, redaction, replay, semconv, settings
 from agentreplay_otel.chain import ChainingSpanExporter
 from agentreplay_otel.errors import AgentReplayError, ConfigurationError
 from agentreplay_otel.instrumentation import _precedence, _support
@@ -178,6 +178,7 @@ class AgentReplayConfigurator(_BaseConfigurator):
 
 
 def _start(env: Mapping[str, str]) -> None:
+    caches.install(env)  # before the agent imports its libraries: their response caches answer nothing
     session = replay.install_from_env()  # before any run opens: a replay's runs are marked as replays
     _install_determinism(session)
     # A replay acts on nothing (tools sandboxed): nothing to enforce or watch; its interceptor stays.

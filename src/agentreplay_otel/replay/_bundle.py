@@ -18,7 +18,7 @@ from pathlib import Path
 
 from opentelemetry import trace
 
-from agentreplay_otel import codec, intercept, runs, semconv
+from agentreplay_otel import caches, codec, intercept, runs, semconv
 from agentreplay_otel.instrumentation import _transport
 from agentreplay_otel.recording import Recording
 from agentreplay_otel.replay import _network
@@ -32,6 +32,7 @@ PLACEHOLDER_KEYS = {"OPENAI_API_KEY": "replay-no-key-needed", "ANTHROPIC_API_KEY
 
 _session: ReplaySession | None = None
 _report_registered = False
+_caches_ours = False  # this module turned the libraries' caches off (not the launcher): uninstall turns them on
 
 
 def active() -> ReplaySession | None:
@@ -41,7 +42,10 @@ def active() -> ReplaySession | None:
 
 def install(session: ReplaySession, report_path: str | None = None) -> None:
     """Make ``session`` this process's replay: its interceptor, no network, a report at exit."""
-    global _session, _report_registered
+    global _session, _report_registered, _caches_ours
+    if not caches.installed():  # the libraries' own response caches answer nothing: every call reaches the recording
+        caches.install()
+        _caches_ours = True
     if _session is None:
         _transport.install()
     _session = session
@@ -57,10 +61,13 @@ def install(session: ReplaySession, report_path: str | None = None) -> None:
 
 def uninstall() -> None:
     """Undo :func:`install` (tests)."""
-    global _session
+    global _session, _caches_ours
     if _session is None:
         return
     _session = None
+    if _caches_ours:
+        _caches_ours = False
+        caches.uninstall()
     intercept.install(None)
     _network.unblock()
     _transport.uninstall()
