@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentreplay_otel import codec
+from agentreplay_otel.recording import KIND_LLM, KIND_TOOL
 
 
 class Mode(enum.StrEnum):
@@ -75,6 +76,9 @@ class Divergence:
     closest_step: int | None = None
     fields: list[FieldDiff] = field(default_factory=list)
     diff: str = ""
+    recorded_kind: str = ""  # what the recording has at this step (llm, tool; "" when unknown or none)
+    recorded_call: str = ""  # its model (llm) or tool name
+    explanation: str = ""  # in words: what the agent did, and what the recording expected there
 
     def summary(self) -> str:
         where = f"step {self.step}"
@@ -83,11 +87,36 @@ class Divergence:
         if self.reason is Reason.EXTRA_CALL:
             return f"{where}: {self.kind} call {self.name!r} is beyond the end of the recording"
         if self.reason is Reason.KIND_DIFFERS:
+            if self.explanation:
+                return f"{where}: {self.explanation}"
             return f"{where}: the agent made a {self.kind} call {self.name!r}; the recording has {self.recorded_name!r}"
         if self.reason is Reason.EXIT_DIFFERS:
             return f"the agent's process {self.name}"
         changed = ", ".join(f.path for f in self.fields[:5]) or "the request"
         return f"{where}: {self.kind} call {self.name!r} differs from the recording in {changed}"
+
+
+def call_words(kind: str, name: str) -> str:
+    """A call as a person says it: ``tool shipping_quote``, ``an LLM call (gpt-4o-mini)``."""
+    if kind == KIND_TOOL:
+        return f"tool {name}" if name else "a tool"
+    if kind == KIND_LLM:
+        return f"an LLM call ({name})" if name else "an LLM call"
+    return f"a {kind} call {name}".rstrip() if kind else "nothing"
+
+
+def kind_differs(step: int, kind: str, name: str, recorded_kind: str, recorded_call: str, *,
+                 recorded_step: int | None = None, recorded_span_id: str | None = None,
+                 recorded_name: str | None = None) -> Divergence:
+    """The agent made one kind of call (or another tool) where the recording has another, said in words:
+    ``the agent called tool shipping_quote; the recording expected an LLM call (gpt-4o-mini)``."""
+    did = f"called {call_words(kind, name)}" if kind == KIND_TOOL else f"made {call_words(kind, name)}"
+    return Divergence(
+        step=step, reason=Reason.KIND_DIFFERS, kind=kind, name=name, recorded_step=recorded_step,
+        recorded_span_id=recorded_span_id, recorded_name=recorded_name, recorded_kind=recorded_kind,
+        recorded_call=recorded_call,
+        explanation=f"the agent {did}; the recording expected {call_words(recorded_kind, recorded_call)}",
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -34,7 +34,17 @@ from agentreplay_otel.intercept import Answer, Sandboxed, ToolCall
 from agentreplay_otel.recording import KIND_LLM, KIND_TOOL, RecordedStep, Recording, request_fingerprint
 from agentreplay_otel.replay._diff import decode, field_diff, text_diff
 from agentreplay_otel.replay._fork import ForkedCall, apply_fix, carry_fix, fork_route, forked_call
-from agentreplay_otel.replay._model import Divergence, Mode, OnDivergence, Outcome, Plan, Reason, Report
+from agentreplay_otel.replay._model import (
+    Divergence,
+    Mode,
+    OnDivergence,
+    Outcome,
+    Plan,
+    Reason,
+    Report,
+    call_words,
+    kind_differs,
+)
 from agentreplay_otel.replay._sandbox import stand_in
 
 
@@ -64,6 +74,13 @@ class SpanNames(SpanProcessor):
             return self._names.get(span_id, "")
 
 
+def _kind_differs(step: int, kind: str, name: str, recorded: RecordedStep) -> Divergence:
+    """The agent's call of one kind (or tool) where the recording has another: said in words, what
+    the agent did and what the recording expected (:func:`kind_differs`)."""
+    return kind_differs(step, kind, name, recorded.kind, recorded.name, recorded_step=recorded.step,
+                        recorded_span_id=recorded.span_id, recorded_name=recorded.span_name)
+
+
 def recorded_failure(step: RecordedStep) -> Exception:
     """The failure a recorded tool call ended in: enforcement decisions as their own type (so the
     agent meets the same ``ScopeViolation`` or ``RunHalted``), anything else as ReplayedToolError."""
@@ -88,6 +105,7 @@ class ReplaySession:
         self.cursor = 0  # one past the highest step taken
         self.calls = 0
         self._taken: set[int] = set()
+        self._made: dict[int, tuple[str, str]] = {}  # the agent's calls by their own number: (kind, model or tool)
         self._index: dict[tuple[str, str, str], list[int]] | None = None  # (kind, tool, fingerprint) -> steps
         self.span_names = SpanNames()  # fed by the tracer provider (replay.install): a call's lineage
         self.matched = 0
@@ -139,6 +157,7 @@ class ReplaySession:
         kind (and tool) with the same fingerprint; among identical requests, those recorded under the
         span this call's parent replays first, its own position first among them. Nothing pending asks
         it: its own position (else the next), where the divergence is reported."""
+        self._made.setdefault(self.calls if step is None else step, (kind, name))
         own = self.cursor if step is None or step in self._taken else step
         if printed:
             found = self._pending(own, kind, name, printed, parent)
@@ -196,9 +215,7 @@ class ReplaySession:
                 return self._diverge(body, Divergence(step=step, reason=Reason.EXTRA_CALL, kind=KIND_LLM, name=name),
                                      step, provider)
             if recorded.kind != KIND_LLM:
-                return self._diverge(body, Divergence(
-                    step=step, reason=Reason.KIND_DIFFERS, kind=KIND_LLM, name=name, recorded_step=recorded.step,
-                    recorded_span_id=recorded.span_id, recorded_name=recorded.span_name), step, provider)
+                return self._diverge(body, _kind_differs(step, KIND_LLM, name, recorded), step, provider)
             if self.plan.mode is Mode.FORK and step == self.plan.fork_at:
                 self.forked = True
                 self._forked_call = forked_call(self.recording, step, provider, body)
@@ -295,9 +312,7 @@ class ReplaySession:
         if recorded is None:
             return Divergence(step=step, reason=Reason.EXTRA_CALL, kind=KIND_TOOL, name=name)
         if recorded.kind != KIND_TOOL or recorded.name != name:
-            return Divergence(step=step, reason=Reason.KIND_DIFFERS, kind=KIND_TOOL, name=name,
-                              recorded_step=recorded.step, recorded_span_id=recorded.span_id,
-                              recorded_name=recorded.span_name)
+            return _kind_differs(step, KIND_TOOL, name, recorded)
         if request_fingerprint(dict(arguments)) != recorded.fingerprint:
             return self._request_divergence(step, KIND_TOOL, name, arguments, recorded)
         return None
@@ -322,14 +337,28 @@ class ReplaySession:
         return stand_in(results, func), "mock"
 
     # --- the end -----------------------------------------------------------------------
+    def _never_made(self, step: int) -> Divergence:
+        """A recorded call no call of the replay asked for: what the agent did at that place instead.
+
+        Its own call there of another kind (or another tool), answered by a later recorded step, is a
+        ``kind-differs``: a library that answered the recorded model call itself (its response cache)
+        leaves the agent's tool call there. No call there: the agent stopped (``missing-calls``)."""
+        recorded = self.recording.steps[step]
+        made = self._made.get(step)
+        if made is not None and (made[0] != recorded.kind or (made[0] == KIND_TOOL and made[1] != recorded.name)):
+            return _kind_differs(step, made[0], made[1], recorded)
+        expected = call_words(recorded.kind, recorded.name)
+        said = (f"the agent made no more calls; the recording expected {expected} next" if made is None
+                else f"the agent never made the call the recording has here: {expected}")
+        return Divergence(step=step, reason=Reason.MISSING_CALLS, kind="", name="", recorded_step=recorded.step,
+                          recorded_span_id=recorded.span_id, recorded_name=recorded.span_name,
+                          recorded_kind=recorded.kind, recorded_call=recorded.name, explanation=said)
+
     def finish(self, replay_run_id: str = "") -> Report:
         with self._lock:
             missing = [i for i in range(len(self.recording.steps)) if i not in self._taken]
             if self.divergence is None and missing and self.plan.mode is not Mode.FORK:
-                nxt = self.recording.steps[missing[0]]
-                self.divergence = Divergence(step=missing[0], reason=Reason.MISSING_CALLS, kind="", name="",
-                                             recorded_step=nxt.step, recorded_span_id=nxt.span_id,
-                                             recorded_name=nxt.span_name)
+                self.divergence = self._never_made(missing[0])
             outcome = Outcome.FORKED if self.forked else (Outcome.DIVERGED if self.divergence else Outcome.MATCHED)
             return Report(
                 run_id=self.recording.run_id, mode=self.plan.mode, steps_recorded=len(self.recording.steps),

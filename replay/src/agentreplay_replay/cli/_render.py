@@ -250,6 +250,8 @@ def exit_line(outcome: ReplayOutcome) -> str:
 
 def divergence_parts(d: Divergence) -> list[Any]:
     head = Text(f"first divergence at step {d.step}: {d.reason}", style="bold red")
+    if d.explanation:  # what the agent did instead of the recorded step
+        head.append(f"\n  {d.explanation}", style="bold")
     if d.recorded_span_id:
         head.append(f"\n  recorded span: {d.recorded_name} ({d.recorded_span_id})", style="")
     if d.closest_step is not None and d.closest_step != d.recorded_step:
