@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentreplay_otel.core import SpanRecord, partition_chain, semconv
+from agentreplay_replay.analysis.foreign import normalized
 from agentreplay_replay.diffing import clip
 
 NOT_REPLAYABLE = "response not recorded: not replayable"
@@ -91,9 +92,13 @@ def build_timeline(spans: Sequence[SpanRecord]) -> list[TimelineNode]:
 
     A span whose parent is not among the spans (lost, or outside the run) is shown as a root.
     In a run's trace, spans outside the chain are marked ``attached`` (in a trace that is not
-    a run, none are: there is no chain to be outside of).
+    a run, none are: there is no chain to be outside of). A trace without a chain (another
+    instrumentation's, a foreign run) is shown as the analysis reads it: its model and tool calls
+    numbered as they started, their arguments and results in the GenAI conventions' shape.
     """
     chain, others = partition_chain(spans)
+    if not chain:  # a trace of another instrumentation: its model and tool calls numbered, read as the analysis does
+        spans = normalized(spans)
     attached = {id(s) for s in others} if chain else set()
     ids = {s.span_id for s in spans}
     children: dict[str, list[SpanRecord]] = {}

@@ -5,8 +5,9 @@
     verdict.fork_command()             # "agentreplay fork RUN --at 3 --system '...'"
 
 Modules: :mod:`.taxonomy` (the 14 MAST modes), :mod:`.verdict` (the records), :mod:`.transcript`
-(a run as the analysis reads it), :mod:`.constraints` (what a text states, what an argument
-carries), :mod:`.detectors`, :mod:`.engine` (the detectors' verdict).
+(a run as the analysis reads it; :mod:`.foreign` reads other instrumentations' traces into it),
+:mod:`.constraints` (what a text states, what an argument carries), :mod:`.detectors`, :mod:`.engine`
+(the detectors' verdict).
 """
 
 from __future__ import annotations

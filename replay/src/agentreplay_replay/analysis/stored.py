@@ -9,8 +9,8 @@ from agentreplay_otel.core import SpanRecord
 from agentreplay_replay.analysis.engine import detect
 from agentreplay_replay.analysis.judge import JudgeConfig
 from agentreplay_replay.analysis.judge import judge as ask_judge
-from agentreplay_replay.analysis.transcript import run_view
-from agentreplay_replay.analysis.verdict import Outcome, Verdict
+from agentreplay_replay.analysis.transcript import FOREIGN_UNFORKABLE, run_view
+from agentreplay_replay.analysis.verdict import NO_CHAIN, Outcome, Verdict
 
 
 def record(verdict: Verdict) -> StoredClassification:
@@ -29,14 +29,17 @@ def analyse(spans: list[SpanRecord], *, chain: ChainStatus | None, judge: JudgeS
     """The collector worker's analysis of one finished run: the detectors' verdict, and the LLM judge's
     when one is configured and the run ended failed or halted or a detector flags it. A judge that gives
     no verdict is stored as such (``judge_error``), never raised."""
-    view = run_view(spans)
+    unchained = chain is not None and chain.status is ChainState.UNCHAINED
+    view = run_view(spans, finished=unchained)
     state = str(chain.status if chain is not None else ChainState.PENDING)
     verified = chain is not None and chain.intact
-    problem = "" if verified else f"the chain is {state}"
+    problem = NO_CHAIN if unchained else "" if verified else f"the chain is {state}"
     verdicts = [detect(view)]
     if judge is not None and (verdicts[0].outcome is Outcome.FAILED or view.failed or view.halted):
         config = JudgeConfig(base_url=judge.base_url.rstrip("/"), model=judge.model, api_key=judge.api_key,
                              timeout_s=judge.timeout_s, context_tokens=judge.context_tokens)
         verdicts.append(ask_judge(view, config))
-    return [record(v.with_chain(chain_state=state, verified=verified, partial=not view.finished, problem=problem))
+    unforkable = FOREIGN_UNFORKABLE if view.foreign else ""
+    return [record(v.with_chain(chain_state=state, verified=verified, partial=not view.finished, problem=problem,
+                                unforkable=unforkable))
             for v in verdicts]

@@ -26,6 +26,7 @@ from agentreplay_otel.core import (
     restore_content,
     semconv,
 )
+from agentreplay_replay.analysis.foreign import normalized
 
 _ACTION_VERBS = frozenset({"book", "buy", "purchase", "pay", "send", "transfer", "order", "reserve", "schedule",
                            "cancel", "delete", "remove", "submit", "charge", "refund", "wire", "email", "checkout",
@@ -200,6 +201,7 @@ class RunView:
     error: str = ""
     chain_hash: str = ""
     started_ns: int = 0  # when the run began (its run span's start, else its first span's): its clock
+    foreign: bool = False  # another instrumentation's trace, no chain: read through analysis.foreign
 
     @cached_property
     def llm_steps(self) -> tuple[Step, ...]:
@@ -306,10 +308,21 @@ class Quote:
     path: str
 
 
-def run_view(spans: Iterable[SpanRecord]) -> RunView:
+FOREIGN_UNFORKABLE = ("another instrumentation recorded it, without the request and response bodies a replay "
+                      "answers from")
+"""Why a foreign run's verdict offers no fork command (:meth:`Verdict.with_chain`'s ``unforkable``)."""
+
+
+def run_view(spans: Iterable[SpanRecord], *, finished: bool | None = None) -> RunView:
     """The analysis's view of a run from its stored spans (any order; a run still in flight too).
-    Only the chain's spans count: other services' spans in the trace vouch for nothing."""
-    spans, _attached = partition_chain(spans)
+    Only the chain's spans count: other services' spans in the trace vouch for nothing. A trace with
+    no chain at all (another instrumentation's, a foreign run) is read whole, through
+    :func:`~agentreplay_replay.analysis.foreign.normalized`. ``finished``: the collector's word that the
+    run is over when its root span is not stored (a foreign run judged after its quiet period)."""
+    spans, attached = partition_chain(spans)
+    foreign = not spans and bool(attached)
+    if foreign:
+        spans = normalized(attached)
     roots = [s for s in spans if s.is_root]
     root = roots[-1] if roots else None
     by_id = {s.span_id: s for s in spans}
@@ -322,12 +335,13 @@ def run_view(spans: Iterable[SpanRecord]) -> RunView:
         root_span_id=root.span_id if root else "",
         run_input=_as_text(json_or(attrs.get(semconv.RUN_INPUT), attrs.get(semconv.RUN_INPUT, ""))),
         run_output=_as_text(json_or(attrs.get(semconv.RUN_OUTPUT), attrs.get(semconv.RUN_OUTPUT, ""))),
-        finished=root is not None,
+        finished=root is not None or bool(finished),
         failed=root is not None and root.status_code == "Error",
         error_type=attrs.get(semconv.ERROR_TYPE, ""),
         error=root.status_message if root else "",
         chain_hash=chain_head(spans),
         started_ns=root.start_ns if root else min((s.start_ns for s in spans), default=0),
+        foreign=foreign,
     )
 
 

@@ -125,6 +125,11 @@ class ModeHit:
         )
 
 
+NO_CHAIN = ("it has no AgentReplay chain (another instrumentation's trace): nothing in it was verified, and "
+            "nothing is claimed about tampering")
+"""What a verdict on a foreign run (``unchained``) says of its chain: its note, beside ``verified: false``."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
     """One classifier's judgement of one run, as judged at chain head ``chain_hash``."""
@@ -161,10 +166,17 @@ class Verdict:
     def fork_command(self) -> str | None:
         return self.fix.command(self.run_id) if self.fix else None
 
-    def with_chain(self, *, chain_state: str, verified: bool, partial: bool, problem: str = "") -> Verdict:
-        """This verdict with what it knows of the run's chain (``problem``: why it did not verify)."""
+    def with_chain(self, *, chain_state: str, verified: bool, partial: bool, problem: str = "",
+                   unforkable: str = "") -> Verdict:
+        """This verdict with what it knows of the run's chain (``problem``: why it did not verify;
+        ``unforkable``: why the run cannot be forked, so its fix is said in words, not as a command)."""
         notes = self.notes + ((f"judged although its chain does not verify: {problem}",) if problem else ())
-        return replace(self, chain_state=chain_state, verified=verified, partial=partial, notes=notes)
+        fix = self.fix
+        if unforkable and fix is not None:
+            what = f"--system {fix.system!r}" if fix.system is not None else f"--message {fix.message!r}"
+            notes += (f"no fork is offered: {unforkable}; the fix to try, at step {fix.at}: {what}",)
+            fix = None
+        return replace(self, chain_state=chain_state, verified=verified, partial=partial, notes=notes, fix=fix)
 
     def to_json(self) -> dict[str, Any]:
         return {

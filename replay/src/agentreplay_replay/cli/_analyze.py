@@ -19,9 +19,9 @@ from rich.text import Text
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
 from agentreplay_collector.reader import RunReader, is_store
-from agentreplay_otel.core import ChainProblem, ChainReport, semconv
+from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, semconv, unchained
 from agentreplay_otel.core import verify as verify_chain
-from agentreplay_replay.analysis.verdict import DETECTORS, Outcome, Verdict
+from agentreplay_replay.analysis.verdict import DETECTORS, NO_CHAIN, Outcome, Verdict
 from agentreplay_replay.cli._case import CaseOrgKeyOpt, RunOrCaseArg, case_org_key
 from agentreplay_replay.cli._client import Collector, open_run
 from agentreplay_replay.cli._common import (
@@ -105,7 +105,7 @@ def analyze(
     from agentreplay_replay.analysis.agreement import agreement
     from agentreplay_replay.analysis.engine import detect
     from agentreplay_replay.analysis.judge import judge
-    from agentreplay_replay.analysis.transcript import run_view
+    from agentreplay_replay.analysis.transcript import FOREIGN_UNFORKABLE, run_view
 
     configs = _judge_configs(judges, models or [], base_url, api_key, context_tokens, timeout_s)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified,
@@ -115,8 +115,11 @@ def analyze(
             raise CLIError(f"run {full} has no stored spans")
         status = source.get_chain_status(full)
         report = verify_chain(spans, keys=source.get_agent_key)
-        chain = _admit(full, status, report, partial=partial, allow_unverified=allow_unverified)
-        view = run_view(spans)
+        if unchained(spans):  # another instrumentation's trace: nothing to verify, its own rules
+            chain = _admit_foreign(full, status, spans, partial=partial)
+        else:
+            chain = _admit(full, status, report, partial=partial, allow_unverified=allow_unverified)
+        view = run_view(spans, finished=chain["chain_state"] == ChainState.UNCHAINED)
         found = detect(view)
         verdicts = [found] if judges is not Judges.LLM else []
         for config in configs:
@@ -125,7 +128,7 @@ def analyze(
             verdicts.append(judge(view, config))
         if judges is Judges.LLM and any(v.outcome is Outcome.JUDGE_ERROR for v in verdicts):
             verdicts.append(found)  # a judge gave no verdict: the detectors' is printed and stored instead
-        verdicts = [v.with_chain(**chain) for v in verdicts]
+        verdicts = [v.with_chain(**chain, unforkable=FOREIGN_UNFORKABLE if view.foreign else "") for v in verdicts]
         stored, store_error = _store(source, admin_token, verdicts)
     agreed = agreement(verdicts) if len(verdicts) > 1 else None
     if json_:
@@ -181,6 +184,21 @@ def _admit(run_id: str, status: ChainStatus | None, report: ChainReport, *, part
     state = ChainStatus.from_report(report).status.value if not in_flight else ChainState.PENDING.value
     problem = "" if report.intact or cut_only else f"{report.problem} at seq {report.seq}: {report.detail}"
     return {"chain_state": state, "verified": report.intact, "partial": in_flight, "problem": problem}
+
+
+def _admit_foreign(run_id: str, status: ChainStatus | None, spans: Sequence[SpanRecord], *,
+                   partial: bool) -> dict[str, Any]:
+    """A foreign run (no span claims a chain) may be judged once the collector has made it a run
+    (``unchained``), or, with no run record at all (stored before collectors did), once its root span is
+    stored; else it is in flight. Nothing verifies it and nothing is refused for that."""
+    finished = (status is not None and status.status is ChainState.UNCHAINED) or (
+        status is None and any(s.is_root for s in spans))
+    if not finished and not partial:
+        raise CLIError(f"run {run_id} is not finished: another instrumentation's trace (no AgentReplay chain) whose "
+                       "root span has not arrived and that the collector has not judged yet (it does once nothing "
+                       "of it came for agentreplay_chain.foreign_quiet_period): analyse it then, or now with --partial")
+    state = ChainState.UNCHAINED if finished else ChainState.PENDING
+    return {"chain_state": state.value, "verified": False, "partial": not finished, "problem": NO_CHAIN}
 
 
 class VerdictStore(Protocol):
@@ -292,8 +310,11 @@ def _render(run_id: str, verdicts: Sequence[Verdict], agreed: Agreement | None) 
 def _verdict_parts(run_id: str, v: Verdict) -> list[Any]:
     head = Text.assemble(("run ", "bold"), (run_id, "bold cyan"), "  ", (v.outcome.upper(), _STYLE[v.outcome]),
                          f"  by {v.judge}", style="")
-    head.append(f"  chain {v.chain_state or '?'}" + ("" if v.verified else " (UNVERIFIED)"),
-                style="" if v.verified else "bold red")
+    if v.chain_state == ChainState.UNCHAINED:  # nothing to verify: not a chain that failed to
+        head.append(f"  chain {v.chain_state} (another instrumentation's trace: nothing verified)", style="yellow")
+    else:
+        head.append(f"  chain {v.chain_state or '?'}" + ("" if v.verified else " (UNVERIFIED)"),
+                    style="" if v.verified else "bold red")
     if v.partial:
         head.append("  (run in flight: partial)", style="yellow")
     parts: list[Any] = [head]

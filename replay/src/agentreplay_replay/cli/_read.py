@@ -13,7 +13,7 @@ from rich.text import Text
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import ChainState
 from agentreplay_collector.reader import RunReader
-from agentreplay_otel.core import ChainReport, semconv
+from agentreplay_otel.core import ChainReport, semconv, unchained
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli import _analyze as analysis
 from agentreplay_replay.cli import _case as case_cli
@@ -50,15 +50,16 @@ def runs(
                                                      "verdict counts.")] = None,
     limit: Annotated[int, typer.Option(min=1, help="At most this many runs, newest first.")] = 50,
     all_: Annotated[bool, typer.Option("--all", help="Also list traces that are not runs (services that are not "
-                                                     "AgentReplay agents, sending plain OpenTelemetry).")] = False,
+                                                     "agents, sending plain OpenTelemetry).")] = False,
     json_: JsonOpt = False,
     store: StoreOpt = None,
     collector: CollectorOpt = None,
 ) -> None:
     """List recorded runs, newest first, with cost and chain state.
 
-    With --all, also the stored traces that are not runs (no span of them was recorded by an
-    AgentReplay agent), newest first, up to --limit of them; `show` takes their ids too. With
+    Another instrumentation's trace of an agent (GenAI spans, no AgentReplay chain: AutoGen's,
+    OpenLLMetry, OpenInference) is a run too, in chain state "unchained". With --all, also the stored
+    traces that are not runs (no chain and no GenAI span: plain services), newest first, up to --limit of them; `show` takes their ids too. With
     --json --all the document is {"runs": [...], "traces": [...]}.
 
     \b
@@ -173,7 +174,9 @@ def verify(
     it, seals are not checked and --require-seal is an error.
 
     Exit 0 when every chain is intact (or unsealed, if seals are not required), 1 when one is
-    broken, incomplete or not sealed as required, naming the first bad span; 3 (PENDING) when a
+    broken, incomplete or not sealed as required, naming the first bad span; another
+    instrumentation's trace (unchained: no span of it claims a chain) has nothing to verify and
+    fails only where seals are required; 3 (PENDING) when a
     run does not check yet but the collector has not judged it either (its spans may still be
     arriving): verify again in a few seconds.
 
@@ -212,6 +215,7 @@ def verify(
                   soft_wrap=True)
     reports: list[ChainReport] = []
     pending: dict[str, float] = {}  # run id -> seconds since its last span, for a run not judged yet
+    foreign: set[str] = set()  # another instrumentation's traces (unchained): nothing to verify
     with reader(store, collector) as source:
         certificates = functools.lru_cache(maxsize=None)(source.get_agent_certificate)
         ids = ([r.run_id for r in every_run(source, page_size=page_size)] if all_
@@ -225,16 +229,20 @@ def verify(
             else:
                 report = verify_chain(spans, org_key=org, certificates=certificates, require_seal=required)
             reports.append(report)
+            if spans and unchained(spans):
+                foreign.add(rid)
             if not report.intact and _judging(source, rid):
                 pending[rid] = max(0.0, (time.time_ns() - max((s.end_ns for s in spans), default=0)) / 1e9)
     if json_:
         print_json([render.report_json(r) | ({"status": ChainState.PENDING.value, "pending_s": round(pending[r.run_id], 1)}
-                                             if r.run_id in pending else {}) for r in reports])
+                                             if r.run_id in pending else render.unchained_json(r, required)
+                                             if r.run_id in foreign else {}) for r in reports])
     else:
         for report in reports:
             out.print(_pending_line(report, pending[report.run_id]) if report.run_id in pending
+                      else render.unchained_line(report, required) if report.run_id in foreign
                       else render.report_line(report), soft_wrap=True)
-    if any(not r.intact and r.run_id not in pending for r in reports):
+    if any(not r.intact and r.run_id not in pending and (r.run_id not in foreign or required) for r in reports):
         raise typer.Exit(1)
     if pending:
         raise typer.Exit(PENDING_EXIT)

@@ -31,6 +31,7 @@ CHAIN_STATES: dict[ChainState, str] = {
     ChainState.BROKEN: "a link fails: a span edited, missing, reordered or forged, or a bad seal",
     ChainState.INCOMPLETE: "the run span never arrived: a cut tail, or an agent that died",
     ChainState.PENDING: "spans still arriving; not judged yet",
+    ChainState.UNCHAINED: "another instrumentation's trace: no chain, nothing verified, nothing claimed",
 }
 """Each chain state's name (its value) and what it means: for ``--help``, tables and reports alike."""
 
@@ -42,7 +43,7 @@ SEAL_WORDS: dict[SealStatus, str] = {
 }
 
 _CHAIN_STYLE = {ChainState.INTACT: "green", ChainState.BROKEN: "bold red", ChainState.UNSEALED: "yellow",
-                ChainState.INCOMPLETE: "yellow", ChainState.PENDING: "dim"}
+                ChainState.INCOMPLETE: "yellow", ChainState.PENDING: "dim", ChainState.UNCHAINED: "yellow"}
 
 
 def _when(ns: int) -> str:
@@ -87,7 +88,7 @@ def runs_table(runs: Sequence[RunSummary], analysis: Mapping[str, Text] | None =
         if r.run_kind != "record":
             outcome.append(f" ({r.run_kind})", style="dim")
         table.add_row(
-            r.run_id[:12], r.agent_id, _when(r.start_ns), f"{r.duration_ns / 1e9:.2f}s",
+            r.run_id[:12], r.agent_id or r.agent_name or r.service_name, _when(r.start_ns), f"{r.duration_ns / 1e9:.2f}s",
             str(r.span_count), usd(r.cost_usd), outcome, chain_text(r.chain),
             *([analysis.get(r.run_id, Text("—", style="dim"))] if analysis is not None else []),
         )
@@ -95,10 +96,10 @@ def runs_table(runs: Sequence[RunSummary], analysis: Mapping[str, Text] | None =
 
 
 def traces_table(traces: Sequence[TraceSummary]) -> Table | Text:
-    """``runs --all``: the stored traces that are not runs (no AgentReplay chain in them)."""
+    """``runs --all``: the stored traces that are not runs (no AgentReplay chain, no GenAI span in them)."""
     if not traces:
         return Text("No other traces: every stored trace is a run.")
-    table = Table(title=f"{len(traces)} trace(s) that are not runs (no AgentReplay chain), newest first",
+    table = Table(title=f"{len(traces)} trace(s) that are not runs (no AgentReplay chain, no GenAI span), newest first",
                   title_justify="left")
     for col, kw in (("trace", {"no_wrap": True}), ("services", {}), ("root span", {}),
                     ("started UTC", {"no_wrap": True}), ("took", {"justify": "right"}),
@@ -178,6 +179,27 @@ def report_line(report: ChainReport) -> Text:
     line.append(chain.status.value.upper(), style="bold red")
     line.append(f": {report.problem}{where}{span}: {report.detail}")
     return line
+
+
+UNCHAINED_WORDS = ("another instrumentation's trace: no span of it claims an AgentReplay chain, so nothing in it "
+                   "can be verified and nothing is claimed about tampering")
+
+
+def unchained_line(report: ChainReport, required: bool) -> Text:
+    """``verify``'s line for a foreign run: nothing to verify; a failure only where seals are required."""
+    line = Text.assemble((f"{report.run_id}  ", "cyan"))
+    if required:
+        line.append(ChainState.UNCHAINED.value.upper(), style="bold red")
+        line.append(f": not sealed as required: {UNCHAINED_WORDS}")
+    else:
+        line.append(ChainState.UNCHAINED.value, style="bold " + _CHAIN_STYLE[ChainState.UNCHAINED])
+        line.append(f", {report.attached_spans} spans: {UNCHAINED_WORDS}")
+    return line
+
+
+def unchained_json(report: ChainReport, required: bool) -> dict[str, Any]:
+    return {"status": ChainState.UNCHAINED.value, "problem": "missing_seal" if required else None, "seq": None,
+            "detail": UNCHAINED_WORDS, "span_count": report.attached_spans, "attached_spans": 0}
 
 
 def report_json(report: ChainReport) -> dict[str, Any]:
