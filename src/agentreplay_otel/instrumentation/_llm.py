@@ -25,6 +25,7 @@ from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.pricing import cost_usd
 from agentreplay_otel.runs import RunState, start_step_span
 from agentreplay_otel.store_once import view_json
+from agentreplay_otel.version import __version__
 
 _log = logging.getLogger(__name__)
 
@@ -41,6 +42,31 @@ def clean_kwargs(kwargs: Mapping[str, Any]) -> dict[str, Any]:
         for k, v in kwargs.items()
         if type(v).__name__ not in _NOT_GIVEN_TYPES and k not in ("extra_headers", "extra_query", "timeout")
     }
+
+
+@dataclass(slots=True)
+class CallRequest:
+    """What a provider's request extractor read from one call's arguments."""
+
+    model: str | None
+    attributes: dict[str, Any]
+    input_messages: Any = None
+    system_instructions: Any = None
+
+
+@dataclass(frozen=True)
+class Recorder:
+    """Where an instrumentor's calls are recorded."""
+
+    tracer: trace.Tracer
+    metrics: GenAIMetrics | None
+
+    @classmethod
+    def for_instrumentor(cls, name: str, kwargs: Mapping[str, Any]) -> Recorder:
+        """The recorder of instrumentor module ``name``, on the providers ``instrument(**kwargs)`` was given
+        (``tracer_provider``, ``meter_provider``; the global ones when absent), as contrib's instrumentors take them."""
+        return cls(tracer=trace.get_tracer(name, __version__, tracer_provider=kwargs.get("tracer_provider")),
+                   metrics=GenAIMetrics(kwargs.get("meter_provider")))
 
 
 @dataclass(kw_only=True)

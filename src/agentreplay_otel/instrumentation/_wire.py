@@ -18,17 +18,15 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
 
 from agentreplay_otel import semconv
-from agentreplay_otel.instrumentation._llm import LLMResult
-from agentreplay_otel.instrumentation._wrap import CallRequest, Recorder
-from agentreplay_otel.instrumentation.openai._extract import chat_input_messages, chat_options, content_parts
+from agentreplay_otel.instrumentation._llm import CallRequest, LLMResult, Recorder
+from agentreplay_otel.instrumentation._messages import chat_input_messages, chat_options, content_parts
 
 Events = list[dict[str, Any]]
 
@@ -405,7 +403,7 @@ class Wire:
 
 
 _lock = threading.Lock()
-_on: dict[str, Recorder] = {}  # library -> the recorder its instrumentor gave
+_on: dict[str, Recorder] = {}  # library -> the recorder its instrumentor gave (_wired.WireInstrumentor)
 _anonymous: Recorder | None = None
 
 
@@ -443,32 +441,12 @@ def result_of(api: API, body: str | None, events: list[str] | None) -> LLMResult
         return LLMResult()
 
 
-# --- the instrumentors ----------------------------------------------------------------------
-class WireInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Records one client library's model calls from its HTTP exchanges (see the module's docstring)::
+def turn_on(client: Client, recorder: Recorder) -> None:
+    """Record ``client``'s calls on ``recorder`` (its instrumentor is on)."""
+    with _lock:
+        _on[client.library] = recorder
 
-        OllamaInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
 
-    ``opentelemetry-instrument`` does this by itself when the library is installed; turned off there
-    (``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS=agentreplay_ollama``), its calls are named as not recorded.
-    """
-
-    client: Client
-    requirement: str
-
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return (self.requirement,)
-
-    def _instrument(self, **kwargs: Any) -> None:
-        from agentreplay_otel.instrumentation import _transport
-
-        with _lock:
-            _on[self.client.library] = Recorder.for_instrumentor(type(self).__module__, kwargs)
-        _transport.install()
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        from agentreplay_otel.instrumentation import _transport
-
-        with _lock:
-            _on.pop(self.client.library, None)
-        _transport.uninstall()
+def turn_off(client: Client) -> None:
+    with _lock:
+        _on.pop(client.library, None)

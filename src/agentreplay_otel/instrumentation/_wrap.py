@@ -25,30 +25,18 @@ from opentelemetry import trace
 from agentreplay_otel import intercept, semconv
 from agentreplay_otel.errors import RunHalted, ScopeViolation
 from agentreplay_otel.instrumentation import _capture, _transport
-from agentreplay_otel.instrumentation._llm import LLMCall, LLMResult, clean_kwargs
+from agentreplay_otel.instrumentation._llm import CallRequest, LLMCall, LLMResult, Recorder, clean_kwargs
 from agentreplay_otel.instrumentation._stream import (
     AsyncStreamProxy,
     StreamAccumulator,
     SyncStreamProxy,
     tap_sse,
 )
-from agentreplay_otel.metrics import GenAIMetrics
 from agentreplay_otel.runs import RunState, _run_for_call
-from agentreplay_otel.version import __version__
 
 _log = logging.getLogger(__name__)
 
 _ENFORCEMENT = (ScopeViolation, RunHalted)  # decisions raised into agent code on purpose
-
-
-@dataclass(slots=True)
-class CallRequest:
-    """What a provider's request extractor read from one call's arguments."""
-
-    model: str | None
-    attributes: dict[str, Any]
-    input_messages: Any = None
-    system_instructions: Any = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,21 +50,6 @@ class Endpoint:
     sync_stream: type | tuple[type, ...] = ()
     async_stream: type | tuple[type, ...] = ()
     operation: str = semconv.OP_CHAT
-
-
-@dataclass(frozen=True)
-class Recorder:
-    """Where an instrumentor's calls are recorded."""
-
-    tracer: trace.Tracer
-    metrics: GenAIMetrics | None
-
-    @classmethod
-    def for_instrumentor(cls, name: str, kwargs: Mapping[str, Any]) -> Recorder:
-        """The recorder of instrumentor module ``name``, on the providers ``instrument(**kwargs)`` was given
-        (``tracer_provider``, ``meter_provider``; the global ones when absent), as contrib's instrumentors take them."""
-        return cls(tracer=trace.get_tracer(name, __version__, tracer_provider=kwargs.get("tracer_provider")),
-                   metrics=GenAIMetrics(kwargs.get("meter_provider")))
 
 
 _PLAIN_TYPES = frozenset({str, list, dict, tuple, int, float, bool, type(None)})

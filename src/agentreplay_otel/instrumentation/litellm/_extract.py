@@ -15,8 +15,8 @@ from typing import Any
 
 from agentreplay_otel import semconv
 from agentreplay_otel.instrumentation._llm import LLMResult
+from agentreplay_otel.instrumentation._messages import chat_input_messages, chat_options
 from agentreplay_otel.instrumentation._wrap import CallRequest, server_attributes
-from agentreplay_otel.instrumentation.openai._extract import chat_input_messages, chat_options
 
 # LiteLLM's provider names that the GenAI conventions name otherwise (their well-known values).
 _PROVIDERS = {

@@ -5,7 +5,8 @@ Recorded from the client's HTTP exchanges, whichever method made them: see ``_wi
 
 from __future__ import annotations
 
-from agentreplay_otel.instrumentation._wire import OLLAMA_CLIENT, WireInstrumentor
+from agentreplay_otel.instrumentation._wire import OLLAMA_CLIENT
+from agentreplay_otel.instrumentation._wired import WireInstrumentor
 
 __all__ = ["OllamaInstrumentor"]
 

@@ -8,11 +8,10 @@ from typing import Any
 
 from agentreplay_otel import semconv
 from agentreplay_otel.instrumentation._llm import LLMResult
+from agentreplay_otel.instrumentation._messages import as_dict, content_parts
 from agentreplay_otel.instrumentation._wrap import CallRequest
 from agentreplay_otel.instrumentation.openai._extract import (
-    as_dict,
     base_attributes,
-    content_parts,
     model_of,
     parsed_response_json,
     reasoning_tokens,
