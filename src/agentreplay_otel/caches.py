@@ -43,10 +43,12 @@ from typing import Any
 
 import wrapt
 
+from agentreplay_otel import semconv
+
 _log = logging.getLogger(__name__)
 
 # "off" (the default): the caches neither answer nor store; "keep": they do, and a replay may diverge
-ENV_LIBRARY_CACHES = "AGENTREPLAY_LIBRARY_CACHES"
+ENV_LIBRARY_CACHES = semconv.ENV_LIBRARY_CACHES
 OFF = "off"
 KEEP = "keep"
 

@@ -76,11 +76,11 @@ PROVIDER_ANTHROPIC: Final = "anthropic"
 PROVIDER_GCP_GEMINI: Final = "gcp.gemini"  # the Gemini Developer API (google-genai)
 PROVIDER_GCP_VERTEX_AI: Final = "gcp.vertex_ai"  # google-genai's client with vertexai=True
 PROVIDER_AWS_BEDROCK: Final = "aws.bedrock"
-# Clients recorded from their HTTP exchanges (instrumentation/_wire.py); Ollama has no registered name.
+# Clients recorded from their HTTP exchanges (instrumentation/_wire.py)
 PROVIDER_MISTRAL_AI: Final = "mistral_ai"
 PROVIDER_COHERE: Final = "cohere"
 PROVIDER_GROQ: Final = "groq"
-PROVIDER_OLLAMA: Final = "ollama"
+UNLISTED_PROVIDER_OLLAMA: Final = "ollama"  # the conventions list no name for Ollama: an instrumentation names it
 
 # gen_ai.token.type values
 TOKEN_TYPE_INPUT: Final = "input"
@@ -267,6 +267,7 @@ ENV_AGENT_ID: Final = "AGENTREPLAY_AGENT_ID"
 ENV_AGENT_VERSION: Final = "AGENTREPLAY_AGENT_VERSION"
 ENV_IDENTITY: Final = "AGENTREPLAY_IDENTITY"
 ENV_MANIFEST: Final = "AGENTREPLAY_MANIFEST"
+ENV_LIBRARY_CACHES: Final = "AGENTREPLAY_LIBRARY_CACHES"  # "off" (default) or "keep": the libraries' response caches (caches.py)
 ENV_ORG_PUBLIC_KEY: Final = "AGENTREPLAY_ORG_PUBLIC_KEY"
 ENV_REQUIRE_LOG_PROOF: Final = "AGENTREPLAY_REQUIRE_LOG_PROOF"  # true: verify fails a case with no log proof
 ENV_REDACTOR: Final = "AGENTREPLAY_REDACTOR"

@@ -108,7 +108,7 @@ def test_a_body_that_does_not_read_records_nothing_rather_than_failing():
 
 
 @pytest.mark.parametrize(("headers", "user_agent", "provider", "library"), [
-    ({}, OLLAMA_UA, semconv.PROVIDER_OLLAMA, "ollama"),
+    ({}, OLLAMA_UA, semconv.UNLISTED_PROVIDER_OLLAMA, "ollama"),
     ({}, "mistral-client-python/1.9.1", semconv.PROVIDER_MISTRAL_AI, "mistralai"),
     ({"x-fern-sdk-name": "cohere"}, "python-httpx/0.28", semconv.PROVIDER_COHERE, "cohere"),
     ({}, "Groq/Python 1.7.0", semconv.PROVIDER_GROQ, "groq"),

@@ -162,7 +162,7 @@ class Agent:
 AGENTS = {
     "mistralai": Agent("mistralai", semconv.PROVIDER_MISTRAL_AI, "book_slot", MISTRAL),
     "cohere": Agent("cohere", semconv.PROVIDER_COHERE, "run_sql", COHERE),
-    "ollama": Agent("ollama", semconv.PROVIDER_OLLAMA, "restock_item", OLLAMA),
+    "ollama": Agent("ollama", semconv.UNLISTED_PROVIDER_OLLAMA, "restock_item", OLLAMA),
     "groq": Agent("groq", semconv.PROVIDER_GROQ, "issue_refund", GROQ),
 }
 FIX = "Confirm every action with the user before you take it."

@@ -44,6 +44,8 @@ LIBRARIES = {  # environment -> what the user installs beside the SDK (`pip inst
     "mistralai": ("mistralai",),
     "cohere": ("cohere",),
     "groq": ("groq",),
+    # a DSPy program and HTTP response caches (test_response_caches.py): the libraries' own caches under the launcher
+    "caches": ("dspy", "requests-cache", "hishel"),
 }
 INSTALL_TIMEOUT_S = 600
 

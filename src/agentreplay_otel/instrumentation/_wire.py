@@ -348,7 +348,7 @@ OPENAI = API(semconv.PROVIDER_OPENAI, (("/chat/completions", semconv.OP_CHAT, ("
                                        ("/responses", semconv.OP_CHAT, ("input",)),
                                        ("/embeddings", semconv.OP_EMBEDDINGS, ("input",))),
              _openai_request, _openai_result)
-OLLAMA = API(semconv.PROVIDER_OLLAMA, (("/api/chat", semconv.OP_CHAT, ("messages",)),
+OLLAMA = API(semconv.UNLISTED_PROVIDER_OLLAMA, (("/api/chat", semconv.OP_CHAT, ("messages",)),
                                        ("/api/generate", semconv.OP_TEXT_COMPLETION, ("prompt",)),
                                        ("/api/embed", semconv.OP_EMBEDDINGS, ("input",)),
                                        ("/api/embeddings", semconv.OP_EMBEDDINGS, ("prompt",))),
@@ -384,7 +384,7 @@ OPENAI_CLIENT = Client("openai", semconv.PROVIDER_OPENAI, r"(async)?(azure)?open
 ANTHROPIC_CLIENT = Client("anthropic", semconv.PROVIDER_ANTHROPIC, r"(async)?anthropic/python")
 MISTRAL = Client("mistralai", semconv.PROVIDER_MISTRAL_AI, r"mistral-client-python/|speakeasy-sdk/python .* mistralai$")
 COHERE_CLIENT = Client("cohere", semconv.PROVIDER_COHERE, r"cohere/", header=("x-fern-sdk-name", "cohere"))
-OLLAMA_CLIENT = Client("ollama", semconv.PROVIDER_OLLAMA, r"ollama-python/")
+OLLAMA_CLIENT = Client("ollama", semconv.UNLISTED_PROVIDER_OLLAMA, r"ollama-python/")
 GROQ = Client("groq", semconv.PROVIDER_GROQ, r"(async)?groq/python")
 CLIENTS = (OPENAI_CLIENT, ANTHROPIC_CLIENT, MISTRAL, COHERE_CLIENT, OLLAMA_CLIENT, GROQ)
 STAINLESS = (GROQ,)  # made by the generator OpenAI's client is made by: the same x-stainless-* headers
