@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from agentreplay_otel.core import SpanRecord
+from agentreplay_replay.analysis.attribution import findings as chat_findings
 from agentreplay_replay.analysis.constraints import mentions, references
 from agentreplay_replay.analysis.detectors import run_detectors
 from agentreplay_replay.analysis.transcript import RunView, run_view
@@ -18,7 +19,7 @@ def detect(run: RunView | Iterable[SpanRecord]) -> Verdict:
     """Run every detector over a run (its view, or its stored spans) and conclude."""
     started = time.perf_counter()
     view = run if isinstance(run, RunView) else run_view(run)
-    hits = run_detectors(view)
+    hits = run_detectors(view) + chat_findings(view)  # a group chat of agents: read by what its messages say
     verdict = conclude(view, hits)
     return replace(verdict, elapsed_ms=(time.perf_counter() - started) * 1000)
 
