@@ -19,11 +19,12 @@ def _verdict(request: Request) -> ScriptedReply:
     """A judge that reads the transcript: the Saturday booking is FM-1.1 at step 3, the rest is fine."""
     transcript = request.body["messages"][-1]["content"]
     if MISBOOKED in transcript:
-        answer = {"verdict": "failed", "modes": [{"mode": "FM-1.1", "step": 3, "evidence": 'day="Saturday"'}],
-                  "culprit_step": 3, "root_cause": "Friday was asked for; Saturday was booked.",
+        answer = {"verdict": "failed", "modes": [{"mode": "FM-1.1", "step": 3, "evidence": ['"day":"Saturday"']}],
+                  "culprit_step": 3, "culprit_agent": None, "summary": "A booking.", "root_cause": "Friday was asked for; Saturday was booked.",
                   "fix": {"at": 3, "system": "Book the day asked for.", "message": None}}
     else:
-        answer = {"verdict": "ok", "modes": [], "culprit_step": None, "root_cause": "Booked as asked.", "fix": None}
+        answer = {"verdict": "ok", "modes": [], "culprit_step": None, "culprit_agent": None,
+                  "root_cause": "Booked as asked.", "fix": None, "summary": "A booking."}
     return ScriptedReply(text=json.dumps(answer))
 
 

@@ -13,7 +13,8 @@ from agentreplay_dev.llm_server import LLMServer, ScriptedReply
 
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "judge_eval.py"
 CASES = "refund_wrong_order,tests_failed_claimed_pass,ok_refund,ok_retry_busy_runner"
-ALL_OK = {"verdict": "ok", "modes": [], "culprit_step": None, "root_cause": "Nothing went wrong.", "fix": None}
+ALL_OK = {"verdict": "ok", "modes": [], "culprit_step": None, "culprit_agent": None,
+          "root_cause": "Nothing went wrong.", "fix": None, "summary": "Nothing went wrong."}
 
 
 def _eval(server: LLMServer, out: Path) -> subprocess.CompletedProcess[str]:
@@ -47,3 +48,42 @@ def test_a_judge_answering_garbage_is_counted_and_fails_the_eval(tmp_path):
     judged = json.loads(done.stdout)["judge"]
     assert judged["judge_errors"] == 4 and judged["outcomes"] == {"judge_error": 4}
     assert judged["verdict_accuracy"] == 0.0 and "did not validate" in judged["errors"][0]
+
+
+def _records(folder: Path) -> Path:
+    """Three Who&When-shaped records: decisive errors at steps 2, 4 and 6 by Agent2, Agent1, Agent0."""
+    folder.mkdir()
+    for k, (step, agent) in enumerate([(2, "Agent2"), (4, "Agent1"), (6, "Agent0")], 1):
+        history = [{"name": f"Agent{i % 3}", "role": "assistant", "content": f"message {i}"} for i in range(8)]
+        (folder / f"{k}.json").write_text(json.dumps({
+            "question": "q", "ground_truth": "a", "history": history, "mistake_agent": agent,
+            "mistake_step": str(step), "question_ID": f"id{k}"}))
+    return folder
+
+
+def test_who_and_when_records_are_scored_on_agent_and_step(tmp_path):
+    def judge_at_4(request):  # step by step: says yes at step 4, whatever the record
+        step = int(request.last_user_text.rsplit("Is step #", 1)[1].split("?")[0].split(" ")[0])
+        return ScriptedReply(text=json.dumps({"decisive": step == 4, "mode": None, "reason": "r",
+                                              "evidence": ["message 4", "not in any record"]}))
+
+    data = _records(tmp_path / "Algorithm-Generated")
+    with LLMServer(judge_at_4) as server:
+        done = subprocess.run([sys.executable, str(SCRIPT), "--base-url", server.base_url_openai, "--model", "m",
+                               "--data", str(data), "--method", "step_by_step", "--out", str(tmp_path / "o.json")],
+                              capture_output=True, text=True, timeout=120, check=False)
+        calls = server.request_count
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["records"] == 3 and result["method"] == "step_by_step" and calls == 15 == result["calls"]
+    assert result["agent_accuracy"] == 0.333 and result["step_accuracy"] == 0.333
+    assert result["step_within_1"] == 0.333 and result["step_within_3"] == 1.0
+    assert result["dropped_quotes"] == 15 and result["judge_errors"] == 0
+    assert [(r["step"], r["agent"]) for r in result["per_record"]] == [(4, "Agent1")] * 3
+
+
+def test_the_hand_crafted_subset_is_held_out(tmp_path):
+    folder = _records(tmp_path / "Hand-Crafted")
+    done = subprocess.run([sys.executable, str(SCRIPT), "--base-url", "http://127.0.0.1:9/v1", "--model", "m",
+                           "--data", str(folder)], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode != 0 and "held out" in done.stderr

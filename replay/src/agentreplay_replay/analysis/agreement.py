@@ -1,6 +1,8 @@
 """How far several judges of one run agree: per MAST mode, who found it; per pair of judges,
 Cohen's kappa over the 14 modes (each judge says present or absent for each) and whether their
-verdicts match. Judges that gave no verdict (``judge_error``) are left out and named.
+verdicts match. Judges that gave no verdict (``judge_error``) are left out and named. A judge is held
+to what it answered itself: the detectors' failure it was made to keep (``judging/floor.py``) is not
+counted as its own.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
+from agentreplay_replay.analysis.judging.floor import own
 from agentreplay_replay.analysis.taxonomy import IDS
 from agentreplay_replay.analysis.verdict import Outcome, Verdict
 
@@ -58,13 +61,14 @@ class Agreement:
 def agreement(verdicts: Sequence[Verdict]) -> Agreement:
     judged = [v for v in verdicts if v.outcome is not Outcome.JUDGE_ERROR]
     names = [v.judge for v in judged]
-    found = [set(v.mode_ids) for v in judged]
+    said = [own(v) for v in judged]
+    found = [set(modes) for _, modes in said]
     modes = {m: tuple(m in f for f in found) for m in IDS if any(m in f for f in found)}
     pairs = tuple(
         Pair(left=names[i], right=names[j], kappa=cohen_kappa([m in found[i] for m in IDS],
                                                               [m in found[j] for m in IDS]),
-             same_verdict=judged[i].outcome is judged[j].outcome)
+             same_verdict=said[i][0] is said[j][0])
         for i, j in combinations(range(len(judged)), 2)
     )
-    return Agreement(judges=tuple(names), verdicts=tuple(str(v.outcome) for v in judged), modes=modes, pairs=pairs,
+    return Agreement(judges=tuple(names), verdicts=tuple(str(outcome) for outcome, _ in said), modes=modes, pairs=pairs,
                      left_out=tuple(v.judge for v in verdicts if v.outcome is Outcome.JUDGE_ERROR))
