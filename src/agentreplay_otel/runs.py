@@ -118,6 +118,7 @@ def run_attributes(
     kind: str,
     replay_of: str | None,
     tracer_provider: trace.TracerProvider | None = None,
+    expected: Any = None,
 ) -> dict[str, Any]:
     marks = intercept.current().run_marks  # a replay's run is a run of its own, hash-linked to the one it replays
     kind = marks.get(semconv.RUN_KIND, kind)
@@ -133,6 +134,8 @@ def run_attributes(
     }
     if input is not None and current.capture_content:
         attrs[semconv.RUN_INPUT] = to_json(input)
+    if expected is not None and current.capture_content:
+        attrs[semconv.RUN_EXPECTED] = expected if isinstance(expected, str) else to_json(expected)
     if not current.capture_content:
         said = f" ({current.content_setting})" if current.content_setting else ""
         attrs[semconv.RUN_NOT_REPLAYABLE] = f"recorded without content{said}: no responses to answer its calls with"
@@ -175,6 +178,10 @@ class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
 
     Also ``async with`` and ``@run("booker")`` on a sync or async function (then the
     call's arguments are the input and its return value the output).
+
+    ``expected``: what the run should produce (``"refund of 12.50 to A-1042"``, or a dict of key fields
+    such as ``{"order": "A-1042", "amount": 12.5}``), kept on the run span as ``agentreplay.run.expected``
+    (text as given, anything else as JSON); ``agentreplay analyze`` and ``blame`` hold the run to it.
     """
 
     def __init__(
@@ -185,9 +192,11 @@ class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
         kind: str = semconv.RUN_KIND_RECORD,
         replay_of: str | None = None,
         tracer_provider: trace.TracerProvider | None = None,
+        expected: Any = None,
     ) -> None:
         self.name = name
         self.input = input
+        self.expected = expected
         self.kind = kind
         self.replay_of = _run_id(replay_of) if replay_of else None
         self._provider = tracer_provider
@@ -201,7 +210,7 @@ class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
             f"{semconv.OP_INVOKE_AGENT} {self.name}",
             kind=SpanKind.INTERNAL,
             attributes=run_attributes(self.name, input=self.input, kind=self.kind, replay_of=self.replay_of,
-                                      tracer_provider=self._provider),
+                                      tracer_provider=self._provider, expected=self.expected),
         )
         ctx = trace.set_span_in_context(span)
         self._state = RunState(span=span, context=ctx)
@@ -232,7 +241,7 @@ class run:  # noqa: N801 - reads as a keyword: `with run("booking"):`
         def fresh(args: tuple, kwargs: dict) -> run:
             given = self.input if self.input is not None else _bound_arguments(fn, args, kwargs)
             return run(self.name, input=given, kind=self.kind, replay_of=self.replay_of,
-                       tracer_provider=self._provider)
+                       tracer_provider=self._provider, expected=self.expected)
 
         if inspect.iscoroutinefunction(fn):
 

@@ -167,6 +167,9 @@ FOREIGN_GENAI_KEYS: Final = frozenset({OI_SPAN_KIND, TRACELOOP_SPAN_KIND})
 RUN_KIND: Final = "agentreplay.run.kind"
 RUN_INPUT: Final = "agentreplay.run.input"
 RUN_OUTPUT: Final = "agentreplay.run.output"
+# What the run should produce (run(expected=...)): text as given, any other value as JSON. Analysis, blame and
+# generated regression tests hold the run to it.
+RUN_EXPECTED: Final = "agentreplay.run.expected"
 RUN_ENTRYPOINT: Final = "agentreplay.run.entrypoint"
 # Where and with what the agent started (replay starts it the same way): os.getcwd(), sys.executable.
 RUN_WORKING_DIRECTORY: Final = "agentreplay.run.working_directory"
@@ -257,6 +260,7 @@ CONTENT_ATTRIBUTES: Final = frozenset(
         RESPONSE_STREAM,
         RUN_INPUT,
         RUN_OUTPUT,
+        RUN_EXPECTED,
         STATE_UPDATE,
     }
 )

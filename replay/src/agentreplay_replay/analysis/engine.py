@@ -11,6 +11,7 @@ from agentreplay_otel.core import SpanRecord
 from agentreplay_replay.analysis.attribution import findings as chat_findings
 from agentreplay_replay.analysis.constraints import mentions, references
 from agentreplay_replay.analysis.detectors import run_detectors
+from agentreplay_replay.analysis.expected import check as check_expected
 from agentreplay_replay.analysis.transcript import RunView, run_view
 from agentreplay_replay.analysis.verdict import DETECTORS, Culprit, ModeHit, Outcome, Verdict, primary
 
@@ -20,6 +21,9 @@ def detect(run: RunView | Iterable[SpanRecord]) -> Verdict:
     started = time.perf_counter()
     view = run if isinstance(run, RunView) else run_view(run)
     hits = run_detectors(view) + chat_findings(view)  # a group chat of agents: read by what its messages say
+    missed = check_expected(view)  # the run's expected outcome (agentreplay.run.expected), when it has one
+    if missed is not None:
+        hits.append(missed)
     verdict = conclude(view, hits)
     return replace(verdict, elapsed_ms=(time.perf_counter() - started) * 1000)
 
@@ -61,8 +65,8 @@ def conclude(view: RunView, hits: list[ModeHit]) -> Verdict:
 
 def _readable(view: RunView) -> bool:
     """Whether the detectors had something to hold the run to: an acting tool call, or a constraint stated
-    in what the user asked."""
-    if any(t.acts for t in view.tool_steps):
+    in what the user asked, or an expected outcome (met, else it would have failed)."""
+    if view.expected.strip() or any(t.acts for t in view.tool_steps):
         return True
     return any(mentions(t.text) or references(t.text) for t in view.user_turns)
 

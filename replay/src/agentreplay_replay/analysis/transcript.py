@@ -195,6 +195,7 @@ class RunView:
     root_span_id: str = ""
     run_input: str = ""  # agentreplay.run.input, as text
     run_output: str = ""
+    expected: str = ""  # agentreplay.run.expected as stored (or given to the analysis): see analysis.expected
     finished: bool = True  # the run span is stored
     failed: bool = False  # the run span ended in an error
     error_type: str = ""
@@ -335,6 +336,7 @@ def run_view(spans: Iterable[SpanRecord], *, finished: bool | None = None) -> Ru
         root_span_id=root.span_id if root else "",
         run_input=_as_text(json_or(attrs.get(semconv.RUN_INPUT), attrs.get(semconv.RUN_INPUT, ""))),
         run_output=_as_text(json_or(attrs.get(semconv.RUN_OUTPUT), attrs.get(semconv.RUN_OUTPUT, ""))),
+        expected=str(attrs.get(semconv.RUN_EXPECTED, "")),
         finished=root is not None or bool(finished),
         failed=root is not None and root.status_code == "Error",
         error_type=attrs.get(semconv.ERROR_TYPE, ""),

@@ -7,6 +7,7 @@ the embedded store; storing takes its admin token), else in the store itself.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Protocol
@@ -34,6 +35,7 @@ from agentreplay_replay.cli._common import (
     print_json,
 )
 from agentreplay_replay.cli._control import AdminOpt
+from agentreplay_replay.cli._expect import ExpectedFileOpt, ExpectValueOpt, expected_for
 
 if TYPE_CHECKING:  # the detectors, the judge and case files load when `analyze` runs, not for `runs`
     from agentreplay_replay.analysis.agreement import Agreement
@@ -79,6 +81,8 @@ def analyze(
                                                         "verdict says so), or a case file not checked against an "
                                                         "org key (said UNVERIFIED).")] = False,
     org_key: CaseOrgKeyOpt = None,
+    expected: ExpectedFileOpt = None,
+    expect: ExpectValueOpt = None,
     json_: JsonOpt = False,
     admin_token: AdminOpt = None,
     store: StoreOpt = None,
@@ -98,6 +102,8 @@ def analyze(
     Examples:
       agentreplay analyze 3f2a9c
       agentreplay analyze 3f2a9c --json
+      agentreplay analyze 3f2a9c --expect '{"day": "Friday"}'     held to an expected outcome
+      agentreplay analyze 3f2a9c --expected tasks.jsonl             ... from a dataset of task id -> expected
       agentreplay analyze incident.case.json --org-key org.pub
       agentreplay analyze 3f2a9c --judge llm --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
       agentreplay analyze 3f2a9c --judge all --model qwen2.5-7b --model llama-3.1-8b
@@ -120,6 +126,11 @@ def analyze(
         else:
             chain = _admit(full, status, report, partial=partial, allow_unverified=allow_unverified)
         view = run_view(spans, finished=chain["chain_state"] == ChainState.UNCHAINED)
+        held_to = expected_for(source, full, expect, expected)
+        if held_to is not None:  # the run held to an expected outcome given here (else to its own, if any)
+            from agentreplay_replay.analysis.expected import encode
+
+            view = dataclasses.replace(view, expected=encode(held_to))
         found = detect(view)
         verdicts = [found] if judges is not Judges.LLM else []
         for config in configs:
