@@ -52,6 +52,11 @@ COMMANDS: dict[str, Listed] = {
         "sandboxed), judge each fork with the detectors, and print which models repeated the failure (a "
         "failure mode or a violated value in common), which fixed it, which failed otherwise and which "
         "errored."),
+    "blame": Listed("_blame", "Analysis", "Which step's decision made a run fail: fork it at its decision steps "
+        "(its LLM calls; a binary search, at most log2(steps) + 2 forks) with a reference model or a corrected "
+        "step, judge each fork by the detectors and the expected outcome, and name the last step whose fork fixes "
+        "the run (the fork at the next one, with that step's recorded decision kept, does not), with every fork "
+        "as evidence."),
     "testgen": Listed("_testgen", "Incidents", "Write a pytest regression test for a run, and its case "
         "beside it."),
     "incident": Listed("_incident", "Incidents", "Write everything a failed run becomes, and print what was "
