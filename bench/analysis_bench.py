@@ -24,6 +24,7 @@ HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "tests" / "analysis"))
 
 import analysiskit as kit  # noqa: E402 - the labelled set lives with the tests
+import contentkit  # noqa: E402 - and the runs of content-level evidence (issue 32, item 2)
 import domainkit  # noqa: E402 - and the runs outside travel
 
 from agentreplay_replay.analysis import Outcome, detect, run_view  # noqa: E402
@@ -91,6 +92,38 @@ def outside_travel(recorded: list) -> dict:
             "meets_targets": figures["found_rate"] >= TARGET_FOUND and not figures["flagged_healthy"]}
 
 
+def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
+    """The Wilson score interval of k successes in n trials (95% by default)."""
+    if n == 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * ((p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5) / (1 + z * z / n)
+    return [round(max(0.0, centre - half), 3), round(min(1.0, centre + half), 3)]
+
+
+def content_evidence(recorded: list) -> dict:
+    """The detectors on the set written before the content-level checks (``tests/analysis/contentkit.py``:
+    devops, HR, pharmacy, legal, logistics, commerce, hand-offs): found and flagged rates and per-mode
+    precision and recall, each with its 95% Wilson interval."""
+    figures = domainkit.figures([(case, detect(spans)) for case, spans in recorded])
+    per_mode = {}
+    for mode, s in figures.per_mode.items():
+        per_mode[mode] = {**s, "precision_ci95": wilson(s["tp"], s["tp"] + s["fp"]),
+                          "recall_ci95": wilson(s["tp"], s["tp"] + s["fn"])}
+    flagged = len(figures.flagged_healthy)
+    return {"runs": figures.runs, "failing": figures.failing, "healthy": figures.healthy, "found": figures.found,
+            "found_rate": round(figures.found_rate, 3), "found_ci95": wilson(figures.found, figures.failing),
+            "flagged": flagged, "flagged_rate": round(figures.false_positive_rate, 3),
+            "flagged_ci95": wilson(flagged, figures.healthy), "missed": figures.missed,
+            "flagged_healthy": figures.flagged_healthy, "per_mode": per_mode,
+            "domains": sorted({case.domain for case, _ in recorded}),
+            "target_found_rate": TARGET_FOUND, "target_flagged_rate": 0.05,
+            "note": "written before the checks and committed first (its commit says 0 of 35 found and 3 of 24 "
+                    "flagged as the detectors then stood), but by the same team: hidden runs written by others "
+                    "are the real test"}
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=500, help="model calls of the long run (each with a tool call)")
@@ -104,9 +137,10 @@ def main(argv: list[str] | None = None) -> dict:
         record_s = time.perf_counter() - started
         long_spans = rec.record(long_case)
         outside = [(case, domainkit.record(rec, case)) for case in domainkit.ALL_CASES]
+        content = [(case, contentkit.record(rec, case)) for case in contentkit.CASES]
 
     result: dict = {"labelled_set": labelled(recorded), "record_labelled_s": round(record_s, 2),
-                    "outside_travel": outside_travel(outside)}
+                    "outside_travel": outside_travel(outside), "content_evidence": content_evidence(content)}
 
     detect(long_spans)  # warm: imports, regex compilation
     wall, cpu = _ms(lambda: detect(long_spans), 11)

@@ -12,12 +12,20 @@ in is not proven right, which is what the LLM judge is for.
     verification  FM-3.2  an action's result never looked at; FM-3.3 an error taken for success
     conversation  FM-1.4  asked again for what the user gave; FM-2.2 one of several matches acted on unasked;
                   FM-2.4 a warning in a result not passed on; FM-2.5 a planned step the executor skipped
+    content       FM-1.1  by meaning: quantities with units, percents and fractions, times in a named zone,
+                          counted things, exclusions, later turns that correct earlier ones
+    claims        FM-3.3  a claim of done against every earlier result read by meaning (HTTP status at any
+                          depth, partial counts, failed items, null ids and confirmations)
+    handoff       FM-2.5  a hand-off note's value the next agent's action ignores; FM-2.4 a warning it withholds
 """
 
 from __future__ import annotations
 
 from agentreplay_replay.analysis.detectors import (
+    claims,
+    content,
     conversation,
+    handoff,
     loops,
     mismatch,
     policy,
@@ -37,6 +45,9 @@ DETECTORS: tuple[Detector, ...] = (
     termination.DETECTOR,
     verification.DETECTOR,
     conversation.DETECTOR,
+    content.DETECTOR,
+    claims.DETECTOR,
+    handoff.DETECTOR,
 )
 
 

@@ -30,7 +30,9 @@ from agentreplay_replay.analysis.constraints import (
     weekday,
 )
 from agentreplay_replay.analysis.detectors._base import Detector, argument, culprit, said, system_fix
+from agentreplay_replay.analysis.detectors.content import may_act, nested_reference_step
 from agentreplay_replay.analysis.transcript import Quote, RunView, Step, leaves
+from agentreplay_replay.analysis.values import corrects
 from agentreplay_replay.analysis.verdict import ModeHit
 
 MODE = "FM-1.1"
@@ -49,14 +51,15 @@ def check(view: RunView) -> list[ModeHit]:
     turns = view.user_turns
     if not turns:
         return []
-    stated = [m for turn in turns for m in (*mentions(turn.text), *relative_dates(turn.text, view.started_ns))]
+    stated = _current([[*mentions(turn.text), *relative_dates(turn.text, view.started_ns)] for turn in turns], turns)
     refs = [m for turn in turns for m in (*references(turn.text), *quoted(turn.text))]
     if not stated and not refs:
         return []
     hits = []
     for tool in view.tool_steps:
-        if not tool.acts:
+        if not may_act(tool):
             continue
+        tool = nested_reference_step(tool) or tool  # JSON bodies carried as strings, read as the objects they are
         found = _first_conflict(tool, stated) or _reference_conflict(view, tool, refs) or _time_conflict(tool, stated)
         if found is None:
             continue
@@ -77,6 +80,20 @@ def check(view: RunView) -> list[ModeHit]:
             fix=system_fix(issuer, sentence) if issuer else None,
         ))
     return hits
+
+
+def _current(per_turn: list[list[Mention]], turns: tuple[Quote, ...]) -> list[Mention]:
+    """Every turn's mentions, less those a later correcting turn ("Actually, ...", "Sorry, I meant ...")
+    restates: its days, dates, times, amounts, or counts of the same things replace the earlier ones."""
+    kept: list[Mention] = []
+    for turn, found in zip(turns, per_turn, strict=True):
+        if kept and corrects(turn.text) and found:
+            restated = {(m.kind, m.role if m.kind is Kind.COUNT else "") for m in found}
+            dated = {Kind.DATE, Kind.DAY} & {m.kind for m in found}
+            kept = [m for m in kept if (m.kind, m.role if m.kind is Kind.COUNT else "") not in restated
+                    and not (dated and m.kind in (Kind.DATE, Kind.DAY))]
+        kept.extend(found)
+    return kept
 
 
 def _turn_of(turns: tuple[Quote, ...], mention: Mention) -> Quote:

@@ -38,6 +38,9 @@ _NOT_BEFORE = re.compile(r"(\bdon't|\bdo not|\bnot|\bnever|\bno need to|\bwithou
                          re.IGNORECASE)
 
 
+_NAMES_ONE = re.compile(r"\s+(?:#\d|[A-Z]{1,6}[-_]?\d)")
+
+
 def check(view: RunView) -> list[ModeHit]:
     if not view.finished or view.failed or view.halted or not view.llm_steps or ended_on_limit(view):
         return []
@@ -112,6 +115,8 @@ def requested_actions(text: str) -> list[str]:
     for m in re.finditer(r"\b(" + "|".join(ACTIONS) + r")(?:s|ing)?\b", text, re.IGNORECASE):
         before = text[max(0, m.start() - 30):m.start()]
         if _NOT_BEFORE.search(before) or _NOUN_BEFORE.search(before) or _in_question(text, m.start()):
+            continue
+        if _NAMES_ONE.match(text, m.end()):  # "to order SO-55120": a noun naming the thing by its id
             continue
         found.append(m.group(1).lower())
     return list(dict.fromkeys(found))

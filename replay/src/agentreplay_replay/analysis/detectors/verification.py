@@ -33,7 +33,7 @@ _SUCCESS = re.compile(r"\b(success(?:fully)?|succeeded|confirmed|booked|done|com
                       r"builds? (?:fine|cleanly|successfully)|compiles|is green|no errors|without errors)\b",
                       re.IGNORECASE)
 _ADMITS_FAILURE = re.compile(r"\b(fail(?:ed|s|ing)?|failure(?!\s+(?:modes?|rates?|cases?|taxonomy|analysis))|error|unable|couldn't|could not|can't|cannot|unfortunately|sorry|"
-                             r"problem|issue|not been|wasn't|was not|declined|rejected|unavailable|denied|"
+                             r"problem|issue|not been|wasn't|was not|declined|rejected|refused|unavailable|denied|"
                              r"timed out|did not|didn't|not found|404)\b", re.IGNORECASE)
 _FIGURE = re.compile(r"(?<![\w.])[$€£]?\s?(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d+))?\s?(%|k\b|m\b|bn\b|million|billion)?",
                      re.IGNORECASE)
@@ -114,8 +114,8 @@ def _unfounded_figure(view: RunView, answer: Step) -> str | None:
     figures = list(_FIGURE.finditer(answer.text))
     if not figures:
         return None
-    known = " ".join([*(t.text for t in view.user_turns),
-                      *(s.result for s in view.tool_steps if s.step < answer.step and failure_of(s) is None)])
+    known = " ".join([*(t.text for t in view.user_turns),  # a failure's own figures quoted are no invention
+                      *(s.result for s in view.tool_steps if s.step < answer.step)])
     numbers = {_value(m) for m in _FIGURE.finditer(known)}
     for m in figures:
         whole = m.group(1).replace(",", "")
