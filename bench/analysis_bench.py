@@ -119,8 +119,8 @@ def content_evidence(recorded: list) -> dict:
             "flagged_healthy": figures.flagged_healthy, "per_mode": per_mode,
             "domains": sorted({case.domain for case, _ in recorded}),
             "target_found_rate": TARGET_FOUND, "target_flagged_rate": 0.05,
-            "note": "written before the checks and committed first (its commit says 0 of 35 found and 3 of 24 "
-                    "flagged as the detectors then stood), but by the same team: hidden runs written by others "
+            "note": "written before the checks and committed first (0 of 35 found and 3 of 29 flagged as the detectors then stood; "
+                    "its commit message miscounts the healthy runs as 24), but by the same team: hidden runs written by others "
                     "are the real test"}
 
 
