@@ -33,9 +33,12 @@ class Wraps:
     def __init__(self) -> None:
         self._wrapped: list[tuple[Any, str]] = []
 
-    def wrap(self, module: ModuleType | None, path: str, wrapper: Any, *, optional: bool = False) -> bool:
-        """Wrap ``Class.method`` of ``module``; one this version lacks is skipped when ``optional``
-        (an error otherwise: the instrumentor then says the library is not recorded)."""
+    def wrap(self, module: ModuleType | str | None, path: str, wrapper: Any, *, optional: bool = False) -> bool:
+        """Wrap ``Class.method`` (or a function) of ``module`` (or the module of that name); one this version
+        lacks is skipped when ``optional`` (an error otherwise: the instrumentor then says the library is
+        not recorded)."""
+        if isinstance(module, str):
+            module = importlib.import_module(module)
         owner_path, _, name = path.rpartition(".")
         owner: Any = module
         for part in owner_path.split(".") if owner_path else ():

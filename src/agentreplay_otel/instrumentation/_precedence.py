@@ -29,7 +29,8 @@ _log = logging.getLogger(__name__)
 
 OURS_PREFIX = "agentreplay_otel."
 # The distributions our instrumentors record (as instrumentation_dependencies() names them).
-RECORDED = frozenset({"openai", "anthropic", "langchain-core", "langgraph", "litellm", "google-genai"})
+RECORDED = frozenset({"openai", "anthropic", "langchain-core", "langgraph", "litellm", "google-genai",
+                      "mistralai", "cohere", "ollama", "groq"})
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 

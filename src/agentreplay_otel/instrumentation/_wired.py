@@ -5,17 +5,17 @@ turning it off leaves them named as not recorded.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-
-from agentreplay_otel.instrumentation import _transport, _wire
+from agentreplay_otel.instrumentation import _wire
+from agentreplay_otel.instrumentation._layout import Wraps
+from agentreplay_otel.instrumentation._library import LibraryInstrumentor
 from agentreplay_otel.instrumentation._llm import Recorder
 
 
-class WireInstrumentor(BaseInstrumentor):  # type: ignore[misc]
-    """Records one client library's model calls from its HTTP exchanges::
+class WireInstrumentor(LibraryInstrumentor):
+    """Records one client library's model calls from its HTTP exchanges: nothing of the library is
+    wrapped; once it is imported, its calls are named recorded (on this instrumentor's recorder)::
 
         OllamaInstrumentor().instrument(tracer_provider=provider, meter_provider=meters)
 
@@ -24,15 +24,11 @@ class WireInstrumentor(BaseInstrumentor):  # type: ignore[misc]
     """
 
     client: _wire.Client
-    requirement: str
+    module = ""  # nothing of the library is imported or wrapped: on at once (a namespace package's import
+    # would not even fire the hook: mistralai 2.x and later)
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return (self.requirement,)
+    def wrap(self, wraps: Wraps, recorder: Recorder, **kwargs: Any) -> None:
+        _wire.turn_on(self.client, recorder)
 
-    def _instrument(self, **kwargs: Any) -> None:
-        _wire.turn_on(self.client, Recorder.for_instrumentor(type(self).__module__, kwargs))
-        _transport.install()
-
-    def _uninstrument(self, **kwargs: Any) -> None:
+    def unwrapped(self) -> None:
         _wire.turn_off(self.client)
-        _transport.uninstall()

@@ -14,44 +14,25 @@ client method (:mod:`._wrappers`); every other AWS call passes through untouched
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
-
-from agentreplay_otel.instrumentation import _precedence
-from agentreplay_otel.instrumentation._deferred import Deferred
-from agentreplay_otel.instrumentation._wrap import Recorder
+from agentreplay_otel.instrumentation._layout import Wraps
+from agentreplay_otel.instrumentation._library import LibraryInstrumentor
+from agentreplay_otel.instrumentation._llm import Recorder
 
 __all__ = ["BedrockInstrumentor"]
 
 _CLIENT = "botocore.client"
 
 
-class BedrockInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class BedrockInstrumentor(LibraryInstrumentor):
     """Records each Bedrock Runtime Converse call as a ``chat {modelId}`` step of the run."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return ("botocore >= 1.34.116",)  # the first with Converse
+    requirements = ("botocore >= 1.34.116",)  # the first with Converse
+    module = _CLIENT
+    sends_http = False  # botocore's own HTTP: the call is recorded at _make_api_call
 
-    _deferred = Deferred(_CLIENT)
-
-    def _instrument(self, **kwargs: Any) -> None:
-        _precedence.claim(self)
-        self._deferred.arm(lambda: self._wrap(**kwargs))
-
-    def _wrap(self, **kwargs: Any) -> None:
+    def wrap(self, wraps: Wraps, recorder: Recorder, **kwargs: Any) -> None:
         from agentreplay_otel.instrumentation.bedrock import _wrappers
 
-        recorder = Recorder.for_instrumentor(__name__, kwargs)
-        wrap_function_wrapper(_CLIENT, "BaseClient._make_api_call", _wrappers.make_api_call(recorder))
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        _precedence.release(self)
-        if not self._deferred.disarm():
-            return
-        import botocore.client  # type: ignore[import-untyped]
-
-        unwrap(botocore.client.BaseClient, "_make_api_call")
+        wraps.wrap(_CLIENT, "BaseClient._make_api_call", _wrappers.make_api_call(recorder))

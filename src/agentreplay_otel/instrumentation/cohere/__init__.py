@@ -15,4 +15,4 @@ class CohereInstrumentor(WireInstrumentor):
     """Records each Cohere model call as a step of the run (entry point ``agentreplay_cohere``)."""
 
     client = COHERE_CLIENT
-    requirement = "cohere >= 5"
+    requirements = ("cohere >= 5",)

@@ -17,16 +17,11 @@ call is recorded from the parsed response and warned, once, as not replayable).
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
-
-from agentreplay_otel.instrumentation import _precedence, _transport
-from agentreplay_otel.instrumentation._deferred import Deferred
-from agentreplay_otel.instrumentation._wrap import Recorder
+from agentreplay_otel.instrumentation._layout import Wraps
+from agentreplay_otel.instrumentation._library import LibraryInstrumentor
+from agentreplay_otel.instrumentation._llm import Recorder
 
 __all__ = ["GeminiInstrumentor"]
 
@@ -34,39 +29,17 @@ _MODELS = "google.genai.models"
 _API_CLIENT = "google.genai._api_client"
 
 
-class GeminiInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class GeminiInstrumentor(LibraryInstrumentor):
     """Records each google-genai content request as a ``chat {model}`` step of the run."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return ("google-genai >= 1.20",)
+    requirements = ("google-genai >= 1.20",)
+    module = _MODELS
 
-    _deferred = Deferred(_MODELS)
-
-    def _instrument(self, **kwargs: Any) -> None:
-        _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
-        self._deferred.arm(lambda: self._wrap(**kwargs))
-
-    def _wrap(self, **kwargs: Any) -> None:
+    def wrap(self, wraps: Wraps, recorder: Recorder, **kwargs: Any) -> None:
         from agentreplay_otel.instrumentation.gemini import _wrappers
 
-        recorder = Recorder.for_instrumentor(__name__, kwargs)
-        _transport.install()  # the client's exchanges, sent through httpx or httpx2
-        wrap_function_wrapper(_API_CLIENT, "BaseApiClient._use_aiohttp", _wrappers.httpx_over_aiohttp)
-        wrap_function_wrapper(_MODELS, "Models._generate_content", _wrappers.generate_content(recorder))
-        wrap_function_wrapper(_MODELS, "Models._generate_content_stream", _wrappers.generate_content_stream(recorder))
-        wrap_function_wrapper(_MODELS, "AsyncModels._generate_content", _wrappers.async_generate_content(recorder))
-        wrap_function_wrapper(_MODELS, "AsyncModels._generate_content_stream",
-                              _wrappers.async_generate_content_stream(recorder))
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        _precedence.release(self)
-        if not self._deferred.disarm():
-            return
-        _transport.uninstall()
-        from google.genai import _api_client, models
-
-        unwrap(_api_client.BaseApiClient, "_use_aiohttp")
-        unwrap(models.Models, "_generate_content")
-        unwrap(models.Models, "_generate_content_stream")
-        unwrap(models.AsyncModels, "_generate_content")
-        unwrap(models.AsyncModels, "_generate_content_stream")
+        wraps.wrap(_API_CLIENT, "BaseApiClient._use_aiohttp", _wrappers.httpx_over_aiohttp)
+        wraps.wrap(_MODELS, "Models._generate_content", _wrappers.generate_content(recorder))
+        wraps.wrap(_MODELS, "Models._generate_content_stream", _wrappers.generate_content_stream(recorder))
+        wraps.wrap(_MODELS, "AsyncModels._generate_content", _wrappers.async_generate_content(recorder))
+        wraps.wrap(_MODELS, "AsyncModels._generate_content_stream", _wrappers.async_generate_content_stream(recorder))

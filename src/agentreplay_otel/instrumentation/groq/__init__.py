@@ -15,4 +15,4 @@ class GroqInstrumentor(WireInstrumentor):
     """Records each Groq model call as a step of the run (entry point ``agentreplay_groq``)."""
 
     client = GROQ
-    requirement = "groq >= 0.9"
+    requirements = ("groq >= 0.9",)

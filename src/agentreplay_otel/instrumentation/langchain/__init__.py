@@ -20,17 +20,11 @@ nothing here imports LangChain: the wrapping is applied when the agent imports i
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
-from opentelemetry import trace
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
-
-from agentreplay_otel.instrumentation import _precedence
-from agentreplay_otel.instrumentation._deferred import Deferred
-from agentreplay_otel.version import __version__
+from agentreplay_otel.instrumentation._layout import Wraps
+from agentreplay_otel.instrumentation._library import LibraryInstrumentor
+from agentreplay_otel.instrumentation._llm import Recorder
 
 __all__ = ["LangChainInstrumentor"]
 
@@ -39,33 +33,20 @@ _instruments = ("langchain-core >= 1",)
 _TOOLS_MODULE = "langchain_core.tools.base"
 
 
-class LangChainInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class LangChainInstrumentor(LibraryInstrumentor):
     """Instrument ``BaseTool.run`` and ``arun``, where every LangChain tool call ends up."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _instruments
+    requirements = _instruments
+    module = "langchain_core.tools"
+    sends_http = False  # tools only: model calls are their clients' own
 
-    _deferred = Deferred("langchain_core.tools")
-
-    def _instrument(self, **kwargs: Any) -> None:
-        _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
-        self._deferred.arm(lambda: self._wrap(**kwargs))
-
-    def _wrap(self, **kwargs: Any) -> None:
+    def wrap(self, wraps: Wraps, recorder: Recorder, **kwargs: Any) -> None:
         from agentreplay_otel.instrumentation.langchain import _wrappers
 
-        tracer = trace.get_tracer(__name__, __version__, tracer_provider=kwargs.get("tracer_provider"))
-        wrap_function_wrapper(_TOOLS_MODULE, "BaseTool.run", _wrappers.run_wrapper(tracer))
-        wrap_function_wrapper(_TOOLS_MODULE, "BaseTool.arun", _wrappers.arun_wrapper(tracer))
+        wraps.wrap(_TOOLS_MODULE, "BaseTool.run", _wrappers.run_wrapper(recorder.tracer))
+        wraps.wrap(_TOOLS_MODULE, "BaseTool.arun", _wrappers.arun_wrapper(recorder.tracer))
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        _precedence.release(self)
-        if not self._deferred.disarm():
-            return
-        from langchain_core.tools import BaseTool
-
+    def unwrapped(self) -> None:
         from agentreplay_otel.instrumentation.langchain import _wrappers
 
-        unwrap(BaseTool, "run")
-        unwrap(BaseTool, "arun")
         _wrappers.detach_bodies()

@@ -15,48 +15,25 @@ one ``chat {model}`` span, named after the model as its provider knows it.
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-from opentelemetry.instrumentation.utils import unwrap
-from wrapt import wrap_function_wrapper
-
-from agentreplay_otel.instrumentation import _precedence, _transport
-from agentreplay_otel.instrumentation._deferred import Deferred
-from agentreplay_otel.instrumentation._wrap import Recorder
+from agentreplay_otel.instrumentation._layout import Wraps
+from agentreplay_otel.instrumentation._library import LibraryInstrumentor
+from agentreplay_otel.instrumentation._llm import Recorder
 
 __all__ = ["LiteLLMInstrumentor"]
 
 
-class LiteLLMInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class LiteLLMInstrumentor(LibraryInstrumentor):
     """Records each ``litellm.completion``/``acompletion`` call as a ``chat {model}`` step of the run."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return ("litellm >= 1.70",)
+    requirements = ("litellm >= 1.70",)
+    module = "litellm"
 
-    _deferred = Deferred("litellm")
-
-    def _instrument(self, **kwargs: Any) -> None:
-        _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
-        self._deferred.arm(lambda: self._wrap(**kwargs))
-
-    def _wrap(self, **kwargs: Any) -> None:
+    def wrap(self, wraps: Wraps, recorder: Recorder, **kwargs: Any) -> None:
         from litellm import CustomStreamWrapper
 
         from agentreplay_otel.instrumentation.litellm import _wrappers
 
-        recorder = Recorder.for_instrumentor(__name__, kwargs)
-        _transport.install()  # the exchanges of every client LiteLLM sends through
-        wrap_function_wrapper("litellm", "completion", _wrappers.completion(recorder, CustomStreamWrapper))
-        wrap_function_wrapper("litellm", "acompletion", _wrappers.acompletion(recorder, CustomStreamWrapper))
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        _precedence.release(self)
-        if not self._deferred.disarm():
-            return
-        _transport.uninstall()
-        import litellm
-
-        unwrap(litellm, "completion")
-        unwrap(litellm, "acompletion")
+        wraps.wrap("litellm", "completion", _wrappers.completion(recorder, CustomStreamWrapper))
+        wraps.wrap("litellm", "acompletion", _wrappers.acompletion(recorder, CustomStreamWrapper))

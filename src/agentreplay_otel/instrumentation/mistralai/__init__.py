@@ -15,4 +15,4 @@ class MistralInstrumentor(WireInstrumentor):
     """Records each Mistral model call as a step of the run (entry point ``agentreplay_mistralai``)."""
 
     client = MISTRAL
-    requirement = "mistralai >= 1"
+    requirements = ("mistralai >= 1",)

@@ -15,4 +15,4 @@ class OllamaInstrumentor(WireInstrumentor):
     """Records each Ollama model call as a step of the run (entry point ``agentreplay_ollama``)."""
 
     client = OLLAMA_CLIENT
-    requirement = "ollama >= 0.4"
+    requirements = ("ollama >= 0.4",)

@@ -11,15 +11,11 @@ async, streamed or not (and the structured-output ``parse()`` of both, which byp
 
 from __future__ import annotations
 
-from collections.abc import Collection
 from typing import Any
 
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor  # type: ignore[attr-defined]
-
-from agentreplay_otel.instrumentation import _precedence, _transport
-from agentreplay_otel.instrumentation._deferred import Deferred
 from agentreplay_otel.instrumentation._layout import Wraps, import_first
-from agentreplay_otel.instrumentation._wrap import Recorder
+from agentreplay_otel.instrumentation._library import LibraryInstrumentor
+from agentreplay_otel.instrumentation._llm import Recorder
 
 __all__ = ["OpenAIInstrumentor"]
 
@@ -29,33 +25,23 @@ _BETA_CHAT = ("openai.resources.beta.chat.completions",)  # parse() before it mo
 _RESPONSES = ("openai.resources.responses.responses",)  # from 1.66
 
 
-class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
+class OpenAIInstrumentor(LibraryInstrumentor):
     """Records each OpenAI chat or responses call as a ``chat {model}`` step of the run.
 
     Every line from openai 1.0 on: 1.x and 2.x send through ``httpx``, 3.x through ``httpx2``;
     ``responses`` and ``parse`` are wrapped where the installed version has them.
     """
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return ("openai >= 1",)
+    requirements = ("openai >= 1",)
+    module = "openai"
 
-    _deferred = Deferred("openai")
-    _wraps = Wraps()
-
-    def _instrument(self, **kwargs: Any) -> None:
-        _precedence.claim(self)  # another instrumentor of the library is turned off, before ours wraps it
-        self._deferred.arm(lambda: self._wrap(**kwargs))
-
-    def _wrap(self, **kwargs: Any) -> None:
+    def wrap(self, wraps: Wraps, recorder: Recorder, **kwargs: Any) -> None:
         import openai
 
         from agentreplay_otel.instrumentation.openai import _wrappers as w
 
-        recorder = Recorder.for_instrumentor(__name__, kwargs)
-        _transport.install()  # every exchange of the client, whichever method made it
         streams = (openai.Stream, openai.AsyncStream)
         chat, beta_chat, responses = import_first(*_CHAT), import_first(*_BETA_CHAT), import_first(*_RESPONSES)
-        wraps = self._wraps
         wraps.wrap(chat, "Completions.create", w.chat_create(recorder, streams))
         wraps.wrap(chat, "AsyncCompletions.create", w.async_chat_create(recorder, streams))
         wraps.wrap(responses, "Responses.create", w.responses_create(recorder, streams), optional=True)
@@ -66,10 +52,3 @@ class OpenAIInstrumentor(BaseInstrumentor):  # type: ignore[misc]
         wraps.wrap(beta_chat, "AsyncCompletions.parse", w.async_chat_parse(recorder, streams), optional=True)
         wraps.wrap(responses, "Responses.parse", w.responses_parse(recorder, streams), optional=True)
         wraps.wrap(responses, "AsyncResponses.parse", w.async_responses_parse(recorder, streams), optional=True)
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        _precedence.release(self)
-        if not self._deferred.disarm():
-            return
-        _transport.uninstall()
-        self._wraps.unwrap_all()
