@@ -81,3 +81,31 @@ def test_units_are_read_without_loading_pint_when_no_number_has_a_word_after_it(
 
     assert not values.may_state_quantities("Restart everything except the database.")
     assert [q.quote for q in values.quantities("a 40 lb parcel, 9am, 3 laptops, 5 mL")] == ["40 lb", "5 mL"]
+
+
+def test_no_failing_run_gets_a_mode_it_is_not_labelled_with(content):
+    """A claim of 'sent' after transmit_prescription (no verb the lists know) is FM-3.3's to check against
+    the result, not FM-3.1's 'nothing acted': a tool that does not say it reads may have acted."""
+    extra = {}
+    for name, (case, spans) in content.items():
+        if case.modes:
+            found = set(detect(spans).mode_ids) - case.modes
+            if found:
+                extra[name] = sorted(found)
+    assert extra == {}
+
+
+def test_a_tool_may_act_unless_it_says_it_reads_and_a_recorded_side_effect_decides():
+    from agentreplay_replay.analysis.transcript import KIND_TOOL, Step
+
+    def tool(name: str, description: str = "", side_effect: bool | None = None) -> Step:
+        return Step(step=1, kind=KIND_TOOL, name=name, span_id="s", span_name=f"execute_tool {name}",
+                    description=description, side_effect=side_effect)
+
+    transmit = tool("transmit_prescription", "Transmit a prescription to a pharmacy.")
+    assert not transmit.acts and transmit.may_act
+    for reads in (tool("list_services"), tool("order_status"), tool("parties", "The parties of a matter."),
+                  tool("search_flights", side_effect=False)):
+        assert not reads.may_act, reads.name
+    assert tool("check_in_passenger", side_effect=True).may_act  # the recorded flag wins over a read's name
+    assert tool("book_flight").acts and tool("book_flight").may_act

@@ -150,6 +150,18 @@ class Step:
         return tool_acts(self.name, self.description)
 
     @cached_property
+    def may_act(self) -> bool:
+        """Whether this tool call may have acted on the world: it :attr:`acts`, or it is not named nor
+        described as a read (``dispense``, ``transmit_prescription``, ``restart_services``; not
+        ``list_services``, ``order_status`` nor a tool described as "Get the ..."). A recorded side effect
+        decides; else no list of verbs is complete, so a tool is taken to read only when it says so. A
+        detector that says a run did something holds it to the tools that :attr:`acts`; one that says
+        nothing was done looks at every tool that may have."""
+        if self.acts:
+            return True
+        return not tool_reads(self.name, self.description)
+
+    @cached_property
     def request_raw(self) -> str:
         """``agentreplay.request`` in full: restored from the view's strings when it was stored with
         references to them, and only when asked (a long run's requests are large and seldom read whole)."""
@@ -185,6 +197,16 @@ def tool_acts(name: str, description: str = "") -> bool:
         return True
     first = description.strip().split(maxsplit=1)[0].lower().strip(".,:;") if description.strip() else ""
     return first in _ACTION_VERBS
+
+
+def tool_reads(name: str, description: str = "") -> bool:
+    """Whether a tool's name (``get_order``, ``order_status``) or its description ("List the ...", "The
+    parties of a matter") says it only reads."""
+    words = _name_words(name)
+    if not words or words[0] in _READ_VERBS or (len(words) > 1 and words[-1] in _READ_NOUNS):
+        return True
+    first = description.strip().split(maxsplit=1)[0].lower() if description.strip() else ""
+    return first in _READ_VERBS or first in ("the", "a", "an", "what", "whether", "which")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,12 +18,9 @@ from agentreplay_otel.core import json_or
 from agentreplay_replay.analysis import values as v
 from agentreplay_replay.analysis.detectors._base import Detector, argument, culprit, said, system_fix
 from agentreplay_replay.analysis.transcript import (
-    _READ_NOUNS,
-    _READ_VERBS,
     Quote,
     RunView,
     Step,
-    _name_words,
     leaves,
 )
 from agentreplay_replay.analysis.verdict import ModeHit
@@ -34,13 +31,7 @@ MODE = "FM-1.1"
 def may_act(tool: Step) -> bool:
     """A tool held to the request: one that acts (:attr:`Step.acts`), or one not named as a read
     (``dispense``, ``restart_services``, ``scale_service``; not ``list_services`` nor ``order_status``)."""
-    if tool.acts:
-        return True
-    words = _name_words(tool.name)
-    if not words or words[0] in _READ_VERBS or (len(words) > 1 and words[-1] in _READ_NOUNS):
-        return False
-    first = tool.description.strip().split(maxsplit=1)[0].lower() if tool.description.strip() else ""
-    return first not in _READ_VERBS and first not in ("the", "a", "an", "what", "whether", "which")
+    return tool.may_act
 
 
 def current_turns(turns: tuple[Quote, ...]) -> list[tuple[Quote, bool]]:

@@ -7,8 +7,10 @@ Three plain cases, on runs that ended on their own (not failed, not halted, not 
 * a user turn asks for an action ("book", "send", "pay"... as a verb: not "my order"), the model
   was offered the tool that does it (``book_flight``), that tool never ran, and the last answer
   does not end on a question to the user (a turn that asks the user waits for the answer);
-* no such tool is known, but the final answer claims the action done ("booked") while no
-  tool that acts on the world succeeded.
+* no such tool is known, but the final answer claims the action done ("booked") while every tool
+  that succeeded is one that only reads (named or described as a read: ``search_flights``,
+  ``order_status``; a tool recorded as a side effect, or one that does not say it reads, such as
+  ``transmit_prescription``, may have done it, and a claim after it is FM-3.3's to check).
 """
 
 from __future__ import annotations
@@ -93,10 +95,11 @@ def _missing_action(view: RunView) -> list[ModeHit]:
             sentence = f"The user asked you to {verb}: do not finish before {tool} has run and succeeded."
         else:
             claim = _claim(final.text if final else view.run_output, verb)
-            if claim is None or any(t.acts and not t.failed for t in view.tool_steps):
+            if claim is None or any(t.may_act and not t.failed for t in view.tool_steps):
                 continue
-            explanation = (f"The request asks to {verb} and the answer says \"{claim}\", but no tool that acts on "
-                           "the world ran: the run ended before the action it reports.")
+            explanation = (f"The request asks to {verb} and the answer says \"{claim}\", but no tool that could "
+                           "have done it ran (none, or only tools that read): the run ended before the action it "
+                           "reports.")
             evidence = (said(request, verb), output(final, claim, "the model claimed") if final else
                         Evidence(step=None, span_id=view.root_span_id, path="agentreplay.run.output", value=claim,
                                  note="the run answered"))
