@@ -304,9 +304,13 @@ ENV_OTLP_CLIENT_KEY: Final = "OTEL_EXPORTER_OTLP_CLIENT_KEY"
 # sends a token only to a collector that signs a fresh challenge with that key.
 ENV_COLLECTOR_IDENTITY: Final = "AGENTREPLAY_COLLECTOR_IDENTITY"
 ENV_REPLAY_GRANT: Final = "AGENTREPLAY_REPLAY_GRANT"  # the replay grant the CLI hands a replayed agent
-ENV_ANALYSIS_BASE_URL: Final = "AGENTREPLAY_ANALYSIS_BASE_URL"  # the LLM judge's OpenAI-compatible endpoint
+ENV_ANALYSIS_BASE_URL: Final = "AGENTREPLAY_ANALYSIS_BASE_URL"  # the LLM judge's endpoint (OpenAI-compatible or Anthropic)
 ENV_ANALYSIS_API_KEY: Final = "AGENTREPLAY_ANALYSIS_API_KEY"
 ENV_ANALYSIS_MODEL: Final = "AGENTREPLAY_ANALYSIS_MODEL"
+ENV_ANALYSIS_PROVIDER: Final = "AGENTREPLAY_ANALYSIS_PROVIDER"  # openai (any OpenAI-compatible API) or anthropic
+ENV_ANALYSIS_METHOD: Final = "AGENTREPLAY_ANALYSIS_METHOD"  # all_at_once, step_by_step or binary_search
+ENV_ANALYSIS_BUDGET_TOKENS: Final = "AGENTREPLAY_ANALYSIS_BUDGET_TOKENS"  # the judge's tokens per run
+ENV_ANALYSIS_BUDGET_S: Final = "AGENTREPLAY_ANALYSIS_BUDGET_S"  # the judge's seconds per run
 
 # entry point groups
 EP_REDACTOR: Final = "agentreplay_redactor"

@@ -67,10 +67,10 @@ ENV_BASE_URL = semconv.ENV_ANALYSIS_BASE_URL
 ENV_API_KEY = semconv.ENV_ANALYSIS_API_KEY
 ENV_MODEL = semconv.ENV_ANALYSIS_MODEL
 """Where the judge is, by default (flags override): the endpoint's base URL, its key, a model."""
-ENV_PROVIDER = "AGENTREPLAY_ANALYSIS_PROVIDER"  # openai (any OpenAI-compatible API) or anthropic
-ENV_METHOD = "AGENTREPLAY_ANALYSIS_METHOD"  # all_at_once, step_by_step, binary_search
-ENV_BUDGET_TOKENS = "AGENTREPLAY_ANALYSIS_BUDGET_TOKENS"
-ENV_BUDGET_S = "AGENTREPLAY_ANALYSIS_BUDGET_S"
+ENV_PROVIDER = semconv.ENV_ANALYSIS_PROVIDER  # openai (any OpenAI-compatible API) or anthropic
+ENV_METHOD = semconv.ENV_ANALYSIS_METHOD  # all_at_once, step_by_step, binary_search
+ENV_BUDGET_TOKENS = semconv.ENV_ANALYSIS_BUDGET_TOKENS
+ENV_BUDGET_S = semconv.ENV_ANALYSIS_BUDGET_S
 
 
 @dataclass(frozen=True, kw_only=True)
