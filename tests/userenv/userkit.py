@@ -46,6 +46,9 @@ LIBRARIES = {  # environment -> what the user installs beside the SDK (`pip inst
     "groq": ("groq",),
     # a DSPy program and HTTP response caches (test_response_caches.py): the libraries' own caches under the launcher
     "caches": ("dspy", "requests-cache", "hishel"),
+    # an agent traced by its framework's own instrumentation (test_foreign_instrumentation.py): not ours
+    "openinference-agents": ("openai-agents", "openinference-instrumentation-openai-agents",
+                             "opentelemetry-exporter-otlp-proto-grpc"),
 }
 INSTALL_TIMEOUT_S = 600
 
