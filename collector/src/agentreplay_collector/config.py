@@ -262,15 +262,25 @@ DETECTORS = "detectors"
 """The classifier whose verdict marks a run as analysed (its entry point in the analyzer group)."""
 
 
+JUDGE_PROVIDERS = ("openai", "anthropic")  # the judge's (agentreplay_replay.analysis.judge.PROVIDERS)
+JUDGE_METHODS = ("all_at_once", "step_by_step", "binary_search")  # and its methods (judge.METHODS)
+
+
 @dataclass(frozen=True, kw_only=True)
 class JudgeSettings:
-    """An LLM judge behind an OpenAI-compatible endpoint (``agentreplay_analysis.judge``)."""
+    """An LLM judge behind an OpenAI-compatible or Anthropic endpoint (``agentreplay_analysis.judge``).
+    ``provider``, ``method`` and the budgets left unset ("" or None) are read as ``agentreplay analyze``
+    reads them: from ``AGENTREPLAY_ANALYSIS_*``, else the judge's defaults."""
 
     base_url: str
     model: str
     api_key: str = field(default="", repr=False)
     timeout_s: float = 120.0
     context_tokens: int = 16_384
+    provider: str = ""  # openai or anthropic
+    method: str = ""  # all_at_once, step_by_step or binary_search
+    budget_tokens: int | None = None  # per run, prompts and answers
+    budget_s: float | None = None  # per run, wall time
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -1287,13 +1297,22 @@ def _parse_analysis(sec: _Section) -> AnalysisConfig:
         base_url, model, api_key = (_text(j, key) for key in ("base_url", "model", "api_key"))
         timeout_s = j.duration("timeout", 120.0)
         context_tokens = j.integer("context_tokens", 16_384, minimum=1024)
+        provider, method = _text(j, "provider"), _text(j, "method")  # "": $AGENTREPLAY_ANALYSIS_*, else default
+        for key, value, allowed in (("provider", provider, JUDGE_PROVIDERS), ("method", method, JUDGE_METHODS)):
+            if value and value not in allowed:
+                raise ConfigError(j.at(key), f"one of {', '.join(allowed)}", value)
+        budget_tokens = j.integer("budget_tokens", 0, minimum=1) if j.has("budget_tokens") else None
+        budget_s = j.duration("budget", 0.0) if j.has("budget") else None
+        if budget_s is not None and budget_s <= 0:
+            raise ConfigError(j.at("budget"), "a duration above 0", budget_s)
         j.done()
         if bool(base_url) != bool(model):  # both empty (unset env vars): no judge
             raise ConfigError(j.at("model" if base_url else "base_url"),
                               "a value too: a judge needs both base_url and model", None)
         if base_url:
             judge = JudgeSettings(base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s,
-                                  context_tokens=context_tokens)
+                                  context_tokens=context_tokens, provider=provider, method=method,
+                                  budget_tokens=budget_tokens, budget_s=budget_s)
     incidents = None
     if sec.has("incidents") and sec.get("incidents") is not None:
         i = sec.section("incidents")

@@ -42,6 +42,7 @@ from agentreplay_replay.analysis.judging.ask import (
     Invalid,
     Spent,
     Unreachable,
+    client_missing,
     json_answer,
 )
 from agentreplay_replay.analysis.judging.floor import floor
@@ -61,7 +62,7 @@ from agentreplay_replay.analysis.verdict import (
 )
 
 __all__ = ["ALL_AT_ONCE", "ANTHROPIC", "BINARY_SEARCH", "METHODS", "OPENAI", "PROVIDERS", "JudgeConfig",
-           "attribute", "json_answer", "judge"]
+           "attribute", "client_missing", "json_answer", "judge"]
 
 ENV_BASE_URL = semconv.ENV_ANALYSIS_BASE_URL
 ENV_API_KEY = semconv.ENV_ANALYSIS_API_KEY

@@ -7,10 +7,10 @@ from agentreplay_collector.config import JudgeSettings
 from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
 from agentreplay_otel.core import SpanRecord
 from agentreplay_replay.analysis.engine import detect
-from agentreplay_replay.analysis.judge import JudgeConfig
+from agentreplay_replay.analysis.judge import JudgeConfig, client_missing
 from agentreplay_replay.analysis.judge import judge as ask_judge
-from agentreplay_replay.analysis.transcript import FOREIGN_UNFORKABLE, run_view
-from agentreplay_replay.analysis.verdict import NO_CHAIN, Outcome, Verdict
+from agentreplay_replay.analysis.transcript import FOREIGN_UNFORKABLE, RunView, run_view
+from agentreplay_replay.analysis.verdict import LLM, NO_CHAIN, Outcome, Verdict
 
 
 def record(verdict: Verdict) -> StoredClassification:
@@ -36,10 +36,35 @@ def analyse(spans: list[SpanRecord], *, chain: ChainStatus | None, judge: JudgeS
     problem = NO_CHAIN if unchained else "" if verified else f"the chain is {state}"
     verdicts = [detect(view)]
     if judge is not None and (verdicts[0].outcome is Outcome.FAILED or view.failed or view.halted):
-        config = JudgeConfig(base_url=judge.base_url.rstrip("/"), model=judge.model, api_key=judge.api_key,
-                             timeout_s=judge.timeout_s, context_tokens=judge.context_tokens)
-        verdicts.append(ask_judge(view, config))
+        verdicts.append(_judged(view, judge, detected=verdicts[0]))
     unforkable = FOREIGN_UNFORKABLE if view.foreign else ""
     return [record(v.with_chain(chain_state=state, verified=verified, partial=not view.finished, problem=problem,
                                 unforkable=unforkable))
             for v in verdicts]
+
+
+def judge_config(settings: JudgeSettings) -> JudgeConfig:
+    """The collector's judge as ``agentreplay analyze`` builds its own: the config's keys first, then
+    ``AGENTREPLAY_ANALYSIS_*`` (provider, method, budgets), then the judge's defaults."""
+    config = JudgeConfig.from_env(
+        base_url=settings.base_url, model=settings.model, api_key=settings.api_key or None,
+        timeout_s=settings.timeout_s, context_tokens=settings.context_tokens, provider=settings.provider or None,
+        method=settings.method or None, budget_tokens=settings.budget_tokens, budget_s=settings.budget_s)
+    if config is None:  # the collector's config makes no judge without both
+        raise ValueError("a judge needs both base_url and model")
+    return config
+
+
+def _judged(view: RunView, settings: JudgeSettings, *, detected: Verdict) -> Verdict:
+    """The judge's verdict, or a ``judge_error`` saying why there is none (a setting from the environment
+    that is no value, a client library not installed): never raised into the worker."""
+    try:
+        config = judge_config(settings)
+    except ValueError as exc:
+        return Verdict(run_id=view.run_id, outcome=Outcome.JUDGE_ERROR, classifier=LLM, model=settings.model,
+                       chain_hash=view.chain_hash, error=f"the judge's settings: {exc}")
+    missing = client_missing(config.provider)
+    if missing:
+        return Verdict(run_id=view.run_id, outcome=Outcome.JUDGE_ERROR, classifier=LLM, model=config.model,
+                       chain_hash=view.chain_hash, error=missing)
+    return ask_judge(view, config, detected=detected)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:  # the detectors, the judge and case files load when `analyze`
 ENV_BASE_URL, ENV_API_KEY, ENV_MODEL = (semconv.ENV_ANALYSIS_BASE_URL, semconv.ENV_ANALYSIS_API_KEY,
                                         semconv.ENV_ANALYSIS_MODEL)
 PANEL = "Analysis"
+JUDGE_PANEL = "The LLM judge (--judge llm or all)"
 app = typer.Typer()
 
 
@@ -51,6 +52,35 @@ class Judges(enum.StrEnum):
     DETECTORS = "detectors"
     LLM = "llm"
     ALL = "all"
+
+
+class JudgeMethod(enum.StrEnum):  # judging.methods.METHODS, named here so `runs` need not import the judge
+    ALL_AT_ONCE = "all_at_once"
+    STEP_BY_STEP = "step_by_step"
+    BINARY_SEARCH = "binary_search"
+
+
+class JudgeProvider(enum.StrEnum):  # judging.ask.PROVIDERS
+    OPENAI = "openai"
+    ANTHROPIC = "anthropic"
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeChoice:
+    """How the judge reads a run and what it may spend; None: ``AGENTREPLAY_ANALYSIS_*``, else the default."""
+
+    method: JudgeMethod | None = None
+    provider: JudgeProvider | None = None
+    budget_tokens: int | None = None
+    budget_s: float | None = None
+
+    def given(self) -> list[str]:
+        flags = ("--judge-method", "--judge-provider", "--judge-budget-tokens", "--judge-budget-s")
+        return [f for f, v in zip(flags, dataclasses.astuple(self), strict=True) if v is not None]
+
+    def options(self) -> dict[str, Any]:
+        return {k: (str(v) if isinstance(v, enum.Enum) else v) for k, v in dataclasses.asdict(self).items()
+                if v is not None}
 
 
 _STYLE = {Outcome.FAILED: "bold red", Outcome.OK: "bold green", Outcome.UNSURE: "yellow",
@@ -62,17 +92,38 @@ def analyze(
     run_id: RunOrCaseArg,
     judges: Annotated[Judges, typer.Option("--judge", help="detectors: deterministic, offline (default). llm: an "
                                            "LLM judge per --model. all: both, with their agreement.")] = Judges.DETECTORS,
-    models: Annotated[list[str] | None, typer.Option("--model", help=f"The judge's model; repeat for several judges "
+    models: Annotated[list[str] | None, typer.Option("--model", rich_help_panel=JUDGE_PANEL, help=f"The judge's model; repeat for several judges "
                                                      f"(default: ${ENV_MODEL}).", show_default=False)] = None,
-    base_url: Annotated[str | None, typer.Option("--base-url", envvar=ENV_BASE_URL, show_envvar=True,
-                                                 help="The judge's OpenAI-compatible endpoint, e.g. "
-                                                      "http://127.0.0.1:8000/v1 (vLLM).")] = None,
-    api_key: Annotated[str | None, typer.Option("--api-key", envvar=ENV_API_KEY, show_envvar=True,
+    base_url: Annotated[str | None, typer.Option("--base-url", envvar=ENV_BASE_URL, show_envvar=True, rich_help_panel=JUDGE_PANEL,
+                                                 help="The judge's endpoint: OpenAI-compatible, e.g. "
+                                                      "http://127.0.0.1:8000/v1 (vLLM), or Anthropic's "
+                                                      "(--judge-provider anthropic).")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", envvar=ENV_API_KEY, show_envvar=True, rich_help_panel=JUDGE_PANEL,
                                                 help="The judge endpoint's key, if it needs one.")] = None,
-    context_tokens: Annotated[int, typer.Option("--context-tokens", min=1024,
+    method: Annotated[JudgeMethod | None, typer.Option(
+        "--judge-method", rich_help_panel=JUDGE_PANEL, show_default=False,
+        help=f"How the judge finds the decisive error (Who&When's three methods): all_at_once, one call per "
+             f"window of the run (the default); step_by_step, one call per step until one is to blame; "
+             f"binary_search, about log2(steps) calls halving the run. Default: ${semconv.ENV_ANALYSIS_METHOD}, "
+             f"else all_at_once.")] = None,
+    provider: Annotated[JudgeProvider | None, typer.Option(
+        "--judge-provider", rich_help_panel=JUDGE_PANEL, show_default=False,
+        help=f"openai: any OpenAI-compatible API (OpenAI, vLLM, Ollama's /v1, a gateway); anthropic: Anthropic's "
+             f"messages API. Default: ${semconv.ENV_ANALYSIS_PROVIDER}, else openai. Needs the client library: "
+             f"pip install 'agentreplay-replay\\[judge]'.")] = None,
+    budget_tokens: Annotated[int | None, typer.Option(
+        "--judge-budget-tokens", min=1, rich_help_panel=JUDGE_PANEL, show_default=False,
+        help=f"Tokens one run may spend, prompts and answers (estimated at four characters a token); the "
+             f"judge stops before a call past it, with a judge_error. Default: "
+             f"${semconv.ENV_ANALYSIS_BUDGET_TOKENS}, else 400000.")] = None,
+    budget_s: Annotated[float | None, typer.Option(
+        "--judge-budget-s", min=1.0, rich_help_panel=JUDGE_PANEL, show_default=False,
+        help=f"Seconds one run's judging may take, all calls together. Default: "
+             f"${semconv.ENV_ANALYSIS_BUDGET_S}, else 600.")] = None,
+    context_tokens: Annotated[int, typer.Option("--context-tokens", min=1024, rich_help_panel=JUDGE_PANEL,
                                                 help="The judge model's context window; longer runs are "
                                                      "cut to fit, and the verdict says so.")] = 16_384,
-    timeout_s: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds to wait for each judge answer.")]
+    timeout_s: Annotated[float, typer.Option("--timeout", min=1.0, rich_help_panel=JUDGE_PANEL, help="Seconds to wait for each judge answer.")]
     = 120.0,
     partial: Annotated[bool, typer.Option("--partial", help="Analyse a run still in flight, as far as it got.")]
     = False,
@@ -107,13 +158,16 @@ def analyze(
       agentreplay analyze incident.case.json --org-key org.pub
       agentreplay analyze 3f2a9c --judge llm --base-url http://127.0.0.1:8000/v1 --model Qwen/Qwen2.5-7B-Instruct
       agentreplay analyze 3f2a9c --judge all --model qwen2.5-7b --model llama-3.1-8b
+      agentreplay analyze 3f2a9c --judge llm --judge-method binary_search --judge-budget-tokens 100000
+      agentreplay analyze 3f2a9c --judge llm --judge-provider anthropic --base-url https://api.anthropic.com --model MODEL
     """
     from agentreplay_replay.analysis.agreement import agreement
     from agentreplay_replay.analysis.engine import detect
     from agentreplay_replay.analysis.judge import judge
     from agentreplay_replay.analysis.transcript import FOREIGN_UNFORKABLE, run_view
 
-    configs = _judge_configs(judges, models or [], base_url, api_key, context_tokens, timeout_s)
+    choice = JudgeChoice(method=method, provider=provider, budget_tokens=budget_tokens, budget_s=budget_s)
+    configs = _judge_configs(judges, models or [], base_url, api_key, context_tokens, timeout_s, choice)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified,
                   org_key=case_org_key(org_key)) as (source, full):
         spans = source.get_run_spans(full)
@@ -163,20 +217,33 @@ def analyze(
 
 
 def _judge_configs(judges: Judges, models: list[str], base_url: str | None, api_key: str | None,
-                   context_tokens: int, timeout_s: float) -> list[JudgeConfig]:
-    from agentreplay_replay.analysis.judge import JudgeConfig
+                   context_tokens: int, timeout_s: float, choice: JudgeChoice | None = None) -> list[JudgeConfig]:
+    """The judges asked for: flags first, then ``AGENTREPLAY_ANALYSIS_*`` (``JudgeConfig.from_env``, as the
+    collector's worker reads them), then the defaults."""
+    from agentreplay_replay.analysis.judge import JudgeConfig, client_missing
 
+    choice = choice or JudgeChoice()
     if judges is Judges.DETECTORS:
-        if models:
-            raise CLIError("--model names an LLM judge: add --judge llm (or --judge all)")
+        if models or choice.given():
+            flags = ", ".join((["--model"] if models else []) + choice.given())
+            raise CLIError(f"{flags} configure an LLM judge: add --judge llm (or --judge all)")
         return []
     names: list[str | None] = list(models) or [None]  # None: the model from $AGENTREPLAY_ANALYSIS_MODEL
-    configs = [JudgeConfig.from_env(base_url=base_url, model=m, api_key=api_key, timeout_s=timeout_s,
-                                    context_tokens=context_tokens) for m in names]
+    try:
+        configs = [JudgeConfig.from_env(base_url=base_url, model=m, api_key=api_key, timeout_s=timeout_s,
+                                        context_tokens=context_tokens, **choice.options()) for m in names]
+    except ValueError as exc:  # an AGENTREPLAY_ANALYSIS_* value that is not one (the flags are checked by typer)
+        raise CLIError(f"the LLM judge's settings: {exc} (see ${semconv.ENV_ANALYSIS_METHOD}, "
+                       f"${semconv.ENV_ANALYSIS_PROVIDER}, ${semconv.ENV_ANALYSIS_BUDGET_TOKENS}, "
+                       f"${semconv.ENV_ANALYSIS_BUDGET_S})") from exc
     if any(c is None for c in configs):
         raise CLIError(f"the LLM judge needs an endpoint and a model: --base-url (or ${ENV_BASE_URL}) and --model "
                        f"(or ${ENV_MODEL})")
-    return [c for c in configs if c is not None]
+    found = [c for c in configs if c is not None]
+    for why in dict.fromkeys(client_missing(c.provider) for c in found):
+        if why:
+            raise CLIError(why)
+    return found
 
 
 def _admit(run_id: str, status: ChainStatus | None, report: ChainReport, *, partial: bool,

@@ -9,6 +9,7 @@ recorded, least of all into the run being judged.
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import time
@@ -21,6 +22,23 @@ from agentreplay_replay.analysis.judging.log import tokens
 OPENAI = "openai"
 ANTHROPIC = "anthropic"
 PROVIDERS = (OPENAI, ANTHROPIC)
+
+CLIENTS = {OPENAI: "openai", ANTHROPIC: "anthropic"}
+"""The client library each provider's judge is asked through: both come with the ``judge`` extra."""
+INSTALL = "pip install 'agentreplay-replay[judge]'"
+
+
+def client_missing(provider: str) -> str:
+    """Why a judge of ``provider`` cannot be asked: its client library does not import (what to install);
+    "" when it does."""
+    name = CLIENTS[provider]
+    try:
+        importlib.import_module(name)
+    except ImportError as exc:
+        return (f"the {provider} judge needs the '{name}' package, which is not installed ({exc}): {INSTALL}, "
+                f"or pip install {name}")
+    return ""
+
 
 JSON_SCHEMA = "json_schema"
 JSON_OBJECT = "json_object"
@@ -147,7 +165,7 @@ class Asker:
         try:
             import openai
         except ImportError as exc:  # pragma: no cover - the judge needs it installed
-            raise Unreachable("the OpenAI-compatible judge needs the 'openai' package (pip install openai)") from exc
+            raise Unreachable(client_missing(OPENAI) or str(exc)) from exc
         e = self.endpoint
         if self._client is None:
             self._client = openai.OpenAI(base_url=e.base_url, api_key=e.api_key or "unused", max_retries=0,
@@ -179,7 +197,7 @@ class Asker:
         try:
             import anthropic
         except ImportError as exc:  # pragma: no cover - the judge needs it installed
-            raise Unreachable("the Anthropic judge needs the 'anthropic' package (pip install anthropic)") from exc
+            raise Unreachable(client_missing(ANTHROPIC) or str(exc)) from exc
         e = self.endpoint
         if self._client is None:
             base = re.sub(r"/v1/?$", "", e.base_url)  # the client adds /v1/messages
