@@ -3,12 +3,18 @@ on a 1,000-span run, their throughput over a 10,000-run backlog on one core, and
 size per run. Every run is recorded in this process through the SDK's real recording path (the
 instrumentors, the chain processor) against the local model server (``tests/analysis/analysiskit.py``).
 
+With ``--whowhen DIR`` (Who&When's Algorithm-Generated folder, or a checkout of the dataset; the
+Hand-Crafted subset is never read) it also scores the model-free attribution on it
+(``bench/attribution_bench.py``'s ``measure``) and prints the table the issue asks for to stderr: agent
+and step accuracy, exact and within 1 and 3 steps, next to the paper's Table 1 (quoted, not measured),
+and each labelled set's precision and recall per mode with 95% Wilson intervals.
+
 Targets: precision >= 0.9 for every mode the detectors report; outside travel (six other agents,
 ``tests/analysis/domainkit.py``), an accepted mode and the right culprit in >= 80% of failing runs and no
 healthy run flagged; the 1,000-span run under 50 ms; the backlog at >= 500 runs/s. Ratios are measured in this run. Prints JSON and writes
 ``bench/results/analysis.json``.
 
-    python bench/analysis_bench.py [--turns 500] [--backlog 10000]
+    python bench/analysis_bench.py [--turns 500] [--backlog 10000] [--whowhen DIR]
 """
 
 from __future__ import annotations
@@ -22,8 +28,10 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent / "tests" / "analysis"))
+sys.path.insert(0, str(HERE))
 
 import analysiskit as kit  # noqa: E402 - the labelled set lives with the tests
+import attribution_bench  # noqa: E402 - Who&When's scoring, beside this script
 import contentkit  # noqa: E402 - and the runs of content-level evidence (issue 32, item 2)
 import domainkit  # noqa: E402 - and the runs outside travel
 
@@ -60,8 +68,8 @@ def labelled(recorded: dict) -> dict:
             culprits_labelled += 1
             culprits_right += verdict.culprit is not None and verdict.culprit.step == case.culprit
     scores = kit.score(judged)
-    per_mode = {m: {"tp": s.tp, "fp": s.fp, "fn": s.fn, "precision": s.precision, "recall": s.recall}
-                for m, s in scores.items()}
+    per_mode = with_ci({m: {"tp": s.tp, "fp": s.fp, "fn": s.fn, "precision": s.precision, "recall": s.recall}
+                        for m, s in scores.items()})
     precisions = [s.precision for s in scores.values() if s.precision is not None]
     return {
         "runs": len(recorded),
@@ -85,6 +93,7 @@ def outside_travel(recorded: list) -> dict:
     figures = domainkit.figures([(case, detect(spans)) for case, spans in recorded]).as_json()
     held_out = {c.name for c in domainkit.HELD_OUT}
     later = domainkit.figures([(c, detect(s)) for c, s in recorded if c.name in held_out]).as_json()
+    figures["per_mode"] = with_ci(figures["per_mode"])
     return {**figures, "domains": sorted({case.domain for case, _ in recorded}),
             "held_out": {k: later[k] for k in ("runs", "failing", "healthy", "found", "found_rate",
                                                "false_positive_rate", "flagged_healthy", "missed")},
@@ -102,15 +111,18 @@ def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
     return [round(max(0.0, centre - half), 3), round(min(1.0, centre + half), 3)]
 
 
+def with_ci(per_mode: dict[str, dict]) -> dict[str, dict]:
+    """Each mode's counts with the 95% Wilson intervals of its precision and recall."""
+    return {mode: {**s, "precision_ci95": wilson(s["tp"], s["tp"] + s["fp"]),
+                   "recall_ci95": wilson(s["tp"], s["tp"] + s["fn"])} for mode, s in per_mode.items()}
+
+
 def content_evidence(recorded: list) -> dict:
     """The detectors on the set written before the content-level checks (``tests/analysis/contentkit.py``:
     devops, HR, pharmacy, legal, logistics, commerce, hand-offs): found and flagged rates and per-mode
     precision and recall, each with its 95% Wilson interval."""
     figures = domainkit.figures([(case, detect(spans)) for case, spans in recorded])
-    per_mode = {}
-    for mode, s in figures.per_mode.items():
-        per_mode[mode] = {**s, "precision_ci95": wilson(s["tp"], s["tp"] + s["fp"]),
-                          "recall_ci95": wilson(s["tp"], s["tp"] + s["fn"])}
+    per_mode = with_ci(figures.per_mode)
     flagged = len(figures.flagged_healthy)
     return {"runs": figures.runs, "failing": figures.failing, "healthy": figures.healthy, "found": figures.found,
             "found_rate": round(figures.found_rate, 3), "found_ci95": wilson(figures.found, figures.failing),
@@ -128,6 +140,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--turns", type=int, default=500, help="model calls of the long run (each with a tool call)")
     parser.add_argument("--backlog", type=int, default=10_000, help="runs in the throughput backlog")
+    parser.add_argument("--whowhen", type=Path, help="Who&When's Algorithm-Generated folder (or a checkout): "
+                                                     "score attribution on it and print the table")
     args = parser.parse_args(argv)
     long_case = kit.Case(name="long_run", agent="long", request="Check the prices to every city on the list.",
                          script=kit.long_script(args.turns), options={"turns": args.turns})
@@ -182,10 +196,61 @@ def main(argv: list[str] | None = None) -> dict:
         "context_tokens": 16_384,
         "how": "estimated at 4 characters a token (the judge's endpoint reports the exact count per call)",
     }
+    if args.whowhen is not None:
+        result["whowhen"] = attribution_bench.measure(args.whowhen)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2))
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+    if "whowhen" in result:
+        print(table(result), file=sys.stderr)
     return result
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{x:.1f}"
+
+
+def _ci(pair: list[float] | None) -> str:
+    return "" if pair is None else f" [{pair[0]:.2f}, {pair[1]:.2f}]"
+
+
+def table(result: dict) -> str:
+    """The issue's table: Who&When attribution next to the paper's Table 1, then each labelled set's
+    precision and recall per mode with their 95% intervals."""
+    ww = result["whowhen"]
+    lines = ["Who&When, Algorithm-Generated: which agent, which step (%; the Hand-Crafted subset is held out, "
+             "never read)",
+             f"  {'':56} {'agent':>6} {'step':>6} {'±1':>6} {'±3':>6} {'runs':>5}"]
+    for half, name in (("dev", "this analyzer, model-free: dev half (tuned on)"),
+                       ("check", "this analyzer, model-free: check half"), ("all", "this analyzer, model-free: all")):
+        m = ww["measured"][half]
+        lines.append(f"  {name:56} {_pct(m['agent']):>6} {_pct(m['step_exact']):>6} {_pct(m['step_within_1']):>6} "
+                     f"{_pct(m['step_within_3']):>6} {m['runs']:>5}")
+    everything = ww["measured"]["all"]
+    lines.append(f"  {'random choice, expected on these records':56} {_pct(everything['random_agent']):>6} "
+                 f"{_pct(everything['random_step']):>6} {'—':>6} {'—':>6} {everything['runs']:>5}")
+    paper = ww["paper_table_1"]
+    for key, given in (("algorithm_generated_without_ground_truth", "no answer given"),
+                       ("algorithm_generated", "answer given")):
+        for name, row in paper.get(key, {}).items():
+            label = f"paper's Table 1, {given}: {name}"
+            lines.append(f"  {label:56} {_pct2(row['agent']):>6} {_pct2(row['step']):>6} {'—':>6} {'—':>6}")
+    lines.append(f"  (paper: {paper['source']}; this analyzer reads the question and the chat, never the answer)")
+    lines.append("")
+    lines.append("Labelled sets: the detectors' precision and recall per mode, 95% Wilson intervals")
+    lines.append(f"  {'set':18} {'mode':7} {'tp':>3} {'fp':>3} {'fn':>3}  {'precision':22} recall")
+    sets = (("travel", result["labelled_set"]["per_mode"]), ("outside travel", result["outside_travel"]["per_mode"]),
+            ("content evidence", result["content_evidence"]["per_mode"]))
+    for name, per_mode in sets:
+        for mode, s in sorted(per_mode.items()):
+            precision = f"{_pct2(s['precision'])}{_ci(s.get('precision_ci95'))}"
+            recall = f"{_pct2(s['recall'])}{_ci(s.get('recall_ci95'))}"
+            lines.append(f"  {name:18} {mode:7} {s['tp']:>3} {s['fp']:>3} {s['fn']:>3}  {precision:22} {recall}")
+    return "\n".join(lines)
+
+
+def _pct2(x: float | None) -> str:
+    return "—" if x is None else f"{x:.2f}"
 
 
 if __name__ == "__main__":

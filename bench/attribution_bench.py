@@ -34,22 +34,33 @@ from agentreplay_replay.analysis import Outcome, detect, run_view  # noqa: E402
 from agentreplay_replay.analysis.attribution import blame  # noqa: E402
 
 RESULTS = HERE / "results" / "attribution.json"
-PAPER = {  # Table 1 of the paper, with the ground truth given to the judge (agent-level / step-level accuracy, %)
+PAPER = {  # Table 1 of the paper, GPT-4o as the judge (agent-level / step-level accuracy, %)
     "source": "Zhang et al., 'Which Agent Causes Task Failures and When?', ICML 2025, Table 1 (quoted, not measured)",
-    "algorithm_generated": {
+    "algorithm_generated": {  # with the ground truth (the task's answer) given to the judge
         "random": {"agent": 29.10, "step": 19.06},
         "gpt-4o all-at-once": {"agent": 54.33, "step": 12.50},
         "gpt-4o step-by-step": {"agent": 35.20, "step": 25.51},
-        "gpt-4o binary search": {"agent": 44.13, "step": 16.59},
+        "gpt-4o binary search": {"agent": 44.13, "step": 23.98},
+    },
+    # without it: the setting of this analyzer, which reads the question and the chat, never the answer
+    "algorithm_generated_without_ground_truth": {
+        "random": {"agent": 29.10, "step": 19.06},
+        "gpt-4o all-at-once": {"agent": 51.12, "step": 13.53},
+        "gpt-4o step-by-step": {"agent": 26.02, "step": 15.31},
+        "gpt-4o binary search": {"agent": 30.11, "step": 16.59},
     },
     "hand_crafted": {"random": {"agent": 12.00, "step": 4.16}, "best": {"agent": 55.17, "step": 7.02}},
 }
 GOAL = {"agent_above": 54.33, "step_above": 12.50, "step_at_least_x_random": 2.0}
 
 
-def _folder(data: Path) -> Path:
+def folder(data: Path) -> Path:
+    """The Algorithm-Generated folder: ``data`` itself, or the one inside a checkout of the dataset."""
     nested = data / "Who&When" / "Algorithm-Generated"
-    return nested if nested.is_dir() else data
+    chosen = nested if nested.is_dir() else data
+    if "hand" in chosen.name.lower() and "craft" in chosen.name.lower():
+        raise SystemExit(f"{chosen} looks like the Hand-Crafted subset, which is held out: not read")
+    return chosen
 
 
 def _score(rows: list[dict]) -> dict:
@@ -75,12 +86,9 @@ def _score(rows: list[dict]) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, required=True, help="Who&When's Algorithm-Generated folder, or a checkout")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args(argv)
-    records = whowhen.load(_folder(args.data))
+def measure(data: Path) -> dict[str, Any]:
+    """The report on the Algorithm-Generated records under ``data`` (a folder, or a checkout)."""
+    records = whowhen.load(folder(data))
     rows, times, flagged = [], [], 0
     for record in records:
         chat = whowhen.spans(record)
@@ -117,6 +125,15 @@ def main(argv: list[str] | None = None) -> dict:
     if everything.get("runs"):
         report["goal_met"] = (everything["agent"] > GOAL["agent_above"] and everything["step_exact"] > GOAL["step_above"]
                               and everything["step_exact"] >= GOAL["step_at_least_x_random"] * everything["random_step"])
+    return report
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, required=True, help="Who&When's Algorithm-Generated folder, or a checkout")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    report = measure(args.data)
     print(json.dumps(report, indent=2))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
