@@ -4,7 +4,8 @@ Every run whose chain verdict is in (no longer pending) and that has no detector
 than its row is analysed: the detectors on each, the LLM judge (when configured) on those that
 ended failed or halted or that the detectors flag. Verdicts go to the ``classifications`` table,
 as ``agentreplay analyze`` writes them, so a run analysed by either is not analysed again
-(idempotent), and a run whose row changes later (more spans, a new chain verdict) is analysed anew.
+(idempotent), and a run whose row changes later (more spans, a new chain verdict) or whose expected
+outcome is set or cleared (``agentreplay expect``) is analysed anew, held to the value set.
 
 The backlog is the store itself: the worker asks it for the oldest runs still to analyse, at most
 ``batch`` at a time, so the backlog survives restarts, and ingest never waits for the worker (it
@@ -61,10 +62,12 @@ INCIDENT_WRITER = "default"
 
 
 class Analyzer(Protocol):
-    """What the entry point gives: a run's spans and chain status in, its verdicts (one per classifier) out."""
+    """What the entry point gives: a run's spans and chain status in, its verdicts (one per classifier) out.
+    ``expected``: what the run should produce as set after it (``agentreplay expect``), given only when one
+    is set; it wins over the value on the run span."""
 
     def __call__(self, spans: list[SpanRecord], *, chain: ChainStatus | None,
-                 judge: JudgeSettings | None) -> list[StoredClassification]: ...
+                 judge: JudgeSettings | None, expected: Any = None) -> list[StoredClassification]: ...
 
 
 class VerdictSigner(Protocol):
@@ -185,8 +188,10 @@ class AnalysisWorker:
         assert self.analyzer is not None
         spans = self.store.get_run_spans(run_id)
         chain = self.store.get_chain_status(run_id)
+        given = self.store.expected_outcome(run_id)  # set after the run: wins over its run span's own
+        held = {} if given is None else {"expected": given.expected}
         try:
-            records = self.analyzer(spans, chain=chain, judge=self.cfg.judge)
+            records = self.analyzer(spans, chain=chain, judge=self.cfg.judge, **held)
         except Exception as exc:  # an analyzer bug must not stop the worker, nor bring the run back each round
             self.failed_runs += 1
             _log.exception("agentreplay_analysis: analysing run %s failed", run_id)

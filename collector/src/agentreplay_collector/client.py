@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_collector import collectorid
 from agentreplay_collector.errors import StoreError, StoreUnavailable
-from agentreplay_collector.models import ChainStatus, RunSummary, TraceSummary, span_from_json
+from agentreplay_collector.models import ChainStatus, RunSummary, StoredExpected, TraceSummary, span_from_json
 from agentreplay_collector.reader import (
     DEFAULT_COLLECTOR,
     DEFAULT_DATABASE,
@@ -263,6 +263,34 @@ class CollectorClient:
     def get_agent_certificate(self, kid: str) -> str | None:
         doc = self._get(f"/v1/keys/{urllib.parse.quote(kid)}", missing_ok=True)
         return str(doc["certificate"]) if doc is not None and doc.get("certificate") else None
+
+    # --- expected outcomes: the same methods as the store's ----------------------------------------------
+    def expected_outcome(self, run_id: str) -> StoredExpected | None:
+        """What the run should produce, as set after it (``PUT /v1/runs/{run_id}/expected``); None if none is."""
+        doc = self._get(f"/v1/runs/{urllib.parse.quote(run_id)}/expected")
+        return None if doc.get("expected") is None else StoredExpected.from_json(doc)
+
+    def set_expected_outcome(self, run_id: str, expected: Any) -> StoredExpected:
+        """Set what the run should produce (any JSON value but null); takes the admin token."""
+        doc = self._change("PUT", f"/v1/runs/{urllib.parse.quote(run_id)}/expected", {"expected": expected})
+        return StoredExpected.from_json(doc)
+
+    def clear_expected_outcome(self, run_id: str) -> bool:
+        """Clear the run's expected outcome; whether one was set. Takes the admin token."""
+        return bool(self._change("DELETE", f"/v1/runs/{urllib.parse.quote(run_id)}/expected")["cleared"])
+
+    def _change(self, method: str, path: str, body: Any = None) -> Any:
+        """A request that changes something, its JSON answer; a refusal is :class:`StoreError` with the
+        collector's reason (503: :class:`StoreUnavailable`)."""
+        try:
+            return self._request(method, path, body=body)
+        except urllib.error.HTTPError as exc:
+            detail = _error_text(exc)
+            if exc.code == 503:
+                raise StoreUnavailable(f"collector at {self.url}: {detail}") from exc
+            raise StoreError(f"collector at {self.url} answered {exc.code}: {detail}") from exc
+        except ValueError as exc:
+            raise StoreUnavailable(f"the server at {self.url} answers, but not as a collector: {exc}") from exc
 
     def stats(self) -> dict[str, Any]:
         return self._get("/v1/stats")

@@ -584,6 +584,34 @@ class StoredClassification:
         )
 
 
+MAX_EXPECTED_BYTES = 64 * 1024
+"""The largest expected outcome kept beside a run (its JSON text): what a run should produce is a value, a
+few key fields or a sentence, not a document."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredExpected:
+    """What a run should produce, set after it (``agentreplay expect RUN VALUE``), as the ``run_expected``
+    table keeps it: ``expected`` is any JSON value (text as given); None is a clearing (``--clear``). It
+    wins over the value the run recorded on its run span (``agentreplay.run.expected``)."""
+
+    run_id: str
+    expected: Any
+    time_ns: int = field(default_factory=time.time_ns)
+
+    @property
+    def cleared(self) -> bool:
+        return self.expected is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "expected": self.expected, "time_ns": str(self.time_ns)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> StoredExpected:
+        return cls(run_id=str(doc["run_id"]).lower(), expected=doc.get("expected"),
+                   time_ns=int(doc.get("time_ns") or 0))
+
+
 @dataclass(frozen=True, kw_only=True)
 class LogEntry:
     """A leaf of the transparency log at its position: the encoded

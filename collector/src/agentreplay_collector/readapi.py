@@ -17,6 +17,11 @@
     GET /v1/runs/{run_id}/classifications  {"run_id", "classifications": [...]}  every verdict, newest first
     GET /v1/classifications?run=ID&run=ID  {"classifications": [...]}  each judge's latest verdict per run
     POST /v1/classifications            {"classifications": [...]} -> {"stored": n}  admin token only
+    GET /v1/runs/{run_id}/expected      {"run_id", "expected": VALUE|null, "time_ns"}  what the run should produce,
+                                        as set after it (null: none set); read as the run is
+    PUT /v1/runs/{run_id}/expected      {"expected": VALUE} (any JSON but null, at most 64 KiB) -> as GET;
+                                        admin token only; 404 unknown run, 413 too large
+    DELETE /v1/runs/{run_id}/expected   {"run_id", "cleared": bool}  admin token only
     GET /v1/runs/{run_id}/model-trials  {"run_id", "trials": [ModelTrial...]}  every model tried on it, newest first
     GET /v1/model-accuracy?agent=A      {"accuracy": [ModelAccuracy...]}  per task and model; admin token only
     POST /v1/model-trials               {"trials": [...]} -> {"stored": n}  admin token only
@@ -56,10 +61,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
-from agentreplay_collector.errors import RequestError, StoreError, StoreUnavailable
+from agentreplay_collector.errors import RequestError, RequestTooLarge, StoreError, StoreUnavailable
 from agentreplay_collector.incidents import IncidentState
 from agentreplay_collector.inputs import MAX_NS, BadInput, ascii_int, json_object, query_int, time_ns
 from agentreplay_collector.models import (
+    MAX_EXPECTED_BYTES,
     ModelTrial,
     RunSummary,
     StoredClassification,
@@ -312,6 +318,25 @@ def build_app(
         found = await call("latest_classifications", ids)
         return JSONResponse({"classifications": [c.to_json() for c in found]})
 
+    # --- expected outcomes: what a run should produce, read as the run is, set by an operator -------------
+    async def expected(request: Request) -> JSONResponse:
+        if request.method == "GET":
+            rid = await readable_run(request)
+            found = await call("expected_outcome", rid)
+            return JSONResponse({"run_id": rid, "expected": None if found is None else found.expected,
+                                 "time_ns": None if found is None else str(found.time_ns)})
+        rid = run_id(request)
+        if not caller(request).operator:
+            return JSONResponse({"error": "setting what a run should produce takes the admin token"},
+                                status_code=403)
+        value = _expected_in(await _bounded_body(request, MAX_EXPECTED_BYTES)) if request.method == "PUT" else None
+        if await call("get_run", rid) is None:
+            raise _NotFound(f"no such run: {rid}")
+        if request.method == "DELETE":
+            return JSONResponse({"run_id": rid, "cleared": await call("clear_expected_outcome", rid)})
+        made = await call("set_expected_outcome", rid, value)
+        return JSONResponse({"run_id": rid, "expected": made.expected, "time_ns": str(made.time_ns)})
+
     # --- multi-model replay: trials on runs, read as the runs are; accuracy across runs, by an operator ---
     async def run_model_trials(request: Request) -> JSONResponse:
         rid = await readable_run(request)
@@ -409,6 +434,7 @@ def build_app(
         Route("/v1/stats", guarded(stats_endpoint)),
         Route("/v1/runs/{run_id}/classifications", guarded(run_classifications)),
         Route("/v1/classifications", guarded(classifications), methods=["GET", "POST"]),
+        Route("/v1/runs/{run_id}/expected", guarded(expected), methods=["GET", "PUT", "DELETE"]),
         Route("/v1/runs/{run_id}/model-trials", guarded(run_model_trials)),
         Route("/v1/model-trials", guarded(model_trials), methods=["POST"]),
         Route("/v1/model-accuracy", guarded(model_accuracy)),
@@ -433,6 +459,34 @@ def _classifications_in(body: bytes) -> list[StoredClassification]:
     if not all(is_trace_id(r.run_id) for r in records):
         raise BadQuery(f"a classification's run_id is a trace id: {TRACE_ID_FORM}")
     return records
+
+
+async def _bounded_body(request: Request, limit: int) -> bytes:
+    """The request's body, read no further than ``limit`` bytes: :class:`RequestTooLarge` (413) past it."""
+    too_large = RequestTooLarge(f"the body is larger than {limit} bytes: an expected outcome is a value, a few "
+                                "key fields or a sentence")
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return bytes(body)
+
+
+def _expected_in(body: bytes) -> Any:
+    """``{"expected": VALUE}``: any JSON value but null (text, a number, a list, an object of key fields),
+    and no other key; else :class:`BadQuery`."""
+    doc = json_object(body, what='{"expected": VALUE}')
+    if set(doc) != {"expected"}:
+        raise BadQuery('expected {"expected": VALUE} and nothing else (DELETE clears it)')
+    value = doc["expected"]
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise BadQuery('"expected" must be a value: text, a number, a list or an object of key fields '
+                       "(null or empty text is no outcome: DELETE clears it)")
+    return value
 
 
 def _model_trials_in(body: bytes) -> list[ModelTrial]:

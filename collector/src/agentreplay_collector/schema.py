@@ -12,8 +12,8 @@ Grafana's ClickHouse plugin trace view works on them as is. Two deliberate diffe
 * the AgentReplay tables (runs, decisions, alerts, halts, classifications,
   trust_scores, agent_keys, agent_certificates, manifests, the transparency log's
   log_leaves (with its by-run projection), log_nodes, log_checkpoints, multi-model replay's
-  model_trials, the incident writer's incidents, replay_grants, and store_identity: the store's own
-  id) sit beside them.
+  model_trials, the incident writer's incidents, replay_grants, run_expected (what a run should
+  produce, set afterwards) and store_identity: the store's own id) sit beside them.
 
 With ``cluster_name`` every statement runs ``ON CLUSTER``, each table becomes a
 ``Replicated*MergeTree`` named ``<table>_local``, and ``<table>`` is a ``Distributed``
@@ -46,6 +46,7 @@ LOG_CHECKPOINTS = "log_checkpoints"  # the log's signed checkpoints
 MODEL_TRIALS = "model_trials"  # multi-model replay: each model tried at a failed run's culprit step
 INCIDENTS = "incidents"  # each halted run's incident folder: written, removed by retention, or failed
 REPLAY_GRANTS = "replay_grants"  # replay grants: issued here, and presented by replays (used once)
+RUN_EXPECTED = "run_expected"  # what a run should produce, set after it (agentreplay expect): the latest row counts
 STORE_IDENTITY = "store_identity"  # the store's own random id, written once: which store a collector serves
 
 CHAIN_HASH_KEY = f"SpanAttributes['{semconv.CHAIN_HASH}']"
@@ -425,6 +426,23 @@ _INCIDENTS = _Table(
     shard_key="cityHash64(RunId)",
 )
 
+# Expected outcomes given after a run (``agentreplay expect RUN VALUE``, ``PUT /v1/runs/{run_id}/expected``):
+# one row per setting, the latest (by UpdatedAt) the one that counts; Cleared = 1 is a clearing (``--clear``).
+# Expected is the value as JSON text. Beside the runs table, not in it: the chain processor owns a run's row.
+_RUN_EXPECTED = _Table(
+    name=RUN_EXPECTED,
+    columns="""
+    RunId String,
+    Expected String CODEC(ZSTD(1)),
+    Cleared UInt8,
+    UpdatedAt DateTime64(9)""",
+    engine="ReplacingMergeTree",
+    engine_args="UpdatedAt",
+    tail="ORDER BY (RunId)",
+    ttl_column="UpdatedAt",
+    shard_key="cityHash64(RunId)",
+)
+
 # The store's id (:meth:`agentreplay_collector.store.Store.store_id`): a random id written once, the
 # earliest row the one that counts. Not in TABLES: a copy of the store (storecopy) is another store,
 # and gets an id of its own.
@@ -456,6 +474,7 @@ TABLES: tuple[_Table, ...] = (
     _LOG_CHECKPOINTS,
     _MODEL_TRIALS,
     _INCIDENTS,
+    _RUN_EXPECTED,
 )
 
 

@@ -20,6 +20,7 @@ store only when none answers.
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import threading
@@ -60,6 +61,7 @@ from agentreplay_collector.models import (
     RunSummary,
     SpendTotals,
     StoredClassification,
+    StoredExpected,
     StoredManifest,
     TraceSummary,
     TrackRecord,
@@ -949,17 +951,55 @@ class Store:
 
     def runs_to_analyse(self, classifier: str, *, limit: int) -> list[str]:
         """Runs whose chain verdict is in and that ``classifier`` has not judged since their row last
-        changed, oldest first: the failure-analysis worker's backlog."""
+        changed, or since their expected outcome was last set or cleared, oldest first: the
+        failure-analysis worker's backlog."""
         db = self.database
         sql = (
             f"SELECT r.RunId FROM (SELECT RunId, Start, UpdatedAt FROM {db}.{schema.RUNS} FINAL"
             " WHERE ChainStatus != {pending:String}) AS r"
             f" LEFT JOIN (SELECT RunId, max(CreatedAt) AS Judged FROM {db}.{schema.CLASSIFICATIONS}"
             " WHERE Classifier = {classifier:String} GROUP BY RunId) AS c ON c.RunId = r.RunId"
-            " WHERE c.Judged < r.UpdatedAt ORDER BY r.Start, r.RunId LIMIT {limit:UInt32}"
+            f" LEFT JOIN (SELECT RunId, max(UpdatedAt) AS Given FROM {db}.{schema.RUN_EXPECTED} GROUP BY RunId)"
+            " AS e ON e.RunId = r.RunId"
+            " WHERE c.Judged < greatest(r.UpdatedAt, e.Given) ORDER BY r.Start, r.RunId LIMIT {limit:UInt32}"
         )
         params = {"pending": str(ChainState.PENDING), "classifier": classifier, "limit": int(limit)}
         return [r[0] for r in self._call("analysis backlog", "query", sql, parameters=params).result_rows]
+
+    # --- expected outcomes: what a run should produce, set after it (agentreplay expect) -------------------
+    def insert_expected_outcome(self, record: StoredExpected) -> None:
+        """An expected outcome set for a run (``record.expected`` None: cleared); the latest row counts."""
+        text = "" if record.cleared else json.dumps(record.expected, ensure_ascii=False, separators=(",", ":"))
+        self._insert(schema.RUN_EXPECTED, ("RunId", "Expected", "Cleared", "UpdatedAt"),
+                     [[record.run_id, text, int(record.cleared), _rows.dt(record.time_ns)]])
+
+    def expected_outcome(self, run_id: str) -> StoredExpected | None:
+        """The expected outcome set for the run (its latest setting), None when none is set or the latest
+        cleared it. A row whose JSON does not parse (written by hand) counts as none."""
+        sql = (
+            f"SELECT Expected, Cleared, toUnixTimestamp64Nano(UpdatedAt) FROM {self.database}.{schema.RUN_EXPECTED}"
+            " WHERE RunId = {run:String} ORDER BY UpdatedAt DESC LIMIT 1"
+        )
+        rows = self._call("expected outcome read", "query", sql, parameters={"run": run_id}).result_rows
+        if not rows or rows[0][1]:
+            return None
+        try:
+            value = json.loads(rows[0][0])
+        except ValueError:
+            return None
+        return None if value is None else StoredExpected(run_id=run_id, expected=value, time_ns=int(rows[0][2]))
+
+    def set_expected_outcome(self, run_id: str, expected: Any) -> StoredExpected:
+        """Set what the run should produce (any JSON value but null); the same method as the collector client's."""
+        record = StoredExpected(run_id=run_id, expected=expected)
+        self.insert_expected_outcome(record)
+        return record
+
+    def clear_expected_outcome(self, run_id: str) -> bool:
+        """Clear the run's expected outcome; whether one was set."""
+        was = self.expected_outcome(run_id) is not None
+        self.insert_expected_outcome(StoredExpected(run_id=run_id, expected=None))
+        return was
 
     def _retire_first_classifications(self, opts: schema.SchemaOptions) -> None:
         """A store created with the classifications table's first layout (never written) gets the current

@@ -55,6 +55,7 @@ WATERMARKS: dict[str, str] = {
     schema.MODEL_TRIALS: "CreatedAt",
     schema.INCIDENTS: "UpdatedAt",
     schema.REPLAY_GRANTS: "Timestamp",
+    schema.RUN_EXPECTED: "UpdatedAt",
     **{table: "TimeUnix" for table in schema.METRIC_TABLES},
     schema.LOGS: "Timestamp",
 }

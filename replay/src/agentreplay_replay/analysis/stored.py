@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 from agentreplay_collector.config import JudgeSettings
 from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
 from agentreplay_otel.core import SpanRecord
 from agentreplay_replay.analysis.engine import detect
+from agentreplay_replay.analysis.expected import encode
 from agentreplay_replay.analysis.judge import JudgeConfig, client_missing
 from agentreplay_replay.analysis.judge import judge as ask_judge
 from agentreplay_replay.analysis.transcript import FOREIGN_UNFORKABLE, RunView, run_view
@@ -24,13 +28,16 @@ def record(verdict: Verdict) -> StoredClassification:
     )
 
 
-def analyse(spans: list[SpanRecord], *, chain: ChainStatus | None, judge: JudgeSettings | None = None
-            ) -> list[StoredClassification]:
+def analyse(spans: list[SpanRecord], *, chain: ChainStatus | None, judge: JudgeSettings | None = None,
+            expected: Any = None) -> list[StoredClassification]:
     """The collector worker's analysis of one finished run: the detectors' verdict, and the LLM judge's
     when one is configured and the run ended failed or halted or a detector flags it. A judge that gives
-    no verdict is stored as such (``judge_error``), never raised."""
+    no verdict is stored as such (``judge_error``), never raised. ``expected``: what the run should
+    produce as set after it (``agentreplay expect``), which wins over its run span's own."""
     unchained = chain is not None and chain.status is ChainState.UNCHAINED
     view = run_view(spans, finished=unchained)
+    if expected is not None:
+        view = replace(view, expected=encode(expected))
     state = str(chain.status if chain is not None else ChainState.PENDING)
     verified = chain is not None and chain.intact
     problem = NO_CHAIN if unchained else "" if verified else f"the chain is {state}"
