@@ -5,7 +5,6 @@ the detectors' when the store takes it."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -27,6 +26,7 @@ from agentreplay_replay.cli._client import Collector, open_run
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, lazy_module, out, print_json
 from agentreplay_replay.cli._control import AdminOpt
 from agentreplay_replay.cli._expect import ExpectedFileOpt, ExpectValueOpt, expected_for
+from agentreplay_replay.cli._replay import fix_of
 
 if TYPE_CHECKING:
     from agentreplay_replay import blame as blaming
@@ -89,13 +89,7 @@ def blame(
       agentreplay blame 3f2a9c --model gpt-4o --expected tasks.jsonl
       agentreplay blame 3f2a9c --model gpt-4o --expect '{"day": "Friday"}'
     """
-    fix: dict[str, Any] = {"system": system, "message": message, "model": model, "temperature": temperature}
-    if patch is not None:
-        try:
-            fix["patch"] = json.loads(patch.read_text())
-        except ValueError as exc:
-            raise CLIError(f"{patch}: not JSON: {exc}") from exc
-    fix = {k: v for k, v in fix.items() if v is not None}
+    fix = fix_of(system=system, message=message, model=model, temperature=temperature, patch=patch)
     if not fix:
         raise CLIError("give the fix to try: --model (a reference model), --system, --message, --temperature or "
                        "--patch")

@@ -138,6 +138,18 @@ def replay(
     _finish(outcome, json_)
 
 
+def fix_of(*, system: str | None, message: str | None, model: str | None, temperature: float | None,
+           patch: Path | None) -> dict[str, Any]:
+    """A fork's fix from the options that give it (``fork``, ``blame``): only those given; ``--patch``'s file read."""
+    fix: dict[str, Any] = {"system": system, "message": message, "model": model, "temperature": temperature}
+    if patch is not None:
+        try:
+            fix["patch"] = json.loads(patch.read_text())
+        except ValueError as exc:
+            raise CLIError(f"{patch}: not JSON: {exc}") from exc
+    return {k: v for k, v in fix.items() if v is not None}
+
+
 @app.command(rich_help_panel=PANEL)
 def fork(
     run_id: RunOrCaseArg,
@@ -180,17 +192,12 @@ def fork(
       agentreplay fork 3f2a9c --at 2 --patch fix.json
       agentreplay fork incident.case.json --org-key org.pub --at 3 --system "Book the day asked for." -- python agent.py
     """
-    fix: dict[str, Any] = {"system": system, "message": message, "model": model, "temperature": temperature}
-    if patch is not None:
-        try:
-            fix["patch"] = json.loads(patch.read_text())
-        except ValueError as exc:
-            raise CLIError(f"{patch}: not JSON: {exc}") from exc
-    if not any(v is not None for v in fix.values()):
+    fix = fix_of(system=system, message=message, model=model, temperature=temperature, patch=patch)
+    if not fix:
         raise CLIError("give a fix: --system, --message, --model, --temperature or --patch")
     if only_at_fork:
         fix["only_at_fork"] = True
-    plan = Plan(mode=Mode.FORK, fork_at=at, fork_steps=steps, fix={k: v for k, v in fix.items() if v is not None})
+    plan = Plan(mode=Mode.FORK, fork_at=at, fork_steps=steps, fix=fix)
     org = case_org_key(org_key)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
         agent = agent_command(source, command, recorded_command, org)
