@@ -145,3 +145,106 @@ def test_analyze_holds_a_run_to_an_expected_outcome(world, tmp_path):
     [verdict] = json.loads(done.stdout)["verdicts"]
     assert not [h for h in verdict["modes"] if h["detector"] == DETECTOR]  # met (the task spec still fails it)
     assert _cli(world, "analyze", world.run_id, "--expected", str(dataset), "--expect", "x").returncode == 2
+
+
+# --- agentreplay expect: set beside the run, through the collector and on a store path -----------------
+def _verdict_of(done: subprocess.CompletedProcess) -> dict:
+    [verdict] = json.loads(done.stdout)["verdicts"]
+    return verdict
+
+
+def test_expect_sets_reads_and_clears_through_the_collector_and_analyze_holds_the_run_to_it(world):
+    assert json.loads(_cli(world, "expect", world.run_id, "--json").stdout)["expected"] is None
+    done = _cli(world, "expect", world.run_id[:12], '{"flight": "TP123", "day": "Friday"}')
+    assert done.returncode == 0, done.stderr
+    assert "should produce" in done.stdout and '"day":"Friday"' in done.stdout
+    shown = json.loads(_cli(world, "expect", world.run_id, "--json").stdout)
+    assert shown["expected"] == {"flight": "TP123", "day": "Friday"} and shown["source"] == "set"
+    with world.collector.client() as client:  # kept beside the run, in the collector's store
+        assert client.expected_outcome(world.run_id).expected == {"flight": "TP123", "day": "Friday"}
+    verdict = _verdict_of(_cli(world, "analyze", world.run_id, "--json"))  # no --expect: the value set
+    assert [h for h in verdict["modes"] if h["detector"] == DETECTOR]
+    assert verdict["expected"] == '{"flight":"TP123","day":"Friday"}' and verdict["expected_met"] is False
+    _cli(world, "expect", world.run_id, "TP125 on Saturday")  # what the run did: met
+    verdict = _verdict_of(_cli(world, "analyze", world.run_id, "--json"))
+    assert not [h for h in verdict["modes"] if h["detector"] == DETECTOR] and verdict["expected_met"] is True
+    verdict = _verdict_of(_cli(world, "analyze", world.run_id, "--expect", '{"day": "Friday"}', "--json"))
+    assert verdict["expected_met"] is False  # --expect, given now, wins over the value set
+    done = _cli(world, "expect", world.run_id, "--clear")
+    assert done.returncode == 0 and "cleared" in done.stdout
+    assert "expected" not in _verdict_of(_cli(world, "analyze", world.run_id, "--json"))
+    assert _cli(world, "expect", world.run_id, "x", "--clear").returncode == 2
+    assert _cli(world, "expect", "f" * 32, "x").returncode == 2  # no such run
+
+
+def test_the_collectors_analyzer_holds_the_run_to_the_value_set_over_its_own(recorder):
+    """The worker's analyzer (entry point ``agentreplay_analyzer:detectors``) is given the value set after the
+    run (the worker reads it from the store: tests/collector/test_run_expected.py), and it wins over the run
+    span's own; with none given, the run span's counts."""
+    from agentreplay_collector.models import ChainState, ChainStatus
+    from agentreplay_replay.analysis.stored import analyse
+
+    spans = _refund_run(recorder, {"order_id": "A-1042", "amount": 12.5}, 12.5)  # recorded: met
+    chain = ChainStatus(run_id=spans[0].trace_id, status=ChainState.INTACT, seal="valid", span_count=len(spans))
+    [own] = [json.loads(r.verdict_json) for r in analyse(spans, chain=chain)]
+    assert own["expected_met"] is True
+    [held] = analyse(spans, chain=chain, expected={"amount": 37.5})  # set afterwards: wins
+    doc = json.loads(held.verdict_json)
+    assert held.verdict == "failed" and "FM-1.1" in held.failure_modes
+    assert doc["expected"] == '{"amount":37.5}' and doc["expected_met"] is False
+
+
+def _pytest_generated(world, folder, *keyword: str) -> subprocess.CompletedProcess:
+    import sys
+
+    env = {k: v for k, v in world.env.items() if not k.startswith(("OTEL_", "AGENTREPLAY_"))}
+    cmd = [sys.executable, "-m", "pytest", str(folder), "-q", "-p", "no:cacheprovider", "-o", "addopts=",
+           f"--agentreplay-model-url={world.model.base_url_openai}",
+           f"--agentreplay-anthropic-url={world.model.base_url_anthropic}",
+           f"--agentreplay-org-key={world.root / 'org.pub.pem'}", "--agentreplay-recorded-command", *keyword]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300, cwd=folder)
+
+
+def test_testgen_asserts_the_expected_outcome(world, tmp_path):
+    """The value set is written into the test (a literal) and held to the regression run's outcome: the test
+    passes on the agent as recorded when the run met it, and fails once the value set is one it does not meet."""
+    met, missed = tmp_path / "met", tmp_path / "missed"
+    assert _cli(world, "expect", world.run_id, "TP125 on Saturday").returncode == 0  # what the run did
+    done = _cli(world, "testgen", world.run_id, "-o", str(met))
+    assert done.returncode == 0, done.stdout + done.stderr
+    [test] = met.glob("test_*.py")
+    text = test.read_text()
+    assert 'regression.misses("TP125 on Saturday")' in text and "def test_the_outcome_is_the_one_expected" in text
+    ran = _pytest_generated(world, met, "-k", "test_the_outcome_is_the_one_expected")
+    assert ran.returncode == 0 and "1 passed" in ran.stdout, ran.stdout + ran.stderr
+    hostile = 'Friday"); import os; os.system("touch pwned") #\n"""'
+    assert _cli(world, "expect", world.run_id, hostile).returncode == 0
+    done = _cli(world, "testgen", world.run_id, "-o", str(missed))
+    assert done.returncode == 0, done.stdout + done.stderr
+    [test] = missed.glob("test_*.py")
+    compile(test.read_text(), str(test), "exec")
+    ran = _pytest_generated(world, missed, "-k", "test_the_outcome_is_the_one_expected")
+    assert ran.returncode == 1 and "FM-1.1" in ran.stdout and "1 failed" in ran.stdout, ran.stdout + ran.stderr
+    assert not (missed / "pwned").exists() and not (world.root / "pwned").exists()
+    _cli(world, "expect", world.run_id, "--clear")
+
+
+def test_expect_on_a_store_path_with_no_collector(world):
+    """Last: the collector stops, and the store is opened directly."""
+    world.collector.stop()
+    store = str(world.store)
+    args = [a for a in world.cli_args("expect") if a not in ("--collector", world.collector.control)]
+
+    def cli(*rest: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*args, *rest, "--store", store, "--collector", "http://127.0.0.1:9"],
+                              env=world.env, capture_output=True, text=True, timeout=300, cwd=world.root)
+
+    done = cli(world.run_id, '{"day": "Friday"}')
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(cli(world.run_id, "--json").stdout)["expected"] == {"day": "Friday"}
+    analyzed = subprocess.run([args[0], "analyze", world.run_id, "--json", "--store", store, "--collector",
+                               "http://127.0.0.1:9"], env=world.env, capture_output=True, text=True, timeout=300,
+                              cwd=world.root)
+    assert _verdict_of(analyzed)["expected_met"] is False, analyzed.stderr
+    assert cli(world.run_id, "--clear").returncode == 0
+    assert json.loads(cli(world.run_id, "--json").stdout)["expected"] is None

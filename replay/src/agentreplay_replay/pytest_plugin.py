@@ -36,7 +36,7 @@ import os
 import shlex
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -62,6 +62,7 @@ from agentreplay_replay import grants, replayer
 from agentreplay_replay.analysis import Verdict, detect, run_view
 from agentreplay_replay.analysis.constraints import argument_values, mentions
 from agentreplay_replay.analysis.detectors.task_spec import conflict_with
+from agentreplay_replay.analysis.expected import check as check_expected
 from agentreplay_replay.analysis.taxonomy import BY_ID
 from agentreplay_replay.analysis.transcript import leaves
 
@@ -226,6 +227,16 @@ class Regression:
     def modes(self) -> tuple[str, ...]:
         """The MAST modes the analysis finds in the regression run."""
         return self.verdict.mode_ids
+
+    def misses(self, expected: Any) -> str | None:
+        """What of ``expected`` (what the run should produce: text, a number, a list, an object of key
+        fields) the regression run's outcome does not hold, for a person; None when it meets it. The same
+        comparison as the analysis's (:func:`agentreplay_replay.analysis.expected.check`)."""
+        view = run_view(list(self.spans))
+        if not view.finished:
+            view = replace(view, finished=True)  # the regression run is over: hold what it did to it
+        hit = check_expected(view, expected)
+        return None if hit is None else hit.explanation
 
     def describe(self) -> str:
         """One paragraph for a failing assertion: what ran, where it diverged, what it did."""

@@ -9,7 +9,10 @@ divergence, then the model endpoint given for tests, tools always sandboxed) and
 * semantic: each failure the run's analysis found becomes an assertion; a task-specification
   failure on an argument (FM-1.1) becomes a check of that argument against what the request
   states (booked day == requested day); any other mode, "the analysis no longer finds it";
-* for a run with no failure: its actions (side-effect tool calls) are pinned as recorded.
+* for a run with no failure: its actions (side-effect tool calls) are pinned as recorded;
+* for a run with an expected outcome (set with ``agentreplay expect``, given to ``testgen --expect``, or
+  recorded by the run): the regression run's outcome must meet it (FM-1.1), compared as the analysis
+  compares (:mod:`agentreplay_replay.analysis.expected`).
 
 Each assertion is tagged with its MAST mode (``@pytest.mark.mast``, and in its message). The
 literals are written into the test, so a person reads what it expects without the case.
@@ -34,7 +37,10 @@ from agentreplay_otel.core import KIND_TOOL, TRACE_ID_FORM, RecordedStep, is_tra
 from agentreplay_replay import case as casefile
 from agentreplay_replay.analysis import Verdict, evidence
 from agentreplay_replay.analysis.constraints import Kind, mentions
+from agentreplay_replay.analysis.expected import DETECTOR as EXPECTED_DETECTOR
+from agentreplay_replay.analysis.expected import parse as parse_expected
 from agentreplay_replay.analysis.taxonomy import BY_ID
+from agentreplay_replay.analysis.transcript import run_view
 from agentreplay_replay.analysis.verdict import ModeHit
 
 STEP_BOUND_FACTOR = 2
@@ -140,18 +146,44 @@ def label(mode_id: str) -> str:
 
 
 # --- what to assert -----------------------------------------------------------------------------------
-def verdict_of(case: casefile.Case, org_key: Ed25519PublicKey | None = None) -> Verdict:
-    """The run's verdict: the detectors run now (offline), plus what judges' verdicts the collector signed add."""
-    return evidence.verdict_of(case, org_key)
+def verdict_of(case: casefile.Case, org_key: Ed25519PublicKey | None = None, expected: Any = None) -> Verdict:
+    """The run's verdict: the detectors run now (offline; held to ``expected`` when given, else to the run's
+    own), plus what judges' verdicts the collector signed add."""
+    return evidence.verdict_of(case, org_key, expected=expected)
 
 
-def checks(case: casefile.Case, verdict: Verdict | None = None) -> list[Check]:
-    """Every test function for the case: semantic (the verdict's failures, or the good run pinned), then structural."""
-    verdict = verdict or verdict_of(case)
+def expected_of(case: casefile.Case, expected: Any = None) -> Any | None:
+    """What the run should produce: ``expected`` when given (set after the run, or on the command line),
+    else the value the run recorded on its run span; None when neither."""
+    if expected is not None:
+        return expected
+    recorded = run_view(case.spans).expected
+    return parse_expected(recorded) if recorded.strip() else None
+
+
+def checks(case: casefile.Case, verdict: Verdict | None = None, expected: Any = None) -> list[Check]:
+    """Every test function for the case: semantic (the verdict's failures, or the good run pinned; the
+    expected outcome, when there is one), then structural."""
+    expected = expected_of(case, expected)
+    verdict = verdict or verdict_of(case, expected=expected)
     steps = case.recording.steps
     semantic = _semantic(verdict.modes, steps) if verdict.modes else _pinned(case, steps)
+    if expected is not None:
+        semantic.append(_expected_check(expected))
     role = [h.explanation for h in verdict.modes if h.mode == ROLE_SPEC]
     return [*semantic, *_structural(case, steps, role)]
+
+
+def _expected_check(expected: Any) -> Check:
+    """The regression run's outcome must meet what the run should produce, compared as the analysis
+    compares (the expected value written out as a literal)."""
+    shown = expected if isinstance(expected, str) else repr(expected)
+    return Check(
+        name="test_the_outcome_is_the_one_expected", mode=TASK_SPEC,
+        doc=f"{label(TASK_SPEC)}. The run should produce: {shown}",
+        body=(f"missed = regression.misses({_lit(expected)})",
+              f"assert missed is None, {_message(label(TASK_SPEC) + ': ', '{missed} ')} + regression.describe()"),
+    )
 
 
 def _semantic(hits: Iterable[ModeHit], steps: list[RecordedStep]) -> list[Check]:
@@ -159,6 +191,8 @@ def _semantic(hits: Iterable[ModeHit], steps: list[RecordedStep]) -> list[Check]
     argument_checks: set[tuple[str, str]] = set()
     modes_checked: set[str] = set()
     for hit in hits:
+        if hit.detector == EXPECTED_DETECTOR:  # the expected outcome has a test of its own (_expected_check)
+            continue
         check = _argument_check(hit, steps) if hit.mode == TASK_SPEC else None
         if check is not None:
             key = (check.name, check.mode)
@@ -282,9 +316,10 @@ def _structural(case: casefile.Case, steps: list[RecordedStep], role_failures: l
 
 
 # --- the file -------------------------------------------------------------------------------------------
-def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None) -> str:
-    """The test module's text."""
-    verdict = verdict or verdict_of(case)
+def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None, expected: Any = None) -> str:
+    """The test module's text (``expected``: what the run should produce, when not the run's own)."""
+    expected = expected_of(case, expected)
+    verdict = verdict or verdict_of(case, expected=expected)
     what = verdict.root_cause or "no failure: the test pins the run's good behaviour."
     unsigned = [casefile.UNSIGNED_NOTICE, ""] if not case.signed else []
     checked = ("The case beside this file is checked against the org public key (--agentreplay-org-key) first."
@@ -315,7 +350,7 @@ def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None) 
         "    return agentreplay.regress(CASE)" if case.signed else "    return agentreplay.regress(read_unsigned(CASE))",
     ]
     named: set[str] = set()
-    for check in checks(case, verdict):
+    for check in checks(case, verdict, expected):
         name = _unique(check.name, named)
         lines += ["", ""]
         if check.mode:
@@ -335,10 +370,12 @@ def _unique(name: str, taken: set[str]) -> str:
     return found
 
 
-def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey | None) -> Generated:
+def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey | None, *,
+             expected: Any = None) -> Generated:
     """Check the case (:func:`~agentreplay_replay.case.check_as_recorded`: a signed run against the org
     key, an unsigned one for its links), then write the test and the case into ``out_dir``. A run id
-    that is not one (:func:`~agentreplay_otel.core.is_trace_id`) is refused first: it names the files."""
+    that is not one (:func:`~agentreplay_otel.core.is_trace_id`) is refused first: it names the files.
+    ``expected``: what the run should produce (set after it), when not the one it recorded."""
     if not is_trace_id(case.run_id):
         raise TestgenError(f"the case's run id is not a run id ({TRACE_ID_FORM}): no test is written for it")
     try:
@@ -351,7 +388,9 @@ def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey | Non
         raise TestgenError(f"run {case.run_id} recorded no LLM or tool call: there is nothing to replay")
     test_name, case_name = file_names(case)
     out_dir.mkdir(parents=True, exist_ok=True)
-    verdict = verdict_of(case, org_key)
+    expected = expected_of(case, expected)
+    verdict = verdict_of(case, org_key, expected)
     casefile.write(case, out_dir / case_name)
-    (out_dir / test_name).write_text(render(case, case_name, verdict), encoding="utf-8")
-    return Generated(test=out_dir / test_name, case=out_dir / case_name, checks=tuple(checks(case, verdict)))
+    (out_dir / test_name).write_text(render(case, case_name, verdict, expected), encoding="utf-8")
+    return Generated(test=out_dir / test_name, case=out_dir / case_name,
+                     checks=tuple(checks(case, verdict, expected)))

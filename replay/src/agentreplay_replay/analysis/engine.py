@@ -25,6 +25,8 @@ def detect(run: RunView | Iterable[SpanRecord]) -> Verdict:
     if missed is not None:
         hits.append(missed)
     verdict = conclude(view, hits)
+    if view.expected.strip():  # what the run was held to, and whether it met it (not yet, while in flight)
+        verdict = replace(verdict, expected=view.expected, expected_met=None if not view.finished else missed is None)
     return replace(verdict, elapsed_ms=(time.perf_counter() - started) * 1000)
 
 

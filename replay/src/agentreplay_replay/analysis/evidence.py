@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -26,7 +26,8 @@ from agentreplay_collector.models import StoredClassification
 from agentreplay_otel.core import SpanRecord
 from agentreplay_otel.transparency import ATTESTATION, CheckpointError, verify_verdict
 from agentreplay_replay.analysis.engine import detect
-from agentreplay_replay.analysis.transcript import chain_head
+from agentreplay_replay.analysis.expected import encode
+from agentreplay_replay.analysis.transcript import chain_head, run_view
 from agentreplay_replay.analysis.verdict import DETECTORS, ModeHit, Outcome, Verdict
 
 COMBINED = f"{DETECTORS}+llm"
@@ -149,11 +150,14 @@ def combine(found: Verdict, judges: Sequence[Verdict]) -> Verdict:
                    notes=found.notes + tuple(notes))
 
 
-def verdict_of(case: CaseLike, org_key: Ed25519PublicKey | None = None) -> Verdict:
-    """The verdict a checked case's outputs rest on: the detectors run now on its spans, plus what the
-    judges' verdicts the collector signed add (none without ``org_key``); notes name each stored
-    verdict ignored and why."""
+def verdict_of(case: CaseLike, org_key: Ed25519PublicKey | None = None, *, expected: Any = None) -> Verdict:
+    """The verdict a checked case's outputs rest on: the detectors run now on its spans (held to
+    ``expected`` when given, else to the run span's own expected outcome), plus what the judges' verdicts
+    the collector signed add (none without ``org_key``); notes name each stored verdict ignored and why."""
     judges, weighed = weigh(case.run_id, case.spans, case.classifications, org_key)
-    verdict = combine(detect(list(case.spans)), judges)
+    view = run_view(list(case.spans))
+    if expected is not None:
+        view = replace(view, expected=encode(expected))
+    verdict = combine(detect(view), judges)
     ignored = [w.note() for w in weighed if not w.used and not (w.signed and w.judge == DETECTORS)]
     return replace(verdict, notes=verdict.notes + tuple(ignored))

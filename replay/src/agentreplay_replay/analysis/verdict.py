@@ -153,6 +153,8 @@ class Verdict:
     raw: str = ""  # the judge's raw answer, kept when it failed validation
     elapsed_ms: float = 0.0
     notes: tuple[str, ...] = field(default=())
+    expected: str = ""  # the expected outcome the run was held to, as kept (agentreplay.run.expected); "" none
+    expected_met: bool | None = None  # whether the run met it (None: not held to one)
 
     @property
     def mode_ids(self) -> tuple[str, ...]:
@@ -189,6 +191,7 @@ class Verdict:
             "context_cut": self.context_cut,
             "error": self.error, "raw": self.raw, "elapsed_ms": self.elapsed_ms,
             "notes": list(self.notes),
+            **({"expected": self.expected, "expected_met": self.expected_met} if self.expected else {}),
         }
 
     def dumps(self) -> str:
@@ -207,6 +210,8 @@ class Verdict:
             context_cut=str(doc.get("context_cut") or ""),
             error=str(doc.get("error") or ""), raw=str(doc.get("raw") or ""),
             elapsed_ms=float(doc.get("elapsed_ms") or 0.0), notes=tuple(doc.get("notes") or ()),
+            expected=str(doc.get("expected") or ""),
+            expected_met=bool(doc["expected_met"]) if doc.get("expected_met") is not None else None,
         )
 
     @classmethod

@@ -57,6 +57,8 @@ COMMANDS: dict[str, Listed] = {
         "step, judge each fork by the detectors and the expected outcome, and name the last step whose fork fixes "
         "the run (the fork at the next one, with that step's recorded decision kept, does not), with every fork "
         "as evidence."),
+    "expect": Listed("_expect", "Analysis", "Set, show or clear what a run should produce (its expected outcome), "
+        "kept beside the run in the store."),
     "testgen": Listed("_testgen", "Incidents", "Write a pytest regression test for a run, and its case "
         "beside it."),
     "incident": Listed("_incident", "Incidents", "Write everything a failed run becomes, and print what was "

@@ -19,6 +19,7 @@ from agentreplay_replay.cli._common import (
     out,
     print_json,
 )
+from agentreplay_replay.cli._expect import ExpectedFileOpt, ExpectValueOpt, expected_for
 
 if TYPE_CHECKING:
     from agentreplay_replay import case as casefile
@@ -49,6 +50,8 @@ def testgen(
     output: Annotated[Path, typer.Option("-o", "--output", help="The folder to write the test and its case into.",
                                          file_okay=False)] = Path("tests/regressions"),
     org_key_path: OrgKeyOpt = None,
+    expected: ExpectedFileOpt = None,
+    expect: ExpectValueOpt = None,
     json_: JsonOpt = False,
     store: StoreOpt = None,
     collector: CollectorOpt = None,
@@ -62,18 +65,22 @@ def testgen(
     each tagged with its MAST mode. A run with no failure gets a test pinning its good behaviour.
     A case that does not check against the org public key is refused. A run recorded without keys
     (no agent key, no org key) gets its test too, its first line saying it is UNSIGNED and not evidence.
+    A run with an expected outcome (`agentreplay expect`, --expect, --expected, or the run's own) gets a
+    test that the regression run's outcome meets it.
 
     \b
     Examples:
       agentreplay testgen 3f2a9c -o tests/regressions/
       agentreplay testgen incident.case.json -o tests/regressions/
+      agentreplay testgen 3f2a9c --expect '{"day": "Friday"}'
       pytest tests/regressions --agentreplay-model-url http://127.0.0.1:8000/v1
     """
     key = org_key(org_key_path)
     with open_run(run, store, collector, org_key=key, require_org_key=False) as (source, run_id):
         case = case_of(source, run_id)
+        held_to = expected_for(source, run_id, expect, expected)  # None: the run's own, if it recorded one
     try:
-        written = generator.generate(case, output, key)
+        written = generator.generate(case, output, key, expected=held_to)
     except generator.TestgenError as exc:
         raise CLIError(str(exc)) from exc
     if json_:
