@@ -196,6 +196,39 @@ def test_a_hostile_tool_result_is_shown_as_text_and_never_runs(console, page):
     assert page.js("document.querySelectorAll('main a[href^=\"javascript:\"]').length") == 0
 
 
+def test_the_expected_outcome_is_shown_as_text_with_whether_the_verdict_met_it(console, page):
+    """A value set with ``agentreplay expect`` (hostile markup here) shows on the run's page as text, and the
+    verdict the collector's analysis gives once the value is set says whether the run met it."""
+    body = json.dumps({"expected": console.hostile_text}).encode()
+    request = urllib.request.Request(f"{console.control}/v1/runs/{console.hostile}/expected", data=body, method="PUT",
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {console.admin}"})
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        assert json.loads(answer.read())["expected"] == console.hostile_text
+    try:
+        page.fresh(f"{console.control}/ui/#/run/{console.hostile}")
+        page.wait(f"{READY} && document.body.dataset.run === '{console.hostile}' && "
+                  "document.getElementById('expected') !== null")
+        assert page.js("document.querySelector('#expected code.expected-value').textContent") == console.hostile_text
+        assert page.js("document.getElementById('expected').dataset.source") == "set with agentreplay expect"
+        deadline = time.monotonic() + 60
+        while page.js("(document.querySelector('.verdict-box .expected-met') || {dataset: {}}).dataset.met || ''") \
+                not in ("true", "false"):  # the worker judges the run again, held to the value set
+            assert time.monotonic() < deadline, "the verdict never said whether the expected outcome was met"
+            time.sleep(0.5)
+            page.fresh(f"{console.control}/ui/#/run/{console.hostile}")
+            page.wait(f"{READY} && document.body.dataset.run === '{console.hostile}'")
+        met = page.js("document.querySelector('.verdict-box .expected-met').textContent")
+        assert met in ("Expected outcome: met", "Expected outcome: not met")
+        assert page.js("document.documentElement.getAttribute('data-pwned')") is None, "a recorded script ran"
+        made = page.js("['script', 'img', 'svg', 'iframe'].map(t => document.querySelectorAll('main ' + t).length)")
+        assert made == [0, 0, 0, 0], "recorded markup became elements"
+    finally:
+        request = urllib.request.Request(f"{console.control}/v1/runs/{console.hostile}/expected", method="DELETE",
+                                         headers={"Authorization": f"Bearer {console.admin}"})
+        urllib.request.urlopen(request, timeout=10).close()
+
+
 def _halts(console) -> list[dict]:
     return [h for h in console.get("/v1/halts")["halts"] if h["target"] == console.hostile]
 

@@ -75,7 +75,8 @@
         api('/v1/halts').catch(function () { return {halts: []}; }),
         api('/v1/runs/' + id + '/model-trials').catch(function () { return {trials: []}; }),
         api('/v1/alerts?limit=' + RUN_ALERTS).catch(function () { return {alerts: []}; }),
-        api('/v1/runs/' + id + '/incident').catch(function () { return null; })
+        api('/v1/runs/' + id + '/incident').catch(function () { return null; }),
+        api('/v1/runs/' + id + '/expected').catch(function () { return null; })
       ]).then(function (got) {
         var agent = got[0].agent_id;  // one agent's score, not every agent's, each time a live run is read
         return Promise.all([manifestOf(got[0].manifest_sha256), agent ? multipliers(agent) : {}]).then(function (more) {
@@ -91,7 +92,7 @@
           return !stored.some(function (s) { return s.alert_id === a.alert_id; });
         }).concat(stored);
         drawRun(main, got[0], got[1].spans || [], got[2].classifications || [], got[3].decisions || [],
-          got[4].halts || [], got[8], got[9][got[0].agent_id], got[5].trials || [], alerts, got[7]);
+          got[4].halts || [], got[9], got[10][got[0].agent_id], got[5].trials || [], alerts, got[7], got[8]);
         if (focused && document.getElementById(focused)) { document.getElementById(focused).focus(); }
         document.body.setAttribute('data-state', 'ready');
         if (first) {
@@ -121,7 +122,7 @@
   }
 
   function drawRun(main, run, spans, classifications, decisions, halts, manifest, multiplier, trials, alerts,
-                   incident) {
+                   incident, expectedDoc) {
     clear(main);
     var runId = run.run_id;
     var halt = halts.filter(function (h) {
@@ -170,7 +171,7 @@
     if (incident && incident.files && incident.files.length) { main.appendChild(drawIncident(runId, incident.files)); }
 
     // the verdict
-    main.appendChild(drawVerdict(classifications, verdictDoc, culpritStep));
+    main.appendChild(drawVerdict(classifications, verdictDoc, culpritStep, expectedOf(spans, expectedDoc)));
 
     // commands to copy
     main.appendChild(drawCommands(runId, spans, verdictDoc, culpritStep));
@@ -279,8 +280,29 @@
     return box;
   }
 
-  function drawVerdict(classifications, verdictDoc, culpritStep) {
+  // What the run should produce: the value set after it (agentreplay expect), which wins, else the one its
+  // run span recorded; null when neither. Recorded text: shown as text, never as markup.
+  function expectedOf(spans, expectedDoc) {
+    if (expectedDoc && expectedDoc.expected !== null && expectedDoc.expected !== undefined) {
+      var value = expectedDoc.expected;
+      return {text: typeof value === 'string' ? value : JSON.stringify(value), source: 'set with agentreplay expect'};
+    }
+    var root = spans.filter(function (s) { return !s.parent_span_id && attr(s, 'agentreplay.run.expected'); })[0];
+    return root ? {text: attr(root, 'agentreplay.run.expected'), source: 'recorded by the run'} : null;
+  }
+
+  function metText(doc) {
+    if (!doc.expected) { return 'not held to it'; }
+    return doc.expected_met === true ? 'met' : doc.expected_met === false ? 'not met' : 'not judged yet';
+  }
+
+  function drawVerdict(classifications, verdictDoc, culpritStep, expected) {
     var children = [];
+    if (expected) {
+      children.push(el('p', {id: 'expected', 'data-source': expected.source}, [
+        el('strong', {text: 'Expected outcome'}), ' (' + expected.source + '): ',
+        el('code', {'class': 'expected-value', text: expected.text})]));
+    }
     if (!classifications.length) {
       children.push(el('p', {'class': 'muted', text: 'No verdict stored (the collector\'s analysis has not judged this run, or is off).'}));
     }
@@ -300,7 +322,10 @@
         c.culprit_step !== null && c.culprit_step !== undefined ?
           el('p', {}, ['Culprit: ', el('a', {href: '#step-' + c.culprit_step, 'class': 'culprit-link',
             'data-step': String(c.culprit_step), text: 'step ' + c.culprit_step})]) : null,
-        doc.root_cause ? el('p', {text: 'Root cause: ' + doc.root_cause}) : null
+        doc.root_cause ? el('p', {text: 'Root cause: ' + doc.root_cause}) : null,
+        expected || doc.expected ? el('p', {'class': 'expected-met', 'data-met': doc.expected ?
+          String(doc.expected_met) : ''}, [doc.expected && expected && doc.expected !== expected.text ?
+          'Held to an earlier expected outcome: ' + metText(doc) : 'Expected outcome: ' + metText(doc)]) : null
       ]));
     });
     var box = section('Verdict', 'verdict', children);
