@@ -18,7 +18,7 @@ import pytest
 
 from agentreplay_dev.scenario import FIX, flight_world
 from agentreplay_replay.blame import ERRORED, FAILED, FIXED, ForkTrial, bound, search
-from agentreplay_replay.cli._client import Collector
+from agentreplay_replay.cli._client import RemoteCollector
 
 
 def _fork_table(fixes: dict[int, bool], made: list[int]):
@@ -107,7 +107,7 @@ def test_no_tool_body_ran(blamed):
 
 def test_the_blame_is_stored_as_a_verdict(blamed, world):
     assert blamed["stored"] is True, blamed["store_error"]
-    stored = [c for c in Collector(world.collector.control).classifications(world.run_id) if c.classifier == "blame"]
+    stored = [c for c in RemoteCollector(world.collector.control).classifications(world.run_id) if c.classifier == "blame"]
     assert stored and stored[0].culprit_step == 3
     notes = json.loads(stored[0].verdict_json)["notes"]
     assert len(notes) == blamed["forks_made"] and any("step 3" in n and "fixed" in n for n in notes)

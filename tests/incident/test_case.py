@@ -20,7 +20,7 @@ import pytest
 from agentreplay_dev.scenario import BIN, FIX
 from agentreplay_otel.core import generate_key, load_public_key, semconv, write_public_key
 from agentreplay_replay import case as cases
-from agentreplay_replay.cli._client import Collector
+from agentreplay_replay.cli._client import RemoteCollector
 
 pytestmark = pytest.mark.e2e
 
@@ -74,7 +74,7 @@ def test_export_says_what_it_wrote(flight, exported):
     assert case.manifest_sha256 == case.manifest_obj.sha256
     assert len(case.certificates) == 1 and case.inclusion
     assert [d.decision for d in case.decisions].count("deny") == 1  # the second ticket, refused
-    collector = Collector(flight.world.collector.control)
+    collector = RemoteCollector(flight.world.collector.control)
     assert collector.manifest(case.manifest_sha256) == case.manifest  # GET /v1/manifests/SHA, as registered
     assert collector.manifest("0" * 64) is None
     assert collector.decision_records(case.run_id) == list(case.decisions)  # times to the nanosecond

@@ -21,7 +21,7 @@ import pytest
 
 from agentreplay_dev.scenario import AGENT, BIN, fixed_agent
 from agentreplay_replay import case as casefile
-from agentreplay_replay.cli._client import Collector
+from agentreplay_replay.cli._client import RemoteCollector
 
 TIMEOUT_S = 240
 
@@ -160,7 +160,7 @@ def test_a_generated_tests_regression_run_counts_in_the_trust_score(suite, fligh
     """With a collector given, the regression run is exported (run kind regression, replaying the story)
     and the trust score counts it."""
     world = flight.world
-    with Collector(world.collector.control) as client:
+    with RemoteCollector(world.collector.control) as client:
         before = client.trust("flight-booker")["agents"][0]["regressions"]
     fixed = fixed_agent(tmp_path / "flight_agent.py")
     env = world.env  # the agent's identity, so the collector takes its run
@@ -170,5 +170,5 @@ def test_a_generated_tests_regression_run_counts_in_the_trust_score(suite, fligh
     with world.collector.client() as reader:
         runs = [r for r in reader.list_runs(limit=50) if r.run_kind == "regression" and r.replay_of == flight.run_id]
     assert runs, "the regression run was not exported"
-    with Collector(world.collector.control) as client:
+    with RemoteCollector(world.collector.control) as client:
         assert client.trust("flight-booker")["agents"][0]["regressions"] == before + 1

@@ -205,7 +205,7 @@ def fork_and_judge(source: RunReader, forks: RunReader, run_id: str, step: int, 
                                timeout_s=timeout_s, stdout=stdout, stderr=stderr, granter=granter)
     except replayer.CannotStart:
         raise  # the command, not the step: the same for every fork
-    except replayer.ReplayError as exc:
+    except replayer.CannotReplay as exc:
         return ForkTrial(step=step, fix=fix, outcome=ERRORED, detail=str(exc))
     fork_id = outcome.report.replay_run_id if outcome.report is not None else ""
     if not fork_id:

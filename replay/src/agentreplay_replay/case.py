@@ -312,7 +312,7 @@ class LogSource(Protocol):
 class RecordSource(Protocol):
     """What collecting needs beyond a :class:`RunReader`: the manifest, decisions and verdicts of a run.
     A :class:`Store` opened directly answers through :class:`_StoreRecords`; the CLI's collector
-    client (``cli._client.Collector``) has these methods itself."""
+    client (``cli._client.RemoteCollector``) has these methods itself."""
 
     def manifest(self, sha256: str) -> str | None: ...
 

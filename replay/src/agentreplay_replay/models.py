@@ -171,7 +171,7 @@ def try_model(source: RunReader, forks: RunReader, run_id: str, at: int, choice:
                                timeout_s=timeout_s, stdout=stdout, stderr=stderr, granter=granter)
     except replayer.CannotStart:
         raise  # the command, not the model: the same for every trial
-    except replayer.ReplayError as exc:  # the agent did not start, or ran past its time: this trial errored
+    except replayer.CannotReplay as exc:  # the agent did not start, or ran past its time: this trial errored
         return Trial(choice=choice, outcome=TRIAL_ERRORED, detail=str(exc))
     fork_id = outcome.report.replay_run_id if outcome.report is not None else ""
     if not fork_id:

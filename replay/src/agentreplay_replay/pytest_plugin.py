@@ -318,7 +318,7 @@ class AgentReplay:
         except replayer.CannotStart as exc:
             raise AgentDidNotStart(f"the agent did not start: {exc.problem}: the recorded command `{exc.recorded}` "
                                    f"cannot run here; give --agentreplay-agent") from exc
-        except replayer.ReplayError as exc:
+        except replayer.CannotReplay as exc:
             raise RegressionError(str(exc)) from exc
         run_id = outcome.report.replay_run_id if outcome.report is not None else ""
         spans = tuple(s for s in outcome.spans if not run_id or s.trace_id == run_id)
@@ -351,9 +351,10 @@ class AgentReplay:
         """The collector's OTLP endpoint when one answers (the run is exported there too), else None."""
         if not self.settings.collector:
             return None
-        from agentreplay_replay.cli._client import Collector  # the CLI's one client, only when asked for
+        # the CLI's one client, only when asked for
+        from agentreplay_replay.cli._client import RemoteCollector
 
-        return Collector(self.settings.collector).otlp_endpoint()
+        return RemoteCollector(self.settings.collector).otlp_endpoint()
 
 
 # --- pytest hooks and fixtures --------------------------------------------------------------------

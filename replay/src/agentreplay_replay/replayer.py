@@ -61,8 +61,9 @@ STDERR_TAIL_LINES = 20
 _STDERR_KEEP_BYTES = 64 * 1024  # enough to find the start of the last traceback
 
 
-class ReplayError(Exception):
-    """The replay could not be run (not the same as a replay that diverged)."""
+class CannotReplay(Exception):
+    """The replay could not be run (not the same as a replay that diverged, nor the SDK's ``ReplayError``,
+    which a replay raises into the agent it replays)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,34 +107,34 @@ def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Rec
     """The run's recording and how it ended, after its chain has been recomputed from the stored rows."""
     spans = source.get_run_spans(run_id)
     if not spans:
-        raise ReplayError(f"run {run_id} has no stored spans")
+        raise CannotReplay(f"run {run_id} has no stored spans")
     org_key = org_key_from_env()
     # Seals count only against the org's certificate of the agent key, never a key the store hands over.
     report = (verify(spans, org_key=org_key, certificates=source.get_agent_certificate) if org_key is not None
               else verify(spans))
     if not report.intact and not allow_unverified:
         where = f" at seq {report.seq} ({report.span_name})" if report.seq is not None else ""
-        raise ReplayError(
+        raise CannotReplay(
             f"run {run_id} does not verify: {report.problem}{where}: {report.detail}. "
             "Refusing to replay a tampered recording; --allow-unverified replays it anyway."
         )
     root = next((s for s in spans if s.is_root), None)
     unreplayable = root.attributes.get(semconv.RUN_NOT_REPLAYABLE) if root is not None else None
     if unreplayable:  # the recorder said so when the run began (content capture was off)
-        raise ReplayError(f"run {run_id} cannot be replayed: {unreplayable}")
+        raise CannotReplay(f"run {run_id} cannot be replayed: {unreplayable}")
     recording = recording_from_spans(spans)
     return recording, report, recorded_end(spans, recording)
 
 
 def org_key_from_env() -> Ed25519PublicKey | None:
-    """The org public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``, if set; :class:`ReplayError` if unreadable."""
+    """The org public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``, if set; :class:`CannotReplay` if unreadable."""
     path = os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
     if not path:
         return None
     try:
         return load_public_key(path)
     except IdentityError as exc:
-        raise ReplayError(f"${semconv.ENV_ORG_PUBLIC_KEY}: {exc}") from exc
+        raise CannotReplay(f"${semconv.ENV_ORG_PUBLIC_KEY}: {exc}") from exc
 
 
 def recorded_end(spans: Sequence[SpanRecord], recording: Recording) -> RunEnd:
@@ -206,7 +207,7 @@ AFTER_DASHES = "give the agent's command after -- (e.g. `-- python agent.py`)"
 """What the CLI asks for when the recorded command cannot (or may not) run."""
 
 
-class CannotStart(ReplayError):
+class CannotStart(CannotReplay):
     """The recorded command cannot run here (its interpreter, directory or script is gone), or may not
     run unasked (a case file's): nothing was started. ``recorded`` is the command as it was recorded."""
 
@@ -216,7 +217,7 @@ class CannotStart(ReplayError):
         self.problem = problem
 
 
-class DidNotStart(ReplayError):
+class DidNotStart(CannotReplay):
     """The agent's process ended before it replayed anything (no report, or no run opened and a failed
     exit): the script is missing, the interpreter failed, an import failed. Never a divergence."""
 
@@ -261,7 +262,7 @@ def agent_start(recording: Recording, command: Sequence[str]) -> AgentStart:
         cmd = list(command)
         return AgentStart(command=cmd if Path(cmd[0]).name == LAUNCHER else [launcher_for(sys.executable), *cmd])
     if not recording.entrypoint:
-        raise ReplayError(f"the run recorded no command line; {AFTER_DASHES}")
+        raise CannotReplay(f"the run recorded no command line; {AFTER_DASHES}")
     interpreter = recording.interpreter or sys.executable
     cwd = recording.working_directory or None
     if recording.interpreter and not (Path(interpreter).is_file() and os.access(interpreter, os.X_OK)):
@@ -430,7 +431,7 @@ def run_passing_through(cmd: Sequence[str], env: Mapping[str, str], *, timeout_s
         proc = subprocess.Popen(list(cmd), env=dict(env), cwd=cwd, stdout=subprocess.PIPE if out_fd is None else out_fd,
                                 stderr=subprocess.PIPE)
     except OSError as exc:
-        raise ReplayError(f"cannot run {shlex.join(cmd)}: {exc}") from exc
+        raise CannotReplay(f"cannot run {shlex.join(cmd)}: {exc}") from exc
     kept = bytearray()
     assert proc.stderr is not None
     pumps = [threading.Thread(target=_pump, args=(proc.stderr, stderr, kept), daemon=True)]
@@ -443,7 +444,7 @@ def run_passing_through(cmd: Sequence[str], env: Mapping[str, str], *, timeout_s
     except subprocess.TimeoutExpired as exc:
         proc.kill()
         proc.wait()
-        raise ReplayError(f"the agent ran past {timeout_s:.0f}s: {shlex.join(cmd)}") from exc
+        raise CannotReplay(f"the agent ran past {timeout_s:.0f}s: {shlex.join(cmd)}") from exc
     finally:
         for pump in pumps:
             pump.join(timeout=5)

@@ -3,7 +3,7 @@
 One module per command group, over one common module and one client::
 
     _common     consoles, CLIError (exit 2), --json output, the options every command shares
-    _client     Collector (every call to the control endpoint) and reader (runs, via collector or store)
+    _client     RemoteCollector (every call to the control endpoint) and reader (runs, via collector or store)
     _read       runs, show, verify
     _replay     replay, fork, diff
     _control    kill, resume, decisions, alerts, trust

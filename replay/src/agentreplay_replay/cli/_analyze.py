@@ -24,7 +24,7 @@ from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, semconv
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.analysis.verdict import DETECTORS, NO_CHAIN, Outcome, Verdict
 from agentreplay_replay.cli._case import CaseOrgKeyOpt, RunOrCaseArg, case_org_key
-from agentreplay_replay.cli._client import Collector, open_run
+from agentreplay_replay.cli._client import RemoteCollector, open_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -292,8 +292,8 @@ class VerdictStore(Protocol):
 def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictStore | None:
     if is_store(source):
         return source
-    if isinstance(source, Collector):
-        return Collector(source.url, admin_token=admin_token) if admin_token else source
+    if isinstance(source, RemoteCollector):
+        return RemoteCollector(source.url, admin_token=admin_token) if admin_token else source
     return None
 
 

@@ -22,7 +22,7 @@ from agentreplay_replay.cli._case import (
     agent_command,
     case_org_key,
 )
-from agentreplay_replay.cli._client import Collector, open_run
+from agentreplay_replay.cli._client import RemoteCollector, open_run
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, lazy_module, out, print_json
 from agentreplay_replay.cli._control import AdminOpt
 from agentreplay_replay.cli._expect import ExpectedFileOpt, ExpectValueOpt, expected_for
@@ -103,7 +103,7 @@ def blame(
             found = blaming.blame(source, forks, full, fix, expected=held_to, command=agent_cmd, otlp=otlp,
                                   allow_unverified=allow_unverified, timeout_s=timeout_s,
                                   stdout=sys.stderr if json_ else sys.stdout, stderr=sys.stderr, granter=granter)
-        except (ValueError, replayer.ReplayError) as exc:
+        except (ValueError, replayer.CannotReplay) as exc:
             raise CLIError(str(exc)) from exc
         stored, why = _store(source, admin_token, [found.verdict()])
     if json_:
@@ -118,9 +118,9 @@ def blame(
 
 def _forks(source: RunReader, collector: str | None, otlp_endpoint: str | None) -> tuple[RunReader, str | None]:
     """Where the forks are recorded (the running collector) and read back when the agent's spool has none."""
-    client = source if isinstance(source, Collector) else Collector(collector)
+    client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
     otlp = otlp_endpoint or client.otlp_endpoint()
-    if isinstance(source, Collector) or (is_store(source) and otlp_endpoint):
+    if isinstance(source, RemoteCollector) or (is_store(source) and otlp_endpoint):
         return source, otlp
     return (client, otlp) if client.healthy() else (source, otlp)
 

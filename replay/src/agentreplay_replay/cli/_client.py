@@ -1,4 +1,4 @@
-"""The CLI's one way to the collector: :class:`Collector` for every call to its control endpoint,
+"""The CLI's one way to the collector: :class:`RemoteCollector` for every call to its control endpoint,
 :func:`reader` for runs (through the collector when one answers, else the store itself), and
 :func:`open_run` for a run argument that may be a case file.
 
@@ -36,7 +36,7 @@ if TYPE_CHECKING:  # case files and replay load when a command needs them: `runs
     from agentreplay_replay.case import Case
 
 
-class Collector(CollectorClient):
+class RemoteCollector(CollectorClient):
     """A running collector as the CLI talks to it: the read API (inherited), the replay's OTLP
     endpoint, and the control API (halts, decisions, alerts, trust). HTTP failures become
     :class:`CLIError` here, at the boundary."""
@@ -134,7 +134,7 @@ class Collector(CollectorClient):
 
 
 # --- the log over the read API ----------------------------------------------------------------------
-class LogClient(Collector):
+class LogClient(RemoteCollector):
     """The collector's log endpoints, as a :class:`~agentreplay_collector.translog.LogReader`."""
 
     def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None:
@@ -184,7 +184,7 @@ def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
     else the store opened directly. A store named (``--store``, ``$AGENTREPLAY_STORE``) is what is
     read: through the collector only when it serves that store, an error naming both when it serves
     another (:func:`~agentreplay_collector.client.reads_through`). Store failures become :class:`CLIError`."""
-    client = Collector(collector)
+    client = RemoteCollector(collector)
     opened: RunReader
     try:
         through = reads_through(client, store)  # store: --store or $AGENTREPLAY_STORE, None if neither
@@ -305,7 +305,7 @@ def org_key_from_env() -> Ed25519PublicKey | None:
 
     try:
         return replayer.org_key_from_env()
-    except replayer.ReplayError as exc:
+    except replayer.CannotReplay as exc:
         raise CLIError(str(exc)) from exc
 
 

@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from agentreplay_otel.core import semconv
-from agentreplay_replay.cli._client import Collector
+from agentreplay_replay.cli._client import RemoteCollector
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, JsonOpt, out, print_json
 
 PANEL = "Control plane"
@@ -53,7 +53,7 @@ def kill(
       agentreplay kill --agent flight-booker
     """
     scope, target = _target(run_id, agent)
-    client = Collector(collector, admin_token=admin_token)
+    client = RemoteCollector(collector, admin_token=admin_token)
     doc = client.halt(scope, target, reason)
     _confirmed(client, doc, scope, target, "halt")
     out.print(f"halted {scope} {target}: {doc.get('reason', reason)}")
@@ -73,12 +73,12 @@ def resume(
       agentreplay resume --agent flight-booker
     """
     scope, target = _target(run_id, agent)
-    client = Collector(collector, admin_token=admin_token)
+    client = RemoteCollector(collector, admin_token=admin_token)
     _confirmed(client, client.resume(scope, target), scope, target, "resume")
     out.print(f"resumed {scope} {target}")
 
 
-def _confirmed(client: Collector, doc: dict[str, object], scope: str, target: str, what: str) -> None:
+def _confirmed(client: RemoteCollector, doc: dict[str, object], scope: str, target: str, what: str) -> None:
     """The collector's answer names the halt or resume asked for; anything else (a server that answers 200 to
     every request) is not a collector's confirmation, and the command fails instead of saying it was done."""
     if doc.get("scope") != scope or str(doc.get("target", "")).lower() != target.lower():
@@ -93,7 +93,7 @@ def decisions(
     collector: CollectorOpt = None,
 ) -> None:
     """Every policy decision of a run: the guard's, Authorize's and the collector's."""
-    doc = Collector(collector).decisions(run_id.lower())
+    doc = RemoteCollector(collector).decisions(run_id.lower())
     if json_:
         print_json(doc)
         return
@@ -110,7 +110,7 @@ def alerts(
     collector: CollectorOpt = None,
 ) -> None:
     """Alerts (scope violations, halts), newest first, and whether the webhooks took them."""
-    doc = Collector(collector).alerts(limit)
+    doc = RemoteCollector(collector).alerts(limit)
     if json_:
         print_json(doc)
         return
@@ -135,7 +135,7 @@ def trust(
     collector: CollectorOpt = None,
 ) -> None:
     """Trust scores from each agent's history, their components, tier and spend multiplier."""
-    doc = Collector(collector).trust(agent)
+    doc = RemoteCollector(collector).trust(agent)
     if json_:
         print_json(doc)
         return

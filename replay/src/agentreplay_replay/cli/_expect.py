@@ -17,7 +17,7 @@ import typer
 from agentreplay_collector.errors import StoreError
 from agentreplay_collector.models import MAX_EXPECTED_BYTES, StoredExpected
 from agentreplay_collector.reader import RunReader, is_store
-from agentreplay_replay.cli._client import Collector, reader, resolve_run
+from agentreplay_replay.cli._client import RemoteCollector, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -64,8 +64,8 @@ def expected_store(source: RunReader, admin_token: str | None = None) -> Expecte
     for a reader that keeps none (a case file)."""
     if is_store(source):
         return source
-    if isinstance(source, Collector):
-        return Collector(source.url, admin_token=admin_token) if admin_token else source
+    if isinstance(source, RemoteCollector):
+        return RemoteCollector(source.url, admin_token=admin_token) if admin_token else source
     return None
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.table import Table
 
 from agentreplay_collector.models import TrustScore
-from agentreplay_replay.cli._client import Collector, case_of, open_run
+from agentreplay_replay.cli._client import RemoteCollector, case_of, open_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -77,7 +77,7 @@ def incident(
 
 def _trust(source: object, agent_id: str) -> TrustScore | None:
     """The agent's trust score when a collector is at hand (the claim's limits show its tier)."""
-    if not isinstance(source, Collector) or not agent_id:
+    if not isinstance(source, RemoteCollector) or not agent_id:
         return None
     try:
         found = source.trust(agent_id).get("agents", [])

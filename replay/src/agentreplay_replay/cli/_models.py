@@ -32,7 +32,7 @@ from agentreplay_otel.replay import ENDPOINTS  # plain data: the transport stays
 from agentreplay_replay.analysis.verdict import Verdict
 from agentreplay_replay.cli._analyze import verdict_store
 from agentreplay_replay.cli._case import CaseOrgKeyOpt, RecordedCommandOpt, agent_command, case_org_key
-from agentreplay_replay.cli._client import Collector, open_run, reader
+from agentreplay_replay.cli._client import RemoteCollector, open_run, reader
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, lazy_module, out, print_json
 from agentreplay_replay.cli._control import AdminOpt
 
@@ -129,7 +129,7 @@ def models(
                                       command=agent_cmd, otlp=otlp, allow_unverified=allow_unverified,
                                       timeout_s=timeout_s, stdout=sys.stderr if json_ else sys.stdout,
                                       stderr=sys.stderr, granter=_granter(collector, admin_token))
-        except (ValueError, replayer.ReplayError) as exc:
+        except (ValueError, replayer.CannotReplay) as exc:
             raise CLIError(str(exc)) from exc
         saved, why = _save(source, collector, admin_token, trials.records())
     if json_:
@@ -149,9 +149,9 @@ def _granter(collector: str | None, admin_token: str | None) -> grants.Granter:
 def _forks(source: RunReader, collector: str | None, otlp_endpoint: str | None) -> tuple[RunReader, str | None]:
     """Where the forks are recorded (the running collector, also for a case file; none: judged from
     the agent's own spool only, not recorded) and read back if the spool has none."""
-    client = source if isinstance(source, Collector) else Collector(collector)
+    client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
     otlp = otlp_endpoint or client.otlp_endpoint()
-    if isinstance(source, Collector) or (is_store(source) and otlp_endpoint):
+    if isinstance(source, RemoteCollector) or (is_store(source) and otlp_endpoint):
         return source, otlp  # a store opened directly: the forks go to a collector writing into it
     return (client, otlp) if client.healthy() else (source, otlp)
 
@@ -175,10 +175,10 @@ def _stored_verdicts(source: RunReader, run_id: str) -> list[Verdict]:
 def _trial_store(source: RunReader, collector: str | None, admin_token: str | None) -> TrialStore | None:
     if is_store(source):
         return source
-    client = source if isinstance(source, Collector) else Collector(collector)
+    client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
     if not client.healthy():
         return None
-    return Collector(client.url, admin_token=admin_token) if admin_token else client
+    return RemoteCollector(client.url, admin_token=admin_token) if admin_token else client
 
 
 def _save(source: RunReader, collector: str | None, admin_token: str | None,

@@ -21,7 +21,7 @@ from agentreplay_replay.cli._case import (
     agent_command,
     case_org_key,
 )
-from agentreplay_replay.cli._client import Collector, open_run, reader, resolve_run
+from agentreplay_replay.cli._client import RemoteCollector, open_run, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -59,7 +59,7 @@ JsonReplayOpt = Annotated[bool, typer.Option("--json", help="Print the report as
 
 def _replay(source: RunReader, run_id: str, plan: Plan, command: list[str], allow_unverified: bool,
             collector: str | None, otlp_endpoint: str | None, json_: bool) -> replayer.ReplayOutcome:
-    client = source if isinstance(source, Collector) else Collector(collector)
+    client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
     otlp = otlp_endpoint or client.otlp_endpoint()
     stored_in = client if otlp and client.healthy() else None  # where the replay's run is looked for after
     granter = grants.Granter.from_environment(collector=client.url, admin_token=client.token)
@@ -67,7 +67,7 @@ def _replay(source: RunReader, run_id: str, plan: Plan, command: list[str], allo
         return replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified,
                             otlp=otlp, stored_in=stored_in, stdout=sys.stderr if json_ else sys.stdout,
                             stderr=sys.stderr, granter=granter)
-    except replayer.ReplayError as exc:
+    except replayer.CannotReplay as exc:
         raise CLIError(str(exc)) from exc
 
 
