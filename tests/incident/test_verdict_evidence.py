@@ -216,7 +216,10 @@ def test_the_fooled_judges_ok_is_stored_signed_beside_the_detectors_failure(judg
     assert judged.judge_requests >= 1
     case = read(next((judged.incident / "tests").glob("*.case.json")))
     by = {c.classifier: c for c in case.classifications}
-    assert by["llm"].verdict == "ok" and by["detectors"].verdict == "failed"
+    # the judge's own ok is kept in its verdict, under the floor the detectors' failure sets
+    assert by["llm"].verdict == "failed" and by["detectors"].verdict == "failed"
+    assert any(n.startswith("the detectors' failure stands: the judge itself answered ok")
+               for n in json.loads(by["llm"].verdict_json)["notes"])
     assert by["llm"].time_ns >= by["detectors"].time_ns  # the judge's is the newer
     assert all("attestation" in json.loads(c.verdict_json) for c in case.classifications)
 

@@ -27,6 +27,7 @@ from agentreplay_otel.core import SpanRecord
 from agentreplay_otel.transparency import ATTESTATION, CheckpointError, verify_verdict
 from agentreplay_replay.analysis.engine import detect
 from agentreplay_replay.analysis.expected import encode
+from agentreplay_replay.analysis.judging.floor import own
 from agentreplay_replay.analysis.transcript import chain_head, run_view
 from agentreplay_replay.analysis.verdict import DETECTORS, ModeHit, Outcome, Verdict
 
@@ -122,14 +123,15 @@ def combine(found: Verdict, judges: Sequence[Verdict]) -> Verdict:
     """The detectors' verdict with what signed judges add: their modes the detectors did not find. A
     judge that answered ok or unsure changes nothing; one that found a failure the detectors did not
     makes the run failed, on its word (the verdict's classifier says so)."""
-    failing = [j for j in judges if j.outcome is Outcome.FAILED and j.modes]
-    notes = [f"the judge {j.judge} answered {j.outcome}: a judge never clears a failure the detectors found"
-             for j in judges if j.outcome is not Outcome.FAILED and found.outcome is Outcome.FAILED]
+    said = {id(j): own(j) for j in judges}  # what each judge itself answered (a stored verdict keeps the floor)
+    failing = [j for j in judges if said[id(j)][0] is Outcome.FAILED and said[id(j)][1]]
+    notes = [f"the judge {j.judge} answered {said[id(j)][0]}: a judge never clears a failure the detectors found"
+             for j in judges if said[id(j)][0] is not Outcome.FAILED and found.outcome is Outcome.FAILED]
     seen = set(found.mode_ids)
     added: list[ModeHit] = []
     for judge in failing:
         for hit in judge.modes:
-            if hit.mode not in seen:
+            if hit.mode in said[id(judge)][1] and hit.mode not in seen:
                 seen.add(hit.mode)
                 added.append(hit)
     if not added:
