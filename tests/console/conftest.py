@@ -169,8 +169,9 @@ class Page:
         while b"\0" not in self._buffer:
             left = deadline - time.monotonic()
             assert left > 0, "Chromium did not answer"
-            ready, _, _ = select.select([self._in], [], [], left)
-            if ready:
+            poller = select.poll()  # not select(): a long session's descriptors pass 1024, which select cannot watch
+            poller.register(self._in, select.POLLIN)
+            if poller.poll(left * 1000):
                 chunk = os.read(self._in, 1 << 20)
                 assert chunk, "Chromium closed its pipe"
                 self._buffer += chunk
