@@ -233,12 +233,14 @@ _OPERATIONS = (("/chat/completions", semconv.OP_CHAT), ("/messages", semconv.OP_
                ("/completions", semconv.OP_TEXT_COMPLETION), ("/embeddings", semconv.OP_EMBEDDINGS), ("/responses", semconv.OP_CHAT))
 
 
-def _recognised(request: Any) -> _wire.Wire | None:
-    """The model call this request is by its path and body (``_wire``), whoever sent it."""
+def _recognised(request: Any) -> tuple[_wire.Wire, dict[str, Any]] | None:
+    """The model call this request is by its path and body (``_wire``), whoever sent it, and that body
+    (parsed once: the call is begun from it)."""
     if request.method != "POST" or not request.url.path.rstrip("/").endswith(_wire.PATHS):
         return None
-    return _wire.recognise(request.url.path, _json_body(request), request.headers,
-                           header(request.headers, b"user-agent"))
+    body = _json_body(request)
+    wire = _wire.recognise(request.url.path, body, request.headers, header(request.headers, b"user-agent"))
+    return (wire, body) if wire is not None and body is not None else None
 
 
 def _opened(request: Any) -> tuple[LLMCall, _wire.API] | None:
@@ -252,10 +254,11 @@ def _opened(request: Any) -> tuple[LLMCall, _wire.API] | None:
         api = _wire.ANTHROPIC if provider == semconv.PROVIDER_ANTHROPIC else _wire.OPENAI
         call = _own_call(request, _json_body(request), provider, operation, None, api)
         return (call, api) if call is not None else None
-    wire = _recognised(request) if _users or _watching else None
-    if wire is None or wire.recorder is None:
+    found = _recognised(request) if _users or _watching else None
+    if found is None or found[0].recorder is None:
         return None
-    call = _own_call(request, _json_body(request), wire.provider, wire.operation, wire.recorder, wire.api)
+    wire, body = found
+    call = _own_call(request, body, wire.provider, wire.operation, wire.recorder, wire.api)
     return (call, wire.api) if call is not None else None
 
 
@@ -311,9 +314,10 @@ def _unrecorded(request: Any) -> str | None:
     None): its client's instrumentor is off. Warned once per host and path while recording, and
     marked on the run; while replaying, named by the network guard that blocks it."""
     try:
-        wire = _recognised(request)
-        if wire is None:
+        found = _recognised(request)
+        if found is None:
             return None
+        wire = found[0]
         where = f"{request.url.host}{':' + str(request.url.port) if request.url.port else ''}{request.url.path}"
         if not intercept.current().acts:  # a replay: the network guard names it
             return f"{request.method} {where}"
