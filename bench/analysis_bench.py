@@ -35,8 +35,8 @@ import attribution_bench  # noqa: E402 - Who&When's scoring, beside this script
 import contentkit  # noqa: E402 - and the runs of content-level evidence (issue 32, item 2)
 import domainkit  # noqa: E402 - and the runs outside travel
 
-from agentreplay_replay.analysis import Outcome, detect, run_view  # noqa: E402
-from agentreplay_replay.analysis.prompt import build  # noqa: E402
+from agentreplay_analysis import Outcome, detect, run_view  # noqa: E402
+from agentreplay_analysis.prompt import build  # noqa: E402
 
 RESULTS = HERE / "results" / "analysis.json"
 TARGET_PRECISION = 0.9

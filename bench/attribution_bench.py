@@ -30,8 +30,8 @@ sys.path.insert(0, str(HERE))
 
 import whowhen  # noqa: E402 - the loader lives beside this script
 
-from agentreplay_replay.analysis import Outcome, detect, run_view  # noqa: E402
-from agentreplay_replay.analysis.attribution import blame  # noqa: E402
+from agentreplay_analysis import Outcome, detect, run_view  # noqa: E402
+from agentreplay_analysis.attribution import blame  # noqa: E402
 
 RESULTS = HERE / "results" / "attribution.json"
 PAPER = {  # Table 1 of the paper, GPT-4o as the judge (agent-level / step-level accuracy, %)

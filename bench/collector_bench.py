@@ -43,8 +43,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from agentreplay_client.collector import CollectorClient
 from agentreplay_collector import otlp
-from agentreplay_collector.client import CollectorClient
 from agentreplay_collector.otlp import convert, parse_protobuf
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import CollectorProcess, IssuedAgent, write_config

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from collector_bench import Org, _config, _cpu_seconds, _generator, make_org  # noqa: E402
 
-from agentreplay_collector.client import CollectorClient  # noqa: E402
+from agentreplay_client.collector import CollectorClient  # noqa: E402
 from agentreplay_dev.collector import CollectorProcess  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forward.json"

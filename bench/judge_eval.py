@@ -53,12 +53,12 @@ sys.path.insert(0, str(HERE.parent / "tests" / "analysis"))
 import analysiskit  # noqa: E402 - the labelled sets live with the tests
 import domainkit  # noqa: E402
 
-from agentreplay_replay.analysis import Outcome, Verdict, detect, run_view  # noqa: E402
-from agentreplay_replay.analysis.agreement import cohen_kappa  # noqa: E402
-from agentreplay_replay.analysis.judge import METHODS, PROVIDERS, JudgeConfig, attribute, judge  # noqa: E402
-from agentreplay_replay.analysis.judging.ask import FORMATS  # noqa: E402
-from agentreplay_replay.analysis.judging.log import from_record  # noqa: E402
-from agentreplay_replay.analysis.taxonomy import IDS  # noqa: E402
+from agentreplay_analysis import Outcome, Verdict, detect, run_view  # noqa: E402
+from agentreplay_analysis.agreement import cohen_kappa  # noqa: E402
+from agentreplay_analysis.judge import METHODS, PROVIDERS, JudgeConfig, attribute, judge  # noqa: E402
+from agentreplay_analysis.judging.ask import FORMATS  # noqa: E402
+from agentreplay_analysis.judging.log import from_record  # noqa: E402
+from agentreplay_analysis.taxonomy import IDS  # noqa: E402
 
 RESULTS = HERE / "results" / "judge_eval.json"
 RESULTS_WHOWHEN = HERE / "results" / "judge_eval_whowhen.json"

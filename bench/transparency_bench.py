@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from agentreplay_client.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector import schema
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import LogSigner, LogView, TransparencyLog
 from agentreplay_otel.core import ChainHead, certify_log_key, decode_leaf, generate_key, merkle

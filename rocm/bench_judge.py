@@ -3,7 +3,7 @@ vLLM on a ROCm or CUDA GPU, a hosted API, or the local model server.
 
 It sends the judge's real prompts: the labelled runs of ``tests/analysis/analysiskit.py`` are recorded in
 this process through the SDK's recording path (against the local model server), and each is judged
-through ``agentreplay_replay.analysis.judge`` exactly as ``agentreplay analyze --judge llm`` judges it
+through ``agentreplay_analysis.judge`` exactly as ``agentreplay analyze --judge llm`` judges it
 (MAST definitions, numbered transcript, ``response_format`` json_schema, one repair attempt). A
 judgement's latency includes its repair, if any. Prints JSON; exit 1 when no judgement gave a verdict.
 
@@ -32,9 +32,9 @@ sys.path.insert(0, str(ROOT / "tests" / "analysis"))
 
 import analysiskit as kit  # noqa: E402 - the labelled set lives with the tests
 
-from agentreplay_replay.analysis import Outcome, RunView, Verdict, run_view  # noqa: E402
-from agentreplay_replay.analysis.judge import JudgeConfig, judge  # noqa: E402
-from agentreplay_replay.analysis.prompt import build  # noqa: E402
+from agentreplay_analysis import Outcome, RunView, Verdict, run_view  # noqa: E402
+from agentreplay_analysis.judge import JudgeConfig, judge  # noqa: E402
+from agentreplay_analysis.prompt import build  # noqa: E402
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -753,7 +753,7 @@ def figures(judged: Sequence[tuple[DomainCase, Any]]) -> Figures:
     """Score verdicts (one per case) against the labels."""
     from analysiskit import score
 
-    from agentreplay_replay.analysis import Outcome
+    from agentreplay_analysis import Outcome
 
     found, flagged, missed = 0, [], []
     pairs = []

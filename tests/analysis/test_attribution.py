@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_replay.analysis import Outcome, detect, run_view
-from agentreplay_replay.analysis.attribution import blame, turns
+from agentreplay_analysis import Outcome, detect, run_view
+from agentreplay_analysis.attribution import blame, turns
 
 HERE = Path(__file__).parent
 sys.path.insert(0, str(HERE.parent.parent / "bench"))

@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 
-from agentreplay_replay.analysis.constraints import (
+from agentreplay_analysis.constraints import (
     Kind,
     argument_values,
     mentions,

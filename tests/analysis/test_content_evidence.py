@@ -11,8 +11,8 @@ import contentkit
 import pytest
 from analysiskit import recorder
 
+from agentreplay_analysis import Outcome, detect
 from agentreplay_otel.canonical import SpanRecord
-from agentreplay_replay.analysis import Outcome, detect
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +77,7 @@ def test_hand_off_notes_ignored_or_withholding(content):
 
 
 def test_units_are_read_without_loading_pint_when_no_number_has_a_word_after_it():
-    from agentreplay_replay.analysis import values
+    from agentreplay_analysis import values
 
     assert not values.may_state_quantities("Restart everything except the database.")
     assert [q.quote for q in values.quantities("a 40 lb parcel, 9am, 3 laptops, 5 mL")] == ["40 lb", "5 mL"]
@@ -96,7 +96,7 @@ def test_no_failing_run_gets_a_mode_it_is_not_labelled_with(content):
 
 
 def test_a_tool_may_act_unless_it_says_it_reads_and_a_recorded_side_effect_decides():
-    from agentreplay_replay.analysis.transcript import KIND_TOOL, Step
+    from agentreplay_analysis.transcript import KIND_TOOL, Step
 
     def tool(name: str, description: str = "", side_effect: bool | None = None) -> Step:
         return Step(step=1, kind=KIND_TOOL, name=name, span_id="s", span_name=f"execute_tool {name}",

@@ -8,9 +8,8 @@ import dataclasses
 import pytest
 from analysiskit import POLICY
 
-from agentreplay_otel.core import semconv
-from agentreplay_replay.analysis import Outcome, detect, run_view
-from agentreplay_replay.analysis.detectors import (
+from agentreplay_analysis import Outcome, detect, run_view
+from agentreplay_analysis.detectors import (
     loops,
     mismatch,
     policy,
@@ -18,6 +17,7 @@ from agentreplay_replay.analysis.detectors import (
     termination,
     verification,
 )
+from agentreplay_otel.core import semconv
 
 
 def _hits(recorded, name, detector):
@@ -124,7 +124,7 @@ def test_run_level_verdicts_without_a_mode(recorded):
 
 def test_a_verdict_survives_its_json(recorded):
     verdict = detect(recorded["misbook_anthropic"][1])
-    from agentreplay_replay.analysis import Verdict
+    from agentreplay_analysis import Verdict
 
     again = Verdict.loads(verdict.dumps())
     assert again == verdict

@@ -13,10 +13,8 @@ import subprocess
 import pytest
 
 import agentreplay_otel
-from agentreplay_otel.chain import record_from_span
-from agentreplay_otel.core import semconv
-from agentreplay_replay.analysis import Outcome, detect, run_view
-from agentreplay_replay.analysis.expected import (
+from agentreplay_analysis import Outcome, detect, run_view
+from agentreplay_analysis.expected import (
     DETECTOR,
     check,
     for_run,
@@ -26,6 +24,8 @@ from agentreplay_replay.analysis.expected import (
     same,
     task_key,
 )
+from agentreplay_otel.chain import record_from_span
+from agentreplay_otel.core import semconv
 from agentreplay_replay.models import task_of
 
 
@@ -181,8 +181,8 @@ def test_the_collectors_analyzer_holds_the_run_to_the_value_set_over_its_own(rec
     """The worker's analyzer (entry point ``agentreplay_analyzer:detectors``) is given the value set after the
     run (the worker reads it from the store: tests/collector/test_run_expected.py), and it wins over the run
     span's own; with none given, the run span's counts."""
-    from agentreplay_collector.models import ChainState, ChainStatus
-    from agentreplay_replay.analysis.stored import analyse
+    from agentreplay_analysis.stored import analyse
+    from agentreplay_client.models import ChainState, ChainStatus
 
     spans = _refund_run(recorder, {"order_id": "A-1042", "amount": 12.5}, 12.5)  # recorded: met
     chain = ChainStatus(run_id=spans[0].trace_id, status=ChainState.INTACT, seal="valid", span_count=len(spans))

@@ -8,9 +8,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from agentreplay_analysis import detect, run_view
+from agentreplay_analysis.foreign import normalized, step_numbers
 from agentreplay_otel.core import EventRecord, SpanRecord, semconv
-from agentreplay_replay.analysis import detect, run_view
-from agentreplay_replay.analysis.foreign import normalized, step_numbers
 
 TRACE = "ab" * 16
 

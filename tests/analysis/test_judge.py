@@ -14,14 +14,14 @@ from dataclasses import replace
 
 import pytest
 
+from agentreplay_analysis import Outcome, run_view
+from agentreplay_analysis.agreement import agreement
+from agentreplay_analysis.engine import detect
+from agentreplay_analysis.judge import JudgeConfig, attribute, json_answer, judge
+from agentreplay_analysis.judging.log import from_record
+from agentreplay_analysis.prompt import RESPONSE_FORMAT
+from agentreplay_analysis.taxonomy import IDS
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
-from agentreplay_replay.analysis import Outcome, run_view
-from agentreplay_replay.analysis.agreement import agreement
-from agentreplay_replay.analysis.engine import detect
-from agentreplay_replay.analysis.judge import JudgeConfig, attribute, json_answer, judge
-from agentreplay_replay.analysis.judging.log import from_record
-from agentreplay_replay.analysis.prompt import RESPONSE_FORMAT
-from agentreplay_replay.analysis.taxonomy import IDS
 
 GOOD = {"verdict": "failed", "modes": [{"mode": "FM-1.1", "step": 3, "evidence": ['"day":"Saturday"']}],
         "culprit_step": 3, "culprit_agent": None,

@@ -10,6 +10,8 @@ import sys
 import pytest
 from typer.testing import CliRunner
 
+from agentreplay_analysis import judge as judge_module
+from agentreplay_analysis.judge import METHODS, PROVIDERS, JudgeConfig, client_missing
 from agentreplay_collector.config import (
     JUDGE_METHODS,
     JUDGE_PROVIDERS,
@@ -18,8 +20,6 @@ from agentreplay_collector.config import (
     parse_config,
 )
 from agentreplay_otel.core import semconv
-from agentreplay_replay.analysis import judge as judge_module
-from agentreplay_replay.analysis.judge import METHODS, PROVIDERS, JudgeConfig, client_missing
 from agentreplay_replay.cli import _analyze
 from agentreplay_replay.cli._analyze import JudgeChoice, JudgeMethod, JudgeProvider, Judges, _judge_configs
 from agentreplay_replay.cli._common import CLIError
@@ -123,7 +123,7 @@ def test_the_collector_config_takes_the_method_provider_and_budgets():
 
 
 def test_the_worker_builds_its_judge_as_analyze_does(monkeypatch):
-    from agentreplay_replay.analysis.stored import judge_config
+    from agentreplay_analysis.stored import judge_config
 
     settings = JudgeSettings(base_url="http://judge/v1/", model="m", method="binary_search", budget_s=30.0)
     monkeypatch.setenv(semconv.ENV_ANALYSIS_BUDGET_TOKENS, "777")
@@ -142,8 +142,8 @@ def test_the_worker_stores_the_judges_method_and_budget_and_a_missing_client_as_
     client library missing it stores a judge_error saying what to install, beside the detectors' verdict."""
     from analysiskit import CASES, recorder
 
-    from agentreplay_collector.models import ChainState, ChainStatus
-    from agentreplay_replay.analysis import stored
+    from agentreplay_analysis import stored
+    from agentreplay_client.models import ChainState, ChainStatus
 
     case = next(c for c in CASES if c.modes)
     with recorder() as rec:

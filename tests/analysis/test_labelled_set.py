@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from analysiskit import CASES, score
 
-from agentreplay_replay.analysis import Outcome, detect
+from agentreplay_analysis import Outcome, detect
 
 
 def test_the_set_covers_providers_styles_and_modes():

@@ -10,8 +10,8 @@ import domainkit
 import pytest
 from analysiskit import recorder
 
+from agentreplay_analysis import Outcome, detect
 from agentreplay_otel.canonical import SpanRecord
-from agentreplay_replay.analysis import Outcome, detect
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +96,8 @@ def test_asking_again_and_acting_on_one_of_several_unasked(outside):
 
 
 def test_each_model_call_is_attributed_to_its_agent_and_the_judge_sees_who_said_what(outside):
-    from agentreplay_replay.analysis import run_view
-    from agentreplay_replay.analysis.prompt import build
+    from agentreplay_analysis import run_view
+    from agentreplay_analysis.prompt import build
 
     view = run_view(_spans(outside, "transfer_wrong_account"))
     assert view.agents == ("planner", "executor")

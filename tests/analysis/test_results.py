@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentreplay_replay.analysis.results import failure_in
+from agentreplay_analysis.results import failure_in
 
 
 @pytest.mark.parametrize("result, says", [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentreplay_replay.analysis.taxonomy import BY_ID, IDS, MODES, Category, mode
+from agentreplay_analysis.taxonomy import BY_ID, IDS, MODES, Category, mode
 
 
 def test_fourteen_modes_in_three_categories_in_the_papers_order():

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentreplay_replay.analysis.transcript import tool_acts
+from agentreplay_analysis.transcript import tool_acts
 
 
 @pytest.mark.parametrize("name, description", [

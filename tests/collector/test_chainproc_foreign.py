@@ -10,10 +10,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
+from agentreplay_client.models import ChainState
 from agentreplay_collector.auth import KeyRing
 from agentreplay_collector.chainproc import ChainProcessor
 from agentreplay_collector.config import ChainConfig
-from agentreplay_collector.models import ChainState
 from agentreplay_collector.otlp import ConvertedRequest, ForeignMarks, convert, foreign_traces, merged
 from agentreplay_collector.store import Store
 from agentreplay_otel import semconv

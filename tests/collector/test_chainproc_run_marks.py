@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from agentreplay_client.errors import StoreUnavailable
+from agentreplay_client.models import ChainState, RunArrival, RunMarks
 from agentreplay_collector.auth import KeyRing
 from agentreplay_collector.chainproc import ChainProcessor
 from agentreplay_collector.config import ChainConfig
-from agentreplay_collector.errors import StoreUnavailable
-from agentreplay_collector.models import ChainState, RunArrival, RunMarks
 from agentreplay_collector.otlp import convert
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store

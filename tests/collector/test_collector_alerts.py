@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from agentreplay_client.models import Alert, DecisionRecord, Halt
 from agentreplay_collector.alerts import MAX_BATCH_ROWS, ControlWriter
-from agentreplay_collector.models import Alert, DecisionRecord, Halt
 from agentreplay_collector.store import Store
 
 

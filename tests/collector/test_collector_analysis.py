@@ -8,8 +8,8 @@ import json
 import time
 from collections import defaultdict
 
+from agentreplay_client.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.analysis import DETECTORS, AnalysisConfig, AnalysisWorker, load_analyzer
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.otlp import convert
 from agentreplay_collector.store import Store
 
@@ -36,7 +36,7 @@ def test_each_finished_run_is_analysed_once_by_the_detectors(chdb_store: Store, 
     finished = _stored_runs(chdb_store, recorded, runs=3)
     pending = _stored_runs(chdb_store, recorded, runs=1, status=ChainState.PENDING)
     worker = AnalysisWorker(AnalysisConfig(batch=2), chdb_store)
-    assert worker.analyzer is load_analyzer(DETECTORS) is not None  # agentreplay-replay's, by entry point
+    assert worker.analyzer is load_analyzer(DETECTORS) is not None  # agentreplay_analysis.stored.analyse, imported
     assert worker.run_once() == 2 and worker.run_once() == 1 and worker.run_once() == 0  # batches of 2, then idle
     for run_id in finished:
         [verdict] = chdb_store.classifications(run_id)

@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from agentreplay_collector.models import ChainState
+from agentreplay_client.models import ChainState
 from agentreplay_dev.collector import (
     CollectorProcess,
     credential_headers,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from agentreplay_client.errors import ExportRejected
 from agentreplay_collector.batch import MAX_INSERT_DAYS, Batcher
 from agentreplay_collector.config import BatchConfig
-from agentreplay_collector.errors import ExportRejected
 from agentreplay_collector.otlp import DAY_NS, convert
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import record_request

@@ -7,10 +7,10 @@ from collections import defaultdict
 
 import pytest
 
+from agentreplay_client.models import ChainState
 from agentreplay_collector.auth import KeyRing
 from agentreplay_collector.chainproc import ChainProcessor
 from agentreplay_collector.config import ChainConfig
-from agentreplay_collector.models import ChainState
 from agentreplay_collector.otlp import convert
 from agentreplay_collector.store import Store
 from agentreplay_otel import semconv

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from agentreplay_collector.models import (
+from agentreplay_client.models import (
     ChainState,
     ChainStatus,
     RunSummary,

@@ -14,9 +14,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from agentreplay_client.errors import StoreUnavailable
+from agentreplay_client.models import ChainState
 from agentreplay_collector.config import load_config
-from agentreplay_collector.errors import StoreUnavailable
-from agentreplay_collector.models import ChainState
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import (
     CollectorProcess,

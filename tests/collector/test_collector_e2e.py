@@ -5,8 +5,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from agentreplay_collector.client import CollectorClient, open_reader
-from agentreplay_collector.models import ChainState
+from agentreplay_client.collector import CollectorClient
+from agentreplay_client.models import ChainState
+from agentreplay_collector.reading import open_reader
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import recording_provider
 from agentreplay_otel import semconv

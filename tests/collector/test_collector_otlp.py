@@ -20,7 +20,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from agentreplay_collector.errors import MalformedRequest
+from agentreplay_client.errors import MalformedRequest
 from agentreplay_collector.otlp import convert, parse_json, parse_protobuf, stored_attributes
 from agentreplay_otel import semconv
 from agentreplay_otel.canonical import stored_string

@@ -9,8 +9,8 @@ import uuid
 
 import pytest
 
-from agentreplay_collector.errors import PermissionDenied
-from agentreplay_collector.models import RunArrival
+from agentreplay_client.errors import PermissionDenied
+from agentreplay_client.models import RunArrival
 from agentreplay_collector.ownership import FILTER_HASHES, RunFilter, RunOwners, filter_positions
 from agentreplay_collector.store import Store
 

@@ -8,10 +8,10 @@ from collections import defaultdict
 
 import pytest
 
-from agentreplay_collector.client import open_reader
-from agentreplay_collector.errors import StoreUnavailable
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+from agentreplay_client.errors import StoreUnavailable
+from agentreplay_client.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.otlp import convert
+from agentreplay_collector.reading import open_reader
 from agentreplay_collector.store import Store
 from agentreplay_otel.chain import verify
 
@@ -130,7 +130,7 @@ def test_run_list_shows_a_run_halted_by_the_control_plane_until_it_is_resumed(ch
     """The chain processor owns the run's row; a halt lives in the halts table. Readers see both."""
     import datetime as _dt
 
-    from agentreplay_collector.models import ChainState, ChainStatus, Halt, RunSummary
+    from agentreplay_client.models import ChainState, ChainStatus, Halt, RunSummary
 
     run = RunSummary(run_id="ab" * 16, agent_id="booker", agent_name="booker", service_name="booker",
                      run_kind="record", name="invoke_agent booker", start_ns=1_700_000_000_000_000_000,
@@ -152,7 +152,7 @@ def test_run_list_shows_a_run_halted_by_the_control_plane_until_it_is_resumed(ch
 
 def test_control_plane_records_read_back_as_written(chdb_store: Store, recorded) -> None:
     """Decisions, alerts, halts, manifests: each written and read through its typed method."""
-    from agentreplay_collector.models import Alert, AlertState, DecisionRecord, Halt, StoredManifest
+    from agentreplay_client.models import Alert, AlertState, DecisionRecord, Halt, StoredManifest
 
     now = time.time_ns()
     run_id = "cd" * 16
@@ -187,7 +187,7 @@ def test_control_plane_records_read_back_as_written(chdb_store: Store, recorded)
 
 
 def test_an_agents_track_record_counts_failures_regressions_and_violations(chdb_store: Store) -> None:
-    from agentreplay_collector.models import (
+    from agentreplay_client.models import (
         NOT_VIOLATIONS,
         DecisionRecord,
         RunArrival,

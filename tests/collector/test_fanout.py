@@ -21,8 +21,8 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from agentreplay_client.models import ChainState
 from agentreplay_collector.forward_send import METHODS
-from agentreplay_collector.models import ChainState
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import CollectorProcess, export_grpc, export_http, record_request, write_config
 

@@ -24,8 +24,8 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from agentreplay_collector.client import CollectorClient
-from agentreplay_collector.models import ChainState, RunSummary, StoredClassification
+from agentreplay_client.collector import CollectorClient
+from agentreplay_client.models import ChainState, RunSummary, StoredClassification
 from agentreplay_dev.collector import (
     CollectorProcess,
     add_transparency,

@@ -29,9 +29,9 @@ from grafana_plugin import (
 )
 
 import agentreplay_otel
+from agentreplay_client.models import StoredClassification
 from agentreplay_collector import schema
 from agentreplay_collector.config import ClickHouseConfig, load_config
-from agentreplay_collector.models import StoredClassification
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import (
     InProcessCollector,

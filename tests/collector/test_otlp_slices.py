@@ -14,10 +14,10 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from agentreplay_client.errors import CollectorError, ExportRejected
 from agentreplay_collector import otlp
 from agentreplay_collector.batch import Batcher
 from agentreplay_collector.config import BatchConfig
-from agentreplay_collector.errors import CollectorError, ExportRejected
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import SpanForge, record_request

@@ -12,16 +12,16 @@ from collections.abc import Iterator
 import pytest
 from starlette.testclient import TestClient
 
-from agentreplay_collector.access import ReadAccess
-from agentreplay_collector.analysis import AnalysisWorker
-from agentreplay_collector.config import DETECTORS, AnalysisConfig
-from agentreplay_collector.models import (
+from agentreplay_client.models import (
     MAX_EXPECTED_BYTES,
     ChainState,
     ChainStatus,
     RunSummary,
     StoredClassification,
 )
+from agentreplay_collector.access import ReadAccess
+from agentreplay_collector.analysis import AnalysisWorker
+from agentreplay_collector.config import DETECTORS, AnalysisConfig
 from agentreplay_collector.readapi import build_app
 from agentreplay_collector.store import Store
 

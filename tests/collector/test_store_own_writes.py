@@ -9,7 +9,7 @@ import dataclasses
 import time
 from pathlib import Path
 
-from agentreplay_collector.models import ChainState, ChainStatus, LogEntry, RunArrival, RunMarks, RunSummary
+from agentreplay_client.models import ChainState, ChainStatus, LogEntry, RunArrival, RunMarks, RunSummary
 from agentreplay_collector.store import OwnWrites, Store
 from agentreplay_collector.translog import TransparencyLog
 from agentreplay_otel.core import ChainHead

@@ -10,11 +10,7 @@ import time
 
 from opentelemetry import trace
 
-from agentreplay_collector import otlp
-from agentreplay_collector.access import OPERATOR, Caller
-from agentreplay_collector.alerts import ControlWriter
-from agentreplay_collector.live import MAX_RUN_EVENTS, QUEUE_CHUNKS, LiveFeed
-from agentreplay_collector.models import (
+from agentreplay_client.models import (
     Alert,
     AlertState,
     ChainState,
@@ -23,6 +19,10 @@ from agentreplay_collector.models import (
     RunSummary,
     StoredClassification,
 )
+from agentreplay_collector import otlp
+from agentreplay_collector.access import OPERATOR, Caller
+from agentreplay_collector.alerts import ControlWriter
+from agentreplay_collector.live import MAX_RUN_EVENTS, QUEUE_CHUNKS, LiveFeed
 from agentreplay_dev.collector import IssuedAgent
 from agentreplay_otel import identity, semconv
 

@@ -18,10 +18,10 @@ import pytest
 from controlkit import flight_manifest
 
 import agentreplay_otel
+from agentreplay_client.models import AlertState, DecisionRecord
 from agentreplay_collector import otlp
 from agentreplay_collector.alerts import ControlWriter
 from agentreplay_collector.config import ScopeConfig
-from agentreplay_collector.models import AlertState, DecisionRecord
 from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_collector.trust import TrustBook
 from agentreplay_otel import guard, identity, semconv

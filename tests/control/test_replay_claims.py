@@ -13,10 +13,11 @@ import pyarrow as pa
 import pytest
 from controlkit import flight_manifest
 
-from agentreplay_collector import grants, otlp, replays
+from agentreplay_client import grants
+from agentreplay_client.models import SCOPE_RUN
+from agentreplay_collector import otlp, replays
 from agentreplay_collector.alerts import ControlWriter
 from agentreplay_collector.config import ScopeConfig
-from agentreplay_collector.models import SCOPE_RUN
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.replays import CLAIM_WAIT_S
 from agentreplay_collector.scope import ScopeProcessor

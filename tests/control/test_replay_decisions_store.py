@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentreplay_client.models import DecisionRecord
 from agentreplay_collector import schema
-from agentreplay_collector.models import DecisionRecord
 from agentreplay_collector.store import Store
 
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_collector.client import CollectorClient
+from agentreplay_analysis import Verdict, detect
+from agentreplay_client.collector import CollectorClient
 from agentreplay_dev.scenario import STORY_REQUEST, FlightWorld, flight_world
-from agentreplay_replay.analysis import Verdict, detect
 from agentreplay_replay.case import Case
 from agentreplay_replay.cli._client import case_of
 

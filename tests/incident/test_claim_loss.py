@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_collector.client import CollectorClient
+from agentreplay_analysis import Outcome, detect
+from agentreplay_client.collector import CollectorClient
 from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_dev.scenario import BIN
 from agentreplay_otel.core import load_prices, semconv
-from agentreplay_replay.analysis import Outcome, detect
 from agentreplay_replay.case import UNSIGNED_NOTICE
 from agentreplay_replay.cli._client import case_of
 from agentreplay_replay.packets import dispute_packet, insurance_packet, render_html

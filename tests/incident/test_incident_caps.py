@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
+from agentreplay_client.incidents import IncidentCaps, IncidentState, StoredIncident, to_remove
 from agentreplay_collector.config import ConfigError, parse_config
-from agentreplay_collector.incidents import IncidentCaps, IncidentState, StoredIncident, to_remove
 from agentreplay_otel.core import generate_key, write_public_key
 
 REPO_CONFIG = Path(__file__).resolve().parents[2] / "otel-collector.yaml"

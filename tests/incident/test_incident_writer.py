@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from agentreplay_collector.incidents import INCOMING, IncidentState
+from agentreplay_client.incidents import INCOMING, IncidentState
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_dev.scenario import BIN, issue_identity

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentreplay_replay.analysis.constraints import Kind, mentions
+from agentreplay_analysis.constraints import Kind, mentions
 from agentreplay_replay.narrative import Money, ToldStep
 from agentreplay_replay.packets import _Charged, currency_of, loss_in
 

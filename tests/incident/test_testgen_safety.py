@@ -23,11 +23,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+from agentreplay_analysis.verdict import Evidence, ModeHit, Outcome, Verdict
+from agentreplay_client.models import ChainState, ChainStatus, RunSummary
 from agentreplay_otel.core import SpanRecord, semconv
 from agentreplay_replay import case as casefile
 from agentreplay_replay import testgen
-from agentreplay_replay.analysis.verdict import Evidence, ModeHit, Outcome, Verdict
 
 RUN = "5e" * 16
 MARK = "PWNED-BY-THE-CASE"  # what every payload tries to create, in the folder pytest runs in

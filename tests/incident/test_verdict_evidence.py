@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from agentreplay_analysis import detect
 from agentreplay_dev.collector import CollectorProcess, add_transparency, write_config
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply
 from agentreplay_dev.scenario import (
@@ -34,7 +35,6 @@ from agentreplay_dev.scenario import (
     issue_identity,
 )
 from agentreplay_otel.core import semconv
-from agentreplay_replay.analysis import detect
 from agentreplay_replay.case import read
 
 pytestmark = pytest.mark.e2e
@@ -267,8 +267,8 @@ def test_a_signed_verdict_edited_in_the_case_is_refused(judged, tmp_path):
 
 def test_a_judge_may_add_a_mode_the_detectors_did_not_find(judged):
     """Unit-sized: the combination, on the story's spans, with a signed judge verdict of another mode."""
-    from agentreplay_replay.analysis.evidence import combine
-    from agentreplay_replay.analysis.verdict import Culprit, ModeHit, Outcome
+    from agentreplay_analysis.evidence import combine
+    from agentreplay_analysis.verdict import Culprit, ModeHit, Outcome
 
     case = read(next((judged.incident / "tests").glob("*.case.json")))
     found = detect(list(case.spans))

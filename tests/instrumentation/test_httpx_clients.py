@@ -186,15 +186,15 @@ class Elsewhere(httpx.Client):
 @pytest.fixture
 def unwarned() -> Iterator[None]:
     """No provider warned about yet in this process; as it was afterwards."""
-    from agentreplay_otel.instrumentation import _transport
+    from agentreplay_otel.instrumentation import _flight
 
-    before = set(_transport._unseen_warned)
-    _transport._unseen_warned.clear()
+    before = set(_flight._unseen_warned)
+    _flight._unseen_warned.clear()
     try:
         yield
     finally:
-        _transport._unseen_warned.clear()
-        _transport._unseen_warned.update(before)
+        _flight._unseen_warned.clear()
+        _flight._unseen_warned.update(before)
 
 
 def test_an_exchange_the_recorder_cannot_see_warns_once(instrumented, caplog, unwarned):

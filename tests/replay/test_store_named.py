@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_collector.client import CollectorClient, StoreMismatch, open_reader
-from agentreplay_collector.reader import chdb_store_id
+from agentreplay_client.collector import CollectorClient, StoreMismatch
+from agentreplay_client.reader import chdb_store_id
+from agentreplay_collector.reading import open_reader
 from agentreplay_dev.collector import CollectorProcess, export_grpc, record_request, write_config
 from agentreplay_dev.scenario import BIN
 from agentreplay_otel import semconv

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from agentreplay_collector.client import CollectorClient
+from agentreplay_client.collector import CollectorClient
 from agentreplay_dev.collector import (
     CollectorProcess,
     export_grpc,

@@ -178,8 +178,8 @@ def test_validate_of_a_config_that_does_not_parse_is_one_error(tmp_path: Path) -
 
 
 def test_the_admin_token_file_is_read_and_checked(tmp_path: Path, org: dict[str, Path]) -> None:
+    from agentreplay_client.errors import ConfigError
     from agentreplay_collector.config import parse_config
-    from agentreplay_collector.errors import ConfigError
 
     token = tmp_path / "admin.token"
     token.write_text("from-the-file\n")

@@ -26,7 +26,7 @@ import pytest
 from securitykit import BIN, Org
 
 import agentreplay_otel
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
+from agentreplay_client.models import ChainState, ChainStatus, RunSummary
 from agentreplay_dev.collector import CollectorProcess, call_control, export_http, write_config
 from agentreplay_otel import identity, semconv
 from agentreplay_otel.canonical import SpanRecord

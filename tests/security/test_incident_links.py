@@ -19,7 +19,7 @@ import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from agentreplay_collector.incidents import IncidentState, StoredIncident
+from agentreplay_client.incidents import IncidentState, StoredIncident
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.readapi import incident_routes
 

@@ -21,9 +21,9 @@ from typing import Any
 import grpc
 import pytest
 
+from agentreplay_client.grants import grant_secret, sign_grant
 from agentreplay_collector import replays
 from agentreplay_collector.config import load_config
-from agentreplay_collector.grants import grant_secret, sign_grant
 from agentreplay_dev.collector import (
     CollectorProcess,
     InProcessCollector,

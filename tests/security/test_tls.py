@@ -35,8 +35,8 @@ import pytest
 import yaml
 from cryptography import x509
 
+from agentreplay_client.errors import ConfigError
 from agentreplay_collector.config import parse_config
-from agentreplay_collector.errors import ConfigError
 from agentreplay_dev.collector import (
     EXPORT_METHOD,
     CollectorProcess,

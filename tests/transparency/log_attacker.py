@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from agentreplay_client.models import LogEntry
 from agentreplay_collector import schema
-from agentreplay_collector.models import LogEntry
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import (
     Checkpoint,

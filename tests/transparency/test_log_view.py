@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from agentreplay_client.models import ChainState, ChainStatus, LogEntry, RunSummary
 from agentreplay_collector import schema
-from agentreplay_collector.models import ChainState, ChainStatus, LogEntry, RunSummary
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import LogDamaged, LogView, TransparencyLog
 from agentreplay_otel.core import ChainHead, merkle

@@ -16,7 +16,7 @@ from agentreplay_dev.llm_server import LLMServer
 
 @pytest.fixture(scope="session")
 def wheels(tmp_path_factory) -> dict[str, Path]:
-    """The three runtime wheels, built side by side (``pip wheel --no-deps``)."""
+    """The runtime wheels, built side by side (``pip wheel --no-deps``)."""
     root = tmp_path_factory.mktemp("wheels")
     out = root / "dist"
     builds = {

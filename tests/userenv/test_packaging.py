@@ -1,6 +1,6 @@
 """What the runtime wheels hold, and the SDK installed from its wheel the way the README says.
 
-The three runtime distributions are built from copies of their sources (the checkout is left
+The runtime distributions are built from copies of their sources (the checkout is left
 as it is) and read as zip files: no test server or demo is inside (those are ``agentreplay-dev``),
 the SDK carries its package data and its entry points. Then the SDK's wheel is installed alone into a
 fresh virtual environment (``conftest.py``), its dependencies from the package index, and an agent with a

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 from userkit import BIN, ROOT, UserEnv, clean_env
 
-from agentreplay_collector.client import CollectorClient
+from agentreplay_client.collector import CollectorClient
 from agentreplay_dev.collector import READY_PREFIX
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 

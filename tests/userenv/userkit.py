@@ -24,6 +24,8 @@ from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCa
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = {  # distribution -> what its build needs, relative to the checkout
     "agentreplay_otel": ("pyproject.toml", "setup.py", "README.md", "src"),
+    "agentreplay_client": ("client",),
+    "agentreplay_analysis": ("analysis",),
     "agentreplay_collector": ("collector",),
     "agentreplay_replay": ("replay",),
 }

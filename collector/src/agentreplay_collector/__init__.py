@@ -18,20 +18,21 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from agentreplay_collector.client import CollectorClient, open_reader
+    from agentreplay_client.collector import CollectorClient
+    from agentreplay_client.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
+    from agentreplay_client.models import ChainState, ChainStatus, RunSummary
+    from agentreplay_client.reader import RunReader
     from agentreplay_collector.config import CollectorConfig, load_config
-    from agentreplay_collector.errors import CollectorError, ConfigError, StoreError, StoreUnavailable
-    from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
-    from agentreplay_collector.reader import RunReader
+    from agentreplay_collector.reading import open_reader
     from agentreplay_collector.store import Store
 
 _HOME = {
-    "CollectorClient": "client", "open_reader": "client",
-    "CollectorConfig": "config", "load_config": "config",
-    "CollectorError": "errors", "ConfigError": "errors", "StoreError": "errors", "StoreUnavailable": "errors",
-    "ChainState": "models", "ChainStatus": "models", "RunSummary": "models",
-    "RunReader": "reader",
-    "Store": "store",
+    "CollectorClient": "agentreplay_client.collector", "open_reader": "agentreplay_collector.reading",
+    "CollectorConfig": "agentreplay_collector.config", "load_config": "agentreplay_collector.config",
+    **dict.fromkeys(("CollectorError", "ConfigError", "StoreError", "StoreUnavailable"), "agentreplay_client.errors"),
+    **dict.fromkeys(("ChainState", "ChainStatus", "RunSummary"), "agentreplay_client.models"),
+    "RunReader": "agentreplay_client.reader",
+    "Store": "agentreplay_collector.store",
 }
 
 __all__ = [
@@ -55,7 +56,7 @@ def __getattr__(name: str) -> Any:
     home = _HOME.get(name)
     if home is None:
         raise AttributeError(f"module 'agentreplay_collector' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"agentreplay_collector.{home}"), name)
+    value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value
 

@@ -9,14 +9,14 @@ import gc
 import logging
 import sys
 
+from agentreplay_client.errors import ConfigError
 from agentreplay_collector.config import load_config, parse_duration
-from agentreplay_collector.errors import ConfigError
 
 
 def copy_main(argv: list[str]) -> int:
     """``copy``: a store's tables into another ClickHouse (a server for Grafana). Exit 0 copied, 2 not."""
+    from agentreplay_client.reader import DEFAULT_DATABASE, DEFAULT_STORE
     from agentreplay_collector import storecopy
-    from agentreplay_collector.reader import DEFAULT_DATABASE, DEFAULT_STORE
 
     parser = argparse.ArgumentParser(
         prog="agentreplay-collector copy",

@@ -14,7 +14,7 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.models import (
+from agentreplay_client.models import (
     AlertState,
     ChainState,
     ChainStatus,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 
+from agentreplay_client.errors import PermissionDenied, Unauthenticated
 from agentreplay_collector.auth import AuthProcessor, Presented
-from agentreplay_collector.errors import PermissionDenied, Unauthenticated
 
 _NEED = "send 'Authorization: Bearer <admin token>', or an agent's identity token and its proof of possession"
 

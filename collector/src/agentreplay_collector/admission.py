@@ -34,6 +34,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
+from agentreplay_client.errors import RequestError, RequestTooLarge
 from agentreplay_collector.budget import (
     CONTROL,
     EXPANSION,
@@ -44,7 +45,6 @@ from agentreplay_collector.budget import (
     Hold,
     MemoryBudget,
 )
-from agentreplay_collector.errors import RequestError, RequestTooLarge
 
 __all__ = ["Admission", "Priority", "Route", "control_route", "grpc_interceptor", "hold_of", "off_loop", "otlp_route"]
 

@@ -20,9 +20,9 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import Alert, AlertState, DecisionRecord, GrantEvent, Halt, StoredManifest
 from agentreplay_collector.batch import BatchWorker
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import Alert, AlertState, DecisionRecord, GrantEvent, Halt, StoredManifest
 from agentreplay_collector.store import Store
 
 _log = logging.getLogger(__name__)

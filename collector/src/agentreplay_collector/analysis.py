@@ -11,9 +11,10 @@ The backlog is the store itself: the worker asks it for the oldest runs still to
 ``batch`` at a time, so the backlog survives restarts, and ingest never waits for the worker (it
 shares nothing with the pipeline but the store). What is not taken this round is found next round.
 
-The analysis itself (the detectors, the judge) belongs to the CLI's distribution: the collector
-finds it by entry point (group :data:`ANALYZER_GROUP`, default name ``detectors``), so dependencies
-still point one way. Without it installed, the worker logs why and stays idle.
+The analysis itself (the detectors, the judge) is :mod:`agentreplay_analysis`, a distribution below
+both the collector and the CLI: the default analyzer (``detectors``) is imported from it directly.
+Another analyzer is named in the config and found by entry point (group :data:`ANALYZER_GROUP`);
+one not installed leaves the worker idle, saying why.
 
 With the transparency log's key configured, every verdict the worker stores is signed with it
 (:meth:`~agentreplay_collector.translog.LogSigner.sign_verdict`): a case carries its verdicts, and
@@ -42,13 +43,14 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentreplay_collector import incidents as kept
+from agentreplay_analysis.settings import JudgeSettings
+from agentreplay_client import incidents as kept
+from agentreplay_client.errors import StoreError
+from agentreplay_client.incidents import IncidentDue, IncidentState, StoredIncident
+from agentreplay_client.models import ChainStatus, StoredClassification
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.budget import INCIDENTS, BudgetExhausted, Hold, MemoryBudget, record_bytes
-from agentreplay_collector.config import DETECTORS, AnalysisConfig, IncidentSettings, JudgeSettings
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.incidents import IncidentDue, IncidentState, StoredIncident
-from agentreplay_collector.models import ChainStatus, StoredClassification
+from agentreplay_collector.config import DETECTORS, AnalysisConfig, IncidentSettings
 from agentreplay_otel.core import SpanRecord
 
 if TYPE_CHECKING:  # the config may import this module's settings without a cycle through the store
@@ -90,6 +92,12 @@ def _load(group: str, name: str) -> Any:
 
 
 def load_analyzer(name: str) -> Analyzer | None:
+    """The analyzer the config names: the detectors (and judge) of :mod:`agentreplay_analysis`, or a
+    third party's by entry point."""
+    if name == DETECTORS:
+        from agentreplay_analysis.stored import analyse  # loaded with the worker, not with the config
+
+        return analyse
     loaded: Analyzer | None = _load(ANALYZER_GROUP, name)
     return loaded
 
@@ -123,7 +131,7 @@ class AnalysisWorker:
 
     def start(self) -> None:
         if self.analyzer is None:
-            _log.warning("agentreplay_analysis: no analyzer %r in entry point group %s (install agentreplay-replay)"
+            _log.warning("agentreplay_analysis: no analyzer %r in entry point group %s (installed?)"
                          "; runs are not analysed", self.cfg.analyzer, ANALYZER_GROUP)
             return
         if self._thread is None:

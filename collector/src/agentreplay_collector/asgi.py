@@ -17,8 +17,8 @@ from typing import Any
 
 import uvicorn
 
+from agentreplay_client.tls import ServerTls, server_context
 from agentreplay_collector.config import Endpoint
-from agentreplay_collector.tls import ServerTls, server_context
 
 
 class _Server(uvicorn.Server):

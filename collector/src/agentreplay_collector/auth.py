@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_client.errors import PermissionDenied, StoreUnavailable, Unauthenticated
 from agentreplay_collector.config import AuthConfig
-from agentreplay_collector.errors import PermissionDenied, StoreUnavailable, Unauthenticated
 from agentreplay_otel.core import (
     AgentIdentity,
     IdentityError,

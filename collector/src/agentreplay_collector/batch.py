@@ -42,9 +42,9 @@ from typing import Generic, Protocol, TypeVar
 
 import pyarrow as pa
 
+from agentreplay_client.errors import ExportRejected, StoreError, StoreRejected, StoreUnavailable
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.config import BatchConfig
-from agentreplay_collector.errors import ExportRejected, StoreError, StoreRejected, StoreUnavailable
 from agentreplay_collector.otlp import ConvertedRequest, ForeignMarks
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import SpanRecord

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentreplay_collector.errors import RequestError
+from agentreplay_client.errors import RequestError
 
 __all__ = [
     "EXPANSION",

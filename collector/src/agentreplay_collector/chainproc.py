@@ -52,12 +52,12 @@ from typing import TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.auth import KeyRing
 from agentreplay_collector.budget import PENDING_RUNS, MemoryBudget, record_bytes
 from agentreplay_collector.config import ChainConfig
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.otlp import ForeignMarks
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import TransparencyLog

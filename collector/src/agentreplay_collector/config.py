@@ -25,11 +25,12 @@ from typing import Any
 
 import yaml
 
+from agentreplay_analysis.settings import JudgeSettings
+from agentreplay_client.errors import ConfigError
+from agentreplay_client.incidents import IncidentCaps
+from agentreplay_client.reader import DEFAULT_CONTROL_HOST, DEFAULT_CONTROL_PORT
+from agentreplay_client.tls import DEFAULT_MIN_VERSION, ServerTls, TlsFileError, check_server_tls
 from agentreplay_collector import budget
-from agentreplay_collector.errors import ConfigError
-from agentreplay_collector.incidents import IncidentCaps
-from agentreplay_collector.reader import DEFAULT_CONTROL_HOST, DEFAULT_CONTROL_PORT
-from agentreplay_collector.tls import DEFAULT_MIN_VERSION, ServerTls, TlsFileError, check_server_tls
 from agentreplay_otel.core import (
     IdentityError,
     key_id,
@@ -262,25 +263,8 @@ DETECTORS = "detectors"
 """The classifier whose verdict marks a run as analysed (its entry point in the analyzer group)."""
 
 
-JUDGE_PROVIDERS = ("openai", "anthropic")  # the judge's (agentreplay_replay.analysis.judge.PROVIDERS)
+JUDGE_PROVIDERS = ("openai", "anthropic")  # the judge's (agentreplay_analysis.judge.PROVIDERS)
 JUDGE_METHODS = ("all_at_once", "step_by_step", "binary_search")  # and its methods (judge.METHODS)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JudgeSettings:
-    """An LLM judge behind an OpenAI-compatible or Anthropic endpoint (``agentreplay_analysis.judge``).
-    ``provider``, ``method`` and the budgets left unset ("" or None) are read as ``agentreplay analyze``
-    reads them: from ``AGENTREPLAY_ANALYSIS_*``, else the judge's defaults."""
-
-    base_url: str
-    model: str
-    api_key: str = field(default="", repr=False)
-    timeout_s: float = 120.0
-    context_tokens: int = 16_384
-    provider: str = ""  # openai or anthropic
-    method: str = ""  # all_at_once, step_by_step or binary_search
-    budget_tokens: int | None = None  # per run, prompts and answers
-    budget_s: float | None = None  # per run, wall time
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,11 +37,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
 
+from agentreplay_client.errors import RequestError, StoreError
+from agentreplay_client.models import SCOPE_AGENT, SCOPE_RUN
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
 from agentreplay_collector.auth import Authenticated, AuthProcessor
-from agentreplay_collector.errors import RequestError, StoreError
 from agentreplay_collector.inputs import count_field, json_object, query_int
-from agentreplay_collector.models import SCOPE_AGENT, SCOPE_RUN
 from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_otel.core import TRACE_ID_FORM, AgentIdentity, AgentReplayError, normal_trace_id
 

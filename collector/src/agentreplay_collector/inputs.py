@@ -22,7 +22,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from agentreplay_collector.errors import MalformedRequest
+from agentreplay_client.errors import MalformedRequest
 
 MAX_NS = 2**63 - 1  # the store's times are Int64/UInt64 nanoseconds; past this no time is stored
 MAX_JSON_DEPTH = 64

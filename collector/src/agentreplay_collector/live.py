@@ -7,12 +7,14 @@
 
 One producer, any number of viewers. The feed is a stage of the traces pipeline (it sees each
 accepted export on the event loop, after ``agentreplay_scope`` has counted its spend) and a listener
-of the control writer (every halt, resume and alert passes there). It keeps the runs in flight in
-memory and, every ``TICK_S``, turns what changed since the last tick into events, encoded once and
-handed to each viewer's bounded queue: the collector's cost is one encoding per tick plus one
-queue put and one write per viewer, whatever the number of spans. Nothing is read from the store
-per viewer; the producer alone asks the store, once a second while runs await one, for the verdicts
-of the runs that ended (the chain's, then the analysis's when the collector runs it).
+of the control writer (every halt, resume and alert passes there). It attaches itself to neither:
+the collector wires it as both where it builds every other stage (:mod:`.service`), so that list is
+the one place that says what sees an export; the console serves :func:`routes` for it. It keeps the
+runs in flight in memory and, every ``TICK_S``, turns what changed since the last tick into events,
+encoded once and handed to each viewer's bounded queue: the collector's cost is one encoding per
+tick plus one queue put and one write per viewer, whatever the number of spans. Nothing is read
+from the store per viewer; the producer alone asks the store, once a second while runs await one,
+for the verdicts of the runs that ended (the chain's, then the analysis's when the collector runs it).
 
 A viewer that does not keep up (its queue full: a stalled connection) is dropped, never waited
 for; it reconnects and starts again from a snapshot. What a viewer holds (its snapshot, its queued
@@ -50,11 +52,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from agentreplay_client.errors import RequestError, StoreError
+from agentreplay_client.models import SCOPE_AGENT, AlertState, Halt, RunSummary, StoredClassification
 from agentreplay_collector import otlp
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
 from agentreplay_collector.budget import LIVE, RETRY_AFTER_S, MemoryBudget
-from agentreplay_collector.errors import RequestError, StoreError
-from agentreplay_collector.models import SCOPE_AGENT, AlertState, Halt, RunSummary, StoredClassification
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_collector.store import Store
@@ -83,7 +85,6 @@ MAX_RUN_EVENTS = 50
 """Run events a tick sends a list's viewers at most, those of the runs that arrived last: a list page
 shows the newest fifty (fifty newer runs push an older one off it), and a flood of runs costs each
 viewer one bounded chunk. A run's page gets its own run's whatever the flood."""
-"""The newest alerts a snapshot carries (a page opened, or a feed opened again, misses none of them)."""
 
 
 @dataclass(slots=True)
@@ -144,7 +145,8 @@ def _message(kind: str, doc: dict[str, Any]) -> bytes:
 
 
 class LiveFeed:
-    """The producer: a pipeline stage (``prepare``/``process``) and a control-writer listener."""
+    """The producer: a pipeline stage (``prepare``/``process``) and a control-writer listener
+    (:meth:`on_control`), each wired by whoever builds the pipeline."""
 
     def __init__(
         self,
@@ -179,8 +181,6 @@ class LiveFeed:
         self.events = 0
         self.dropped_viewers = 0
         self.capped = 0  # run events left out of a tick's list chunk (past MAX_RUN_EVENTS)
-        if scope is not None:
-            scope.writer.listeners.append(self.on_control)
 
     # --- the pipeline stage (RequestProcessor) ------------------------------------------------------
     def prepare(self, request: otlp.ConvertedRequest, identity: AgentIdentity | None) -> None:
@@ -516,14 +516,4 @@ def routes(feed: LiveFeed, access: ReadAccess | None, *, ping_s: float = PING_S)
                                  headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
     return [Route("/v1/live", live, methods=["GET"])]
-
-
-def attach(pipeline: Any, scope: ScopeProcessor | None, owners: RunOwners | None, store: Store | None,
-           access: ReadAccess | None, *, analysed: bool = False, budget: MemoryBudget | None = None) -> list[Route]:
-    """Build the feed, add it to the traces pipeline's stages, and return its routes (``analysed``: the
-    collector's analysis judges finished runs, and the feed pushes its verdicts too; ``budget``: what
-    viewers hold counts against its ``live`` share)."""
-    feed = LiveFeed(scope=scope, owners=owners, store=store, analysed=analysed, budget=budget)
-    pipeline.processors = (*pipeline.processors, feed)
-    return routes(feed, access)
 

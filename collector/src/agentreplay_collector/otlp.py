@@ -30,8 +30,8 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from agentreplay_collector.errors import MalformedRequest
-from agentreplay_collector.models import RunArrival
+from agentreplay_client.errors import MalformedRequest
+from agentreplay_client.models import RunArrival
 from agentreplay_otel.core import (
     TRACE_ID_FORM,
     EventRecord,

@@ -12,8 +12,8 @@ import pyarrow as pa
 from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
+from agentreplay_client.errors import MalformedRequest
 from agentreplay_collector import schema
-from agentreplay_collector.errors import MalformedRequest
 from agentreplay_collector.otlp import DAY_NS, any_value, stored_attributes
 from agentreplay_collector.signals import ConvertedSignal, Rows, Signal, tables
 from agentreplay_collector.store import Store

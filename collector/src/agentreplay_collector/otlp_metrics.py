@@ -14,8 +14,8 @@ from typing import Any
 import pyarrow as pa
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
+from agentreplay_client.errors import MalformedRequest
 from agentreplay_collector import schema
-from agentreplay_collector.errors import MalformedRequest
 from agentreplay_collector.otlp import DAY_NS, stored_attributes
 from agentreplay_collector.signals import ConvertedSignal, Rows, Signal, tables
 from agentreplay_collector.store import Store

@@ -29,8 +29,8 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from agentreplay_collector.errors import PermissionDenied
-from agentreplay_collector.models import RunArrival
+from agentreplay_client.errors import PermissionDenied
+from agentreplay_client.models import RunArrival
 from agentreplay_collector.store import Store
 
 CAPACITY = 500_000

@@ -34,12 +34,12 @@ from typing import Any, Protocol, TypeVar
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from agentreplay_client.errors import ExportRejected, MalformedRequest, StoreUnavailable
+from agentreplay_client.models import RunArrival
 from agentreplay_collector import otlp
 from agentreplay_collector.admission import Priority
 from agentreplay_collector.auth import Authenticated, AuthProcessor, Presented
 from agentreplay_collector.batch import Batcher
-from agentreplay_collector.errors import ExportRejected, MalformedRequest, StoreUnavailable
-from agentreplay_collector.models import RunArrival
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_otel.core import AgentIdentity, semconv
 

@@ -60,11 +60,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
-from agentreplay_collector.errors import RequestError, RequestTooLarge, StoreError, StoreUnavailable
-from agentreplay_collector.incidents import IncidentState
-from agentreplay_collector.inputs import MAX_NS, BadInput, ascii_int, json_object, query_int, time_ns
-from agentreplay_collector.models import (
+from agentreplay_client.errors import RequestError, RequestTooLarge, StoreError, StoreUnavailable
+from agentreplay_client.incidents import IncidentState
+from agentreplay_client.models import (
     MAX_EXPECTED_BYTES,
     ModelTrial,
     RunSummary,
@@ -72,6 +70,8 @@ from agentreplay_collector.models import (
     span_to_json,
     verdict_filter,
 )
+from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
+from agentreplay_collector.inputs import MAX_NS, BadInput, ascii_int, json_object, query_int, time_ns
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import LogDamaged, LogView

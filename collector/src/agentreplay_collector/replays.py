@@ -11,7 +11,7 @@ only when all of this holds:
 * the run span has a replay kind and names the run it replays;
 * that run is stored here, and was opened by the same agent;
 * the last chain hash it names is that run's stored head;
-* it carries a replay grant (``agentreplay.replay.grant``, :mod:`agentreplay_collector.grants`)
+* it carries a replay grant (``agentreplay.replay.grant``, :mod:`agentreplay_client.grants`)
   signed by the operator (the org key, or a collector holding the admin token), unexpired, naming
   that run, that agent, the run's kind and, for a fork, the step it forks at (``.fork_at``);
 * no other run has used that grant: the first run of its agent to present a grant uses it
@@ -40,9 +40,8 @@ from typing import Generic, TypeVar
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.budget import REPLAY_HOLDS, MemoryBudget
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.grants import (
+from agentreplay_client.errors import StoreError
+from agentreplay_client.grants import (
     DEFAULT_GRANT_TTL_S,
     SIGNER_COLLECTOR,
     ReplayGrant,
@@ -50,7 +49,7 @@ from agentreplay_collector.grants import (
     sign_grant,
     verify_grant,
 )
-from agentreplay_collector.models import (
+from agentreplay_client.models import (
     GRANT_ISSUED,
     GRANT_REFUSED,
     GRANT_USED,
@@ -59,6 +58,7 @@ from agentreplay_collector.models import (
     RULE_REPLAY_VERIFIED,
     GrantEvent,
 )
+from agentreplay_collector.budget import REPLAY_HOLDS, MemoryBudget
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import Decision, IdentityError, Manifest, SpanRecord, semconv

@@ -212,7 +212,7 @@ _HALTS = _Table(
     tail="ORDER BY (Scope, TargetId)",
 )
 
-# Replay grants (agentreplay_collector.grants): each issued by this collector, and each presented by a
+# Replay grants (agentreplay_client.grants): each issued by this collector, and each presented by a
 # replay's run span. The first run to present a grant uses it; the collector reads a grant's uses here
 # before it believes one, so a grant is taken once across restarts and by collectors sharing the store.
 _REPLAY_GRANTS = _Table(
@@ -405,7 +405,7 @@ _MODEL_TRIALS = _Table(
     shard_key="cityHash64(Task)",
 )
 
-# The collector's incident writer (agentreplay_collector.incidents): one row per run, the latest
+# The collector's incident writer (agentreplay_client.incidents): one row per run, the latest
 # (by UpdatedAt) its state. RunUpdatedAt is the run row's version the state is for: a halted run has
 # its incident due while no row is as new as its run row, so a verdict stored before the incident
 # (or a writer killed mid-write, or a folder that refused it) leaves the run due, and a restart or

@@ -43,11 +43,8 @@ from typing import Any
 import orjson
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector import otlp
-from agentreplay_collector.alerts import ControlWriter
-from agentreplay_collector.config import ScopeConfig
-from agentreplay_collector.errors import PermissionDenied
-from agentreplay_collector.models import (
+from agentreplay_client.errors import PermissionDenied
+from agentreplay_client.models import (
     NOT_VIOLATIONS,
     REPLAY_RUN_KINDS,
     RULE_AGENT_HALTED,
@@ -63,6 +60,9 @@ from agentreplay_collector.models import (
     StoredManifest,
     tool_of,
 )
+from agentreplay_collector import otlp
+from agentreplay_collector.alerts import ControlWriter
+from agentreplay_collector.config import ScopeConfig
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.replays import Held, ReplayClaims, run_kind, says_replayed, unverified
 from agentreplay_collector.store import Store

@@ -1,4 +1,12 @@
-"""The collector process: builds the pipeline from the config, serves, and stops cleanly.
+"""The collector process: builds every stage from the config, in one place, serves, and stops cleanly.
+
+:class:`Collector` wires each stage itself, so reading it says what sees an export. A span of an
+accepted export passes, in order: ``agentreplay_auth``, the run owners, ``agentreplay_scope`` (spend,
+halts), the live feed (when the control endpoint serves the console: it sees every accepted export
+and every halt, resume and alert the control writer is handed), the batcher's write; then
+``agentreplay_chain`` judges the written runs, the transparency log takes its verdicts and
+``agentreplay_analysis`` the judged runs. The feed and the console are handed their parts; neither
+reaches into the collector.
 
 Everything network-facing (gRPC, OTLP/HTTP, the control API) runs in one asyncio loop;
 the store writer and the chain verifier each have a thread. If the store cannot be
@@ -16,8 +24,9 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from agentreplay_client.errors import StoreUnavailable
 from agentreplay_collector import budget as memory
-from agentreplay_collector import otlp_logs, otlp_metrics, schema
+from agentreplay_collector import console, otlp_logs, otlp_metrics, schema
 from agentreplay_collector.access import ReadAccess
 from agentreplay_collector.admission import Admission, Priority, control_route
 from agentreplay_collector.analysis import AnalysisWorker
@@ -25,10 +34,10 @@ from agentreplay_collector.auth import AuthProcessor, KeyRing
 from agentreplay_collector.batch import Batcher, Stage
 from agentreplay_collector.chainproc import ChainProcessor
 from agentreplay_collector.config import CollectorConfig
-from agentreplay_collector.errors import StoreUnavailable
 from agentreplay_collector.forward import Fanout
+from agentreplay_collector.live import LiveFeed
 from agentreplay_collector.ownership import RunOwners
-from agentreplay_collector.pipeline import Pipeline
+from agentreplay_collector.pipeline import Pipeline, RequestProcessor
 from agentreplay_collector.readapi import build_app as build_read_app
 from agentreplay_collector.receivers.grpc import GrpcReceiver
 from agentreplay_collector.receivers.http import HttpReceiver
@@ -90,10 +99,20 @@ class Collector:
             self.analysis.budget = self.budget  # a run rendered into an incident
             if self.chain is not None:
                 self.chain.on_judged = self.analysis.notify  # a run analysed once its verdict is in, not a poll later
+        # the live feed, for the console on the control endpoint (/v1/live): every halt, resume and alert
+        # the control writer is handed, and (a stage below) every accepted export
+        self.live = (LiveFeed(scope=self.scope, owners=self.owners, store=store, analysed=self.analysis is not None,
+                              budget=self.budget)
+                     if config.control is not None else None)
+        if self.live is not None and self.scope is not None:
+            self.scope.writer.listeners.append(self.live.on_control)
+        # the stages between conversion and the write, in order: the scope counts an export's spend (and
+        # may refuse it), then the feed sees what was accepted, its spend counted
+        stages: list[RequestProcessor] = [s for s in (self.scope, self.live) if s is not None]
         self.pipeline = Pipeline(
             auth=self.auth,
             batcher=self.batcher,
-            processors=[self.scope] if self.scope else (),
+            processors=stages,
             owners=self.owners,
             priority=self.priority,
         )
@@ -126,9 +145,10 @@ class Collector:
                 from agentreplay_collector import controlapi
 
                 app.router.routes.extend(controlapi.routes(self.scope, self.auth, admin_token, access))
-            from agentreplay_collector import console
-
-            app.router.routes.extend(console.routes(self, access))  # /ui, its live feed and incident files
+            incidents = config.analysis.incidents if config.analysis is not None else None
+            app.router.routes.extend(console.routes(  # /ui, the live feed and incident files
+                access, feed=self.live, store=self.store, incidents=incidents.dir if incidents else None,
+                owners=self.owners))
             app.router.routes.extend(self._identity_routes(config))  # the collector proves itself to the CLI
             guarded = Admission(app, budget=self.budget, route=control_route(self.budget), priority=self.priority)
             self._control = AsgiServer(guarded, config.control.endpoint, "control", tls=config.control.tls)
@@ -140,15 +160,15 @@ class Collector:
         self._stopped = asyncio.Event()
 
     def _identity_routes(self, config: CollectorConfig) -> list[Any]:
-        """``POST /v1/identity``: a challenge signed with the transparency-log key (:mod:`.collectorid`)."""
-        from agentreplay_collector import collectorid
+        """``POST /v1/identity``: a challenge signed with the transparency-log key (:mod:`.identityapi`)."""
+        from agentreplay_collector import identityapi
         from agentreplay_collector.translog import LogSigner
 
         if config.transparency is None:
-            return collectorid.routes(None, None)
+            return identityapi.routes(None, None)
         signer = self.log.signer if self.log is not None and self.log.signer is not None else None
         signer = signer or LogSigner.load(config.transparency)
-        return collectorid.routes(signer.key, signer.certificate)
+        return identityapi.routes(signer.key, signer.certificate)
 
     @staticmethod
     def _listeners(config: CollectorConfig) -> list[tuple[str, Any, Any]]:
@@ -276,6 +296,8 @@ class Collector:
             await loop.run_in_executor(None, stage.shutdown)
         if self._control:
             await self._control.stop()
+        if self.live is not None:  # its viewers went with the control endpoint
+            self.live.shutdown()
         self.pipeline.shutdown()
         if self.store is not None:
             self.store.close()

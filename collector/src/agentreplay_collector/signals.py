@@ -34,8 +34,8 @@ import pyarrow as pa
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
+from agentreplay_client.errors import ExportRejected, MalformedRequest, StoreUnavailable
 from agentreplay_collector.auth import Authenticated, AuthProcessor, Presented
-from agentreplay_collector.errors import ExportRejected, MalformedRequest, StoreUnavailable
 from agentreplay_collector.otlp import hex_ids_to_base64
 from agentreplay_collector.pipeline import MAX_EXPORT_DAYS
 from agentreplay_collector.store import Store

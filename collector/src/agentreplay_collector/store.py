@@ -11,9 +11,9 @@ clients in one process share the engine, HTTP clients their own session). Foreig
 errors become :class:`StoreUnavailable` here and nowhere else.
 
 The read side is :class:`RunReader`: the same four methods on a :class:`Store` opened
-directly and on :class:`~agentreplay_collector.client.CollectorClient` (the collector's
+directly and on :class:`~agentreplay_client.collector.CollectorClient` (the collector's
 read API), declared in :mod:`.reader`. chDB lets one process open a directory, so
-:func:`~agentreplay_collector.client.open_reader` asks a running collector first and opens the
+:func:`~agentreplay_client.collector.open_reader` asks a running collector first and opens the
 store only when none answers.
 """
 
@@ -32,11 +32,9 @@ from typing import Any, TypeVar
 import pyarrow as pa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector import _rows, schema
-from agentreplay_collector.config import ClickHouseConfig
-from agentreplay_collector.errors import StoreError, StoreRejected, StoreUnavailable
-from agentreplay_collector.incidents import IncidentDue, IncidentState, StoredIncident
-from agentreplay_collector.models import (
+from agentreplay_client.errors import StoreError, StoreRejected, StoreUnavailable
+from agentreplay_client.incidents import IncidentDue, IncidentState, StoredIncident
+from agentreplay_client.models import (
     RULE_REPLAY_VERIFIED,
     SCOPE_AGENT,
     SCOPE_RUN,
@@ -68,7 +66,9 @@ from agentreplay_collector.models import (
     TrustScore,
     verdict_filter,
 )
-from agentreplay_collector.reader import DEFAULT_DATABASE, STORE_ID_FILE, normalize_store
+from agentreplay_client.reader import DEFAULT_DATABASE, STORE_ID_FILE, normalize_store
+from agentreplay_collector import _rows, schema
+from agentreplay_collector.config import ClickHouseConfig
 from agentreplay_otel.core import DENY, AgentIdentity, SignedCheckpoint, SpanRecord, merkle, semconv
 
 _log = logging.getLogger(__name__)
@@ -381,7 +381,7 @@ class Store:
         when the store has none), the earliest row's if two were written at once. None when the store has
         none (or no such table: a schema made before it, by a collector with ``create_schema`` off).
 
-        A chDB store's id is also written to :data:`~agentreplay_collector.reader.STORE_ID_FILE` in its
+        A chDB store's id is also written to :data:`~agentreplay_client.reader.STORE_ID_FILE` in its
         directory, which readers can read while this process holds the directory: how the CLI tells
         whether the collector answering serves the store it was told to read."""
         if self._store_id is not None:
@@ -746,7 +746,7 @@ class Store:
         the last ``days``. The day is the one the collector received the run on (the span's own time
         only for a run with no arrival row); a cost that is not a finite amount >= 0 counts 0; every
         tool span is a call, whatever decision it carries, and a span is a tool span by any of its
-        tool attributes (as :func:`~agentreplay_collector.models.tool_of` says). A verified replay's
+        tool attributes (as :func:`~agentreplay_client.models.tool_of` says). A verified replay's
         replayed spans (``agentreplay.replay.source``, in a run with a ``replay.verified`` decision)
         spent nothing of the agent's and are left out, as the scope processor left them out."""
         db = self.database

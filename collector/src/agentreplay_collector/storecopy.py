@@ -32,9 +32,9 @@ from typing import IO, Any
 
 import pyarrow as pa
 
+from agentreplay_client.errors import StoreUnavailable
+from agentreplay_client.reader import DEFAULT_DATABASE
 from agentreplay_collector import schema
-from agentreplay_collector.errors import StoreUnavailable
-from agentreplay_collector.reader import DEFAULT_DATABASE
 from agentreplay_collector.store import Store
 
 WATERMARKS: dict[str, str] = {

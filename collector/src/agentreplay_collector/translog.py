@@ -29,10 +29,10 @@ from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from agentreplay_client.errors import ConfigError, StoreError
+from agentreplay_client.models import LogEntry, RunSummary
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.config import TransparencyConfig
-from agentreplay_collector.errors import ConfigError, StoreError
-from agentreplay_collector.models import LogEntry, RunSummary
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import (
     ChainHead,

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import NOT_VIOLATIONS, TrackRecord, TrustScore
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import NOT_VIOLATIONS, TrackRecord, TrustScore
 from agentreplay_collector.store import Store
 
 _log = logging.getLogger(__name__)

@@ -23,7 +23,7 @@ from typing import IO, Any
 
 import yaml
 
-from agentreplay_collector.client import CollectorClient
+from agentreplay_client.collector import CollectorClient
 from agentreplay_otel.core import certify_log_key, generate_key, load_private_key, write_private_key
 
 READY_PREFIX = "agentreplay-collector ready "

@@ -37,15 +37,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TextIO
 
-from agentreplay_collector.reader import RunReader
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_analysis.engine import detect
+from agentreplay_analysis.expected import check as check_expected
+from agentreplay_analysis.expected import encode
+from agentreplay_analysis.transcript import RunView, run_view
+from agentreplay_analysis.verdict import Culprit, Outcome, Verdict
+from agentreplay_client.reader import RunReader
 from agentreplay_otel.core import SpanRecord
 from agentreplay_otel.replay import Mode, Plan
 from agentreplay_replay import grants, replayer
-from agentreplay_replay.analysis.engine import detect
-from agentreplay_replay.analysis.expected import check as check_expected
-from agentreplay_replay.analysis.expected import encode
-from agentreplay_replay.analysis.transcript import RunView, run_view
-from agentreplay_replay.analysis.verdict import Culprit, Outcome, Verdict
 from agentreplay_replay.models import actions, fork_spans
 
 FIXED, FAILED, ERRORED = "fixed", "failed", "errored"
@@ -195,14 +197,16 @@ def judge(spans: Sequence[SpanRecord], expected: Any = None) -> tuple[str, str, 
 
 
 def fork_and_judge(source: RunReader, forks: RunReader, run_id: str, step: int, fix: Mapping[str, Any], *,
-                   expected: Any, command: Sequence[str], otlp: str | None, allow_unverified: bool,
-                   timeout_s: float, stdout: TextIO, stderr: TextIO,
+                   org_key: Ed25519PublicKey | None, expected: Any, command: Sequence[str], otlp: str | None,
+                   allow_unverified: bool, timeout_s: float, stdout: TextIO, stderr: TextIO,
                    granter: grants.Granter | None = None) -> ForkTrial:
-    """``agentreplay fork RUN --at STEP`` with ``fix``, and the fork judged (:func:`judge`)."""
+    """``agentreplay fork RUN --at STEP`` with ``fix``, and the fork judged (:func:`judge`); the run's seal
+    checked against ``org_key`` (:func:`~agentreplay_replay.replayer.load`)."""
     plan = Plan(mode=Mode.FORK, fork_at=step, fix=dict(fix))
     try:
-        outcome = replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified, otlp=otlp,
-                               timeout_s=timeout_s, stdout=stdout, stderr=stderr, granter=granter)
+        outcome = replayer.run(source, run_id, plan, org_key=org_key, command=command,
+                               allow_unverified=allow_unverified, otlp=otlp, timeout_s=timeout_s, stdout=stdout,
+                               stderr=stderr, granter=granter)
     except replayer.CannotStart:
         raise  # the command, not the step: the same for every fork
     except replayer.CannotReplay as exc:
@@ -220,12 +224,13 @@ def fork_and_judge(source: RunReader, forks: RunReader, run_id: str, step: int, 
                      modes=verdict.mode_ids, actions=actions(spans, step))
 
 
-def blame(source: RunReader, forks: RunReader, run_id: str, fix: Mapping[str, Any], *, expected: Any = None,
-          command: Sequence[str] = (), otlp: str | None = None, allow_unverified: bool = False,
-          timeout_s: float = 600.0, stdout: TextIO, stderr: TextIO, granter: grants.Granter | None = None,
-          fork: Fork | None = None) -> Blame:
+def blame(source: RunReader, forks: RunReader, run_id: str, fix: Mapping[str, Any], *,
+          org_key: Ed25519PublicKey | None, expected: Any = None, command: Sequence[str] = (),
+          otlp: str | None = None, allow_unverified: bool = False, timeout_s: float = 600.0, stdout: TextIO,
+          stderr: TextIO, granter: grants.Granter | None = None, fork: Fork | None = None) -> Blame:
     """Blame ``run_id``'s failure on one decision step with ``fix`` (see the module's docstring).
-    ``expected``: the outcome the run should have had (default: the one its run span carries).
+    ``org_key``: the org public key each fork checks the run's seal against (the caller's; None: the
+    chain alone). ``expected``: the outcome the run should have had (default: the one its run span carries).
     ValueError when the run has no spans, no decision step, or did not fail."""
     spans = source.get_run_spans(run_id)
     if not spans:
@@ -244,8 +249,8 @@ def blame(source: RunReader, forks: RunReader, run_id: str, fix: Mapping[str, An
     held_to = view.expected or None
     if fork is None:
         def fork(step: int) -> ForkTrial:
-            return fork_and_judge(source, forks, run_id, step, fix, expected=held_to, command=command, otlp=otlp,
-                                  allow_unverified=allow_unverified, timeout_s=timeout_s, stdout=stdout,
+            return fork_and_judge(source, forks, run_id, step, fix, org_key=org_key, expected=held_to,
+                                  command=command, otlp=otlp, allow_unverified=allow_unverified, timeout_s=timeout_s, stdout=stdout,
                                   stderr=stderr, granter=granter)
     blamed, monotone, made = search(candidates, fork)
     step = next((s for s in view.llm_steps if s.step == blamed), None)

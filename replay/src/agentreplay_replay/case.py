@@ -19,7 +19,7 @@ log key the org certified, and its leaf ends where the spans end; each verdict t
 signed with that log key is the one it signed, for this run. What it does not prove: the run
 row's figures (the collector's summary), the collector's own decisions beyond naming a chained
 span and the manifest, and unsigned verdicts (anyone can add one: what is made from a case uses
-the detectors run again and signed verdicts only, :mod:`~agentreplay_replay.analysis.evidence`).
+the detectors run again and signed verdicts only, :mod:`~agentreplay_analysis.evidence`).
 
 A case whose certificates show the org certified a log key (the log key's certificate it carries,
 or one in its proofs or signed verdicts) needs its log proof when ``check`` is asked to require
@@ -40,8 +40,9 @@ from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import (
+from agentreplay_analysis.evidence import weigh
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import (
     ChainStatus,
     DecisionRecord,
     LogEntry,
@@ -53,7 +54,7 @@ from agentreplay_collector.models import (
     tool_of,
     verdict_matches,
 )
-from agentreplay_collector.reader import RunReader
+from agentreplay_client.reader import RunReader
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import (
     SPAN_ID_FORM,
@@ -81,7 +82,6 @@ from agentreplay_otel.core import (
     verify_manifest,
 )
 from agentreplay_otel.transparency import ATTESTATION, verify_log_certificate
-from agentreplay_replay.analysis.evidence import weigh
 
 CASE_FORMAT = "agentreplay-case/1"
 UNSIGNED_NOTICE = ("UNSIGNED: this run was recorded without an agent key, so nothing in it is signed. "

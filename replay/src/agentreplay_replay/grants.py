@@ -2,7 +2,7 @@
 
 A collector exempts a replay's calls from enforcement (no halt, no alert, no spend) only when its run
 span carries a grant signed by whoever holds the operator's credential
-(:mod:`agentreplay_collector.grants`). The CLI gets one before it starts the agent:
+(:mod:`agentreplay_client.grants`). The CLI gets one before it starts the agent:
 
 * with the collector's admin token (``--admin-token`` or ``$AGENTREPLAY_ADMIN_TOKEN``), from the
   collector (``POST /v1/replays/grants``), which signs it and stores it as issued;
@@ -22,9 +22,9 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agentreplay_collector.client import CollectorClient, collector_url
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.grants import MAX_GRANT_TTL_S, sign_grant
+from agentreplay_client.collector import CollectorClient, collector_url
+from agentreplay_client.errors import StoreError
+from agentreplay_client.grants import MAX_GRANT_TTL_S, sign_grant
 from agentreplay_otel.core import IdentityError, Recording, load_private_key, semconv
 from agentreplay_otel.replay import Mode, Plan
 

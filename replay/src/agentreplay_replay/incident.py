@@ -11,7 +11,7 @@ The folder::
 
     root-cause.json      the verdict (MAST modes, culprit step, evidence, the fork that should fix it):
                          the detectors run again on the checked spans, plus what an LLM judge's verdict
-                         the collector signed adds (:mod:`~agentreplay_replay.analysis.evidence`); its
+                         the collector signed adds (:mod:`~agentreplay_analysis.evidence`); its
                          notes name each stored verdict ignored (unsigned) and why
     tests/               test_<agent>_<run>.py and its case file (<agent>-<run>.case.json)
     dispute.json .html   for the counterparty
@@ -35,13 +35,13 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.incidents import INCOMING, remove_folder
-from agentreplay_collector.models import TrustScore
-from agentreplay_collector.reader import RunReader
+from agentreplay_analysis import Verdict
+from agentreplay_client.incidents import INCOMING, remove_folder
+from agentreplay_client.models import TrustScore
+from agentreplay_client.reader import RunReader
 from agentreplay_otel.core import IdentityError, load_public_key
 from agentreplay_replay import case as casefile
 from agentreplay_replay import packets, testgen, walkthrough
-from agentreplay_replay.analysis import Verdict
 
 TESTS_DIR = "tests"
 ROOT_CAUSE = "root-cause.json"

@@ -28,18 +28,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from agentreplay_collector.models import (
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from agentreplay_analysis import Outcome, RunView, Verdict, detect, run_view
+from agentreplay_client.models import (
     TRIAL_ERRORED,
     TRIAL_FAILED_OTHERWISE,
     TRIAL_FIXED,
     TRIAL_REPEATED,
     ModelTrial,
 )
-from agentreplay_collector.reader import RunReader
+from agentreplay_client.reader import RunReader
 from agentreplay_otel.core import SpanRecord, semconv
 from agentreplay_otel.replay import ENDPOINTS, Mode, Plan, model_spec
 from agentreplay_replay import grants, replayer
-from agentreplay_replay.analysis import Outcome, RunView, Verdict, detect, run_view
 
 TASK_TEXT_CHARS = 200
 """How much of the request a trial keeps for reading (the task key hashes all of it)."""
@@ -87,7 +89,7 @@ class Trial:
     """One model's fork and what became of it."""
 
     choice: ModelChoice
-    outcome: str  # TRIAL_* of agentreplay_collector.models
+    outcome: str  # TRIAL_* of agentreplay_client.models
     detail: str
     fork_run_id: str = ""
     verdict: Verdict | None = None
@@ -161,14 +163,17 @@ def fork_spans(source: RunReader, fork_run_id: str, *, timeout_s: float = 15.0) 
 
 
 def try_model(source: RunReader, forks: RunReader, run_id: str, at: int, choice: ModelChoice,
-              original: Verdict, *, command: Sequence[str], otlp: str | None, allow_unverified: bool,
-              timeout_s: float, stdout: TextIO, stderr: TextIO, granter: grants.Granter | None = None) -> Trial:
+              original: Verdict, *, org_key: Ed25519PublicKey | None, command: Sequence[str], otlp: str | None,
+              allow_unverified: bool, timeout_s: float, stdout: TextIO, stderr: TextIO,
+              granter: grants.Granter | None = None) -> Trial:
     """Fork ``run_id`` at ``at`` onto one model and judge the fork: its spans as the agent wrote them
-    (the replay's spool), else as ``forks`` (the collector that records it) stored them."""
+    (the replay's spool), else as ``forks`` (the collector that records it) stored them. The run's seal
+    is checked against ``org_key`` (:func:`~agentreplay_replay.replayer.load`)."""
     plan = Plan(mode=Mode.FORK, fork_at=at, fix=choice.fix())
     try:
-        outcome = replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified, otlp=otlp,
-                               timeout_s=timeout_s, stdout=stdout, stderr=stderr, granter=granter)
+        outcome = replayer.run(source, run_id, plan, org_key=org_key, command=command,
+                               allow_unverified=allow_unverified, otlp=otlp, timeout_s=timeout_s, stdout=stdout,
+                               stderr=stderr, granter=granter)
     except replayer.CannotStart:
         raise  # the command, not the model: the same for every trial
     except replayer.CannotReplay as exc:  # the agent did not start, or ran past its time: this trial errored
@@ -201,14 +206,15 @@ def culprit_step(verdicts: Sequence[Verdict]) -> int | None:
     return None
 
 
-def try_models(source: RunReader, forks: RunReader, run_id: str, specs: Sequence[str], *, at: int | None = None,
-               stored: Sequence[Verdict] = (), base_urls: Mapping[str, str | None] | None = None,
-               command: Sequence[str] = (), otlp: str | None = None, allow_unverified: bool = False,
-               timeout_s: float = 600.0, stdout: TextIO, stderr: TextIO,
-               granter: grants.Granter | None = None) -> Trials:
+def try_models(source: RunReader, forks: RunReader, run_id: str, specs: Sequence[str], *,
+               org_key: Ed25519PublicKey | None, at: int | None = None, stored: Sequence[Verdict] = (),
+               base_urls: Mapping[str, str | None] | None = None, command: Sequence[str] = (),
+               otlp: str | None = None, allow_unverified: bool = False, timeout_s: float = 600.0, stdout: TextIO,
+               stderr: TextIO, granter: grants.Granter | None = None) -> Trials:
     """Every model of ``specs`` tried at ``at`` (default: the culprit step of the newest stored failed
-    verdict, else of the detectors' verdict now). ValueError when there is no step to fork at;
-    :class:`~agentreplay_replay.replayer.CannotStart` when the agent's command cannot run here."""
+    verdict, else of the detectors' verdict now), each fork checking the run's seal against ``org_key``.
+    ValueError when there is no step to fork at; :class:`~agentreplay_replay.replayer.CannotStart`
+    when the agent's command cannot run here."""
     spans = source.get_run_spans(run_id)
     if not spans:
         raise ValueError(f"run {run_id} has no stored spans")
@@ -224,7 +230,7 @@ def try_models(source: RunReader, forks: RunReader, run_id: str, specs: Sequence
         raise ValueError(f"step {at} of run {run_id} is not an LLM call (`agentreplay show` numbers them)")
     task, text = task_of(view)
     choices = [choose(s, step.provider, base_urls) for s in specs]
-    trials = tuple(try_model(source, forks, run_id, at, c, original, command=command, otlp=otlp,
+    trials = tuple(try_model(source, forks, run_id, at, c, original, org_key=org_key, command=command, otlp=otlp,
                              allow_unverified=allow_unverified, timeout_s=timeout_s, stdout=stdout, stderr=stderr,
                              granter=granter)
                    for c in choices)

@@ -14,9 +14,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentreplay_analysis import Evidence, ModeHit, Verdict, run_view
+from agentreplay_analysis.transcript import Decision, Step, key_words
 from agentreplay_otel.core import SpanRecord, semconv
-from agentreplay_replay.analysis import Evidence, ModeHit, Verdict, run_view
-from agentreplay_replay.analysis.transcript import Decision, Step, key_words
 from agentreplay_replay.diffing import clip
 
 _PAST = {"book": "booked", "buy": "bought", "purchase": "purchased", "pay": "paid", "send": "sent",

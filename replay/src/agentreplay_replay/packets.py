@@ -35,11 +35,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentreplay_collector.models import TrustScore
+from agentreplay_analysis import Outcome, Verdict, run_view
+from agentreplay_analysis.constraints import Kind, Mention, argument_values, mentions
+from agentreplay_analysis.transcript import chain_head
+from agentreplay_client.models import TrustScore
 from agentreplay_otel.core import Prices, SpanRecord, cost_usd, json_or, load_prices, semconv
-from agentreplay_replay.analysis import Outcome, Verdict, run_view
-from agentreplay_replay.analysis.constraints import Kind, Mention, argument_values, mentions
-from agentreplay_replay.analysis.transcript import chain_head
 from agentreplay_replay.case import NOTICE, UNSIGNED_NOTICE
 from agentreplay_replay.narrative import (
     Contradiction,

@@ -42,7 +42,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_analysis import Verdict, detect, run_view
+from agentreplay_analysis.constraints import argument_values, mentions
+from agentreplay_analysis.detectors.task_spec import conflict_with
+from agentreplay_analysis.expected import check as check_expected
+from agentreplay_analysis.taxonomy import BY_ID
+from agentreplay_analysis.transcript import leaves
 from agentreplay_otel.core import (
     KIND_TOOL,
     Decision,
@@ -59,12 +66,6 @@ from agentreplay_otel.core import (
 from agentreplay_otel.replay import Divergence, Mode, OnDivergence, Plan, Report
 from agentreplay_replay import case as casefile
 from agentreplay_replay import grants, replayer
-from agentreplay_replay.analysis import Verdict, detect, run_view
-from agentreplay_replay.analysis.constraints import argument_values, mentions
-from agentreplay_replay.analysis.detectors.task_spec import conflict_with
-from agentreplay_replay.analysis.expected import check as check_expected
-from agentreplay_replay.analysis.taxonomy import BY_ID
-from agentreplay_replay.analysis.transcript import leaves
 
 ENV_AGENT = "AGENTREPLAY_TEST_AGENT"
 ENV_MODEL_URL = "AGENTREPLAY_TEST_MODEL_URL"
@@ -231,7 +232,7 @@ class Regression:
     def misses(self, expected: Any) -> str | None:
         """What of ``expected`` (what the run should produce: text, a number, a list, an object of key
         fields) the regression run's outcome does not hold, for a person; None when it meets it. The same
-        comparison as the analysis's (:func:`agentreplay_replay.analysis.expected.check`)."""
+        comparison as the analysis's (:func:`agentreplay_analysis.expected.check`)."""
         view = run_view(list(self.spans))
         if not view.finished:
             view = replace(view, finished=True)  # the regression run is over: hold what it did to it
@@ -264,7 +265,7 @@ class Settings:
     recorded_command: bool = False  # the case's recorded command may run (none given)
     model_url: str | None = None
     anthropic_url: str | None = None
-    org_key: Path | None = None
+    org_key: Path | None = None  # --agentreplay-org-key, else $AGENTREPLAY_ORG_PUBLIC_KEY (read here alone)
     collector: str | None = None
     timeout_s: float = TIMEOUT_S
 
@@ -286,15 +287,27 @@ class AgentReplay:
             raise CaseRefused(f"{path} does not check against the org public key: {'; '.join(found.problems)}")
         return case
 
-    def _org_key(self) -> Any:
-        path = self.settings.org_key or os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
-        if not path:
-            raise CaseRefused(f"no org public key to check the case against: give --agentreplay-org-key or "
-                              f"${semconv.ENV_ORG_PUBLIC_KEY}")
+    @cached_property
+    def org_public_key(self) -> Ed25519PublicKey | None:
+        """The org public key of the settings (:func:`settings_from`: ``--agentreplay-org-key``, else
+        ``$AGENTREPLAY_ORG_PUBLIC_KEY``), read once; None when neither is given. Every case check and
+        replay here uses it: nothing below reads the environment for it. :class:`CaseRefused` when it
+        cannot be read."""
+        path = self.settings.org_key
+        if path is None:
+            return None
         try:
             return load_public_key(path)
         except IdentityError as exc:
             raise CaseRefused(f"the org public key {path}: {exc}") from exc
+
+    def _org_key(self) -> Ed25519PublicKey:
+        """The org public key a case is checked against; :class:`CaseRefused` when none is given."""
+        key = self.org_public_key
+        if key is None:
+            raise CaseRefused(f"no org public key to check the case against: give --agentreplay-org-key or "
+                              f"${semconv.ENV_ORG_PUBLIC_KEY}")
+        return key
 
     def regress(self, case: casefile.Case | str | Path, *, agent: str | Sequence[str] | None = None) -> Regression:
         """Run the current agent on the case's recorded input in regression mode; tools sandboxed.
@@ -310,9 +323,9 @@ class AgentReplay:
         env = self._env()
         granter = grants.Granter.from_environment(env, collector=self.settings.collector)  # the operator's, if set
         try:
-            outcome = replayer.run(casefile.CaseReader(loaded), loaded.run_id, plan, command=command,
-                                   otlp=self._otlp(), timeout_s=self.settings.timeout_s, stdout=sys.stdout,
-                                   stderr=sys.stderr, env=env, granter=granter)
+            outcome = replayer.run(casefile.CaseReader(loaded), loaded.run_id, plan, org_key=self.org_public_key,
+                                   command=command, otlp=self._otlp(), timeout_s=self.settings.timeout_s,
+                                   stdout=sys.stdout, stderr=sys.stderr, env=env, granter=granter)
         except replayer.DidNotStart as exc:
             raise AgentDidNotStart("\n".join([str(exc), *exc.stderr_tail])) from exc
         except replayer.CannotStart as exc:
@@ -372,7 +385,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          f"agent; ${ENV_MODEL_URL})")
     group.addoption("--agentreplay-anthropic-url", default=os.environ.get(ENV_ANTHROPIC_URL),
                     help=f"where live Anthropic calls go after a divergence (${ENV_ANTHROPIC_URL})")
-    group.addoption("--agentreplay-org-key", default=None,
+    group.addoption("--agentreplay-org-key", default=os.environ.get(semconv.ENV_ORG_PUBLIC_KEY) or None,
                     help=f"the org public key (PEM) cases are checked against (default: ${semconv.ENV_ORG_PUBLIC_KEY})")
     group.addoption("--agentreplay-collector", default=os.environ.get(ENV_TEST_COLLECTOR),
                     help="a collector's control URL: the regression runs are exported to it and count in the "

@@ -30,14 +30,12 @@ from urllib.parse import urlsplit
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.reader import RunReader
+from agentreplay_client.errors import StoreError
+from agentreplay_client.reader import RunReader
 from agentreplay_otel.core import (
     ChainReport,
-    IdentityError,
     Recording,
     SpanRecord,
-    load_public_key,
     recording_from_spans,
     semconv,
     verify,
@@ -103,12 +101,16 @@ class ReplayOutcome:
         return self.report is not None and self.report.outcome is Outcome.DIVERGED
 
 
-def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Recording, ChainReport, RunEnd]:
-    """The run's recording and how it ended, after its chain has been recomputed from the stored rows."""
+def load(source: RunReader, run_id: str, *, allow_unverified: bool,
+         org_key: Ed25519PublicKey | None) -> tuple[Recording, ChainReport, RunEnd]:
+    """The run's recording and how it ended, after its chain has been recomputed from the stored rows.
+
+    ``org_key``: the org public key the run's seal is checked against, as the caller resolved it (the
+    CLI's ``--org-key``, else ``$AGENTREPLAY_ORG_PUBLIC_KEY``); None checks the chain alone. Nothing
+    here reads the environment."""
     spans = source.get_run_spans(run_id)
     if not spans:
         raise CannotReplay(f"run {run_id} has no stored spans")
-    org_key = org_key_from_env()
     # Seals count only against the org's certificate of the agent key, never a key the store hands over.
     report = (verify(spans, org_key=org_key, certificates=source.get_agent_certificate) if org_key is not None
               else verify(spans))
@@ -124,17 +126,6 @@ def load(source: RunReader, run_id: str, *, allow_unverified: bool) -> tuple[Rec
         raise CannotReplay(f"run {run_id} cannot be replayed: {unreplayable}")
     recording = recording_from_spans(spans)
     return recording, report, recorded_end(spans, recording)
-
-
-def org_key_from_env() -> Ed25519PublicKey | None:
-    """The org public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``, if set; :class:`CannotReplay` if unreadable."""
-    path = os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
-    if not path:
-        return None
-    try:
-        return load_public_key(path)
-    except IdentityError as exc:
-        raise CannotReplay(f"${semconv.ENV_ORG_PUBLIC_KEY}: {exc}") from exc
 
 
 def recorded_end(spans: Sequence[SpanRecord], recording: Recording) -> RunEnd:
@@ -362,6 +353,7 @@ def run(
     run_id: str,
     plan: Plan,
     *,
+    org_key: Ed25519PublicKey | None,
     command: Sequence[str] = (),
     allow_unverified: bool = False,
     otlp: str | None = None,
@@ -374,7 +366,8 @@ def run(
 ) -> ReplayOutcome:
     """Replay ``run_id``; the agent's output goes to ``stdout`` and ``stderr`` (default: ours) as it runs.
 
-    ``command``: the agent's command (default: the recorded one, :func:`agent_start`). ``env``: the
+    ``org_key``: the org public key the run's seal is checked against (:func:`load`), resolved by the
+    caller. ``command``: the agent's command (default: the recorded one, :func:`agent_start`). ``env``: the
     environment the agent starts from (default: ours), e.g. where its live calls go. ``stored_in``:
     where the replay's run is read back from to say it was stored (the collector behind ``otlp``).
     ``granter``: where the operator's grant for the replay comes from (:mod:`.grants`; default: the
@@ -382,7 +375,7 @@ def run(
     The operator's credentials are never handed to the agent.
     :class:`CannotStart` before anything runs, :class:`DidNotStart` when the agent never replayed.
     """
-    recording, chain, end = load(source, run_id, allow_unverified=allow_unverified)
+    recording, chain, end = load(source, run_id, allow_unverified=allow_unverified, org_key=org_key)
     start = agent_start(recording, command)
     plan = Plan(**{**plan.__dict__, "allow": [*plan.allow, *allowed_endpoints(otlp)]})
     with tempfile.TemporaryDirectory(prefix="agentreplay-") as tmp:

@@ -12,7 +12,7 @@ divergence, then the model endpoint given for tests, tools always sandboxed) and
 * for a run with no failure: its actions (side-effect tool calls) are pinned as recorded;
 * for a run with an expected outcome (set with ``agentreplay expect``, given to ``testgen --expect``, or
   recorded by the run): the regression run's outcome must meet it (FM-1.1), compared as the analysis
-  compares (:mod:`agentreplay_replay.analysis.expected`).
+  compares (:mod:`agentreplay_analysis.expected`).
 
 Each assertion is tagged with its MAST mode (``@pytest.mark.mast``, and in its message). The
 literals are written into the test, so a person reads what it expects without the case.
@@ -33,15 +33,15 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from agentreplay_analysis import Verdict, evidence
+from agentreplay_analysis.constraints import Kind, mentions
+from agentreplay_analysis.expected import DETECTOR as EXPECTED_DETECTOR
+from agentreplay_analysis.expected import parse as parse_expected
+from agentreplay_analysis.taxonomy import BY_ID
+from agentreplay_analysis.transcript import run_view
+from agentreplay_analysis.verdict import ModeHit
 from agentreplay_otel.core import KIND_TOOL, TRACE_ID_FORM, RecordedStep, is_trace_id, semconv
 from agentreplay_replay import case as casefile
-from agentreplay_replay.analysis import Verdict, evidence
-from agentreplay_replay.analysis.constraints import Kind, mentions
-from agentreplay_replay.analysis.expected import DETECTOR as EXPECTED_DETECTOR
-from agentreplay_replay.analysis.expected import parse as parse_expected
-from agentreplay_replay.analysis.taxonomy import BY_ID
-from agentreplay_replay.analysis.transcript import run_view
-from agentreplay_replay.analysis.verdict import ModeHit
 
 STEP_BOUND_FACTOR = 2
 """The step bound: this many times the recorded run's steps (an agent that loops is FM-1.5)."""

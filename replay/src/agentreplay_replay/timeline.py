@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentreplay_analysis.foreign import normalized
 from agentreplay_otel.core import SpanRecord, partition_chain, semconv
-from agentreplay_replay.analysis.foreign import normalized
 from agentreplay_replay.diffing import clip
 
 NOT_REPLAYABLE = "response not recorded: not replayable"

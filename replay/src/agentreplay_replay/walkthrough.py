@@ -21,7 +21,7 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentreplay_replay.analysis import Verdict
+from agentreplay_analysis import Verdict
 from agentreplay_replay.case import UNSIGNED_NOTICE
 from agentreplay_replay.narrative import Contradiction, ToldStep, contradictions, request_of, tell, usd
 from agentreplay_replay.packets import clip_value

@@ -3,9 +3,11 @@
     GET /ui, /ui/              the page (one HTML file; its script draws the runs list and each run)
     GET /ui/static/{name}      its script and style sheet, from this package's data
 
-With the collector given, what its pages read beyond the read and control APIs comes along:
-the live feed (``/v1/live``, :mod:`agentreplay_collector.live`: runs, halts and alerts pushed as
-they happen) and a run's incident files (``/v1/runs/{id}/incident``, :mod:`.readapi`).
+What its pages read beyond the read and control APIs is served with them: a run's incident files
+(``/v1/runs/{id}/incident``, :mod:`.readapi`, from the store and the incidents folder) and, given
+one, the live feed's ``/v1/live`` (a :class:`~agentreplay_collector.live.LiveFeed` the collector
+built and wired into its pipeline: the console only serves it). It is handed those parts, not the
+collector, so the service that builds everything depends on the console and never the other way.
 
 The pages hold nothing of a run: their script reads everything through the read and control
 APIs beside them (``/v1/...``), with the same tokens (a token the user pastes is kept in the
@@ -18,7 +20,7 @@ no inline script or handler and nothing fetched from another origin.
 from __future__ import annotations
 
 from importlib import resources
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -26,9 +28,8 @@ from starlette.routing import Route
 
 from agentreplay_collector import live, readapi
 from agentreplay_collector.access import ReadAccess
-
-if TYPE_CHECKING:
-    from agentreplay_collector.service import Collector
+from agentreplay_collector.ownership import RunOwners
+from agentreplay_collector.store import Store
 
 __all__ = ["CSP", "routes"]
 
@@ -65,9 +66,17 @@ def _serve(name: str) -> Response:
     return Response(body, media_type=_TYPES[suffix], headers=_HEADERS)
 
 
-def routes(collector: Collector | None = None, access: ReadAccess | None = None) -> list[Route]:
-    """The console's routes, for the control endpoint's app (with ``collector``: its live feed, a stage
-    of the collector's traces pipeline, and its incident files too)."""
+def routes(
+    access: ReadAccess | None = None,
+    *,
+    feed: live.LiveFeed | None = None,
+    store: Store | None = None,
+    incidents: Path | None = None,
+    owners: RunOwners | None = None,
+) -> list[Route]:
+    """The console's routes, for the control endpoint's app, all read with ``access``: the pages, a run's
+    incident files (from ``store`` and the ``incidents`` folder, each run's owner from ``owners``; without
+    both, answered 404: this collector writes none) and, with ``feed``, its ``/v1/live``."""
 
     async def index(request: Request) -> Response:
         return _serve("index.html")
@@ -75,13 +84,8 @@ def routes(collector: Collector | None = None, access: ReadAccess | None = None)
     async def static(request: Request) -> Response:
         return _serve(request.path_params["name"])
 
-    extra: list[Route] = []
-    if collector is not None:
-        extra += live.attach(collector.pipeline, collector.scope, collector.owners, collector.store, access,
-                             analysed=collector.analysis is not None, budget=collector.budget)
-        analysis = collector.config.analysis
-        incidents = analysis.incidents.dir if analysis is not None and analysis.incidents is not None else None
-        extra += readapi.incident_routes(collector.store, incidents, access=access, owners=collector.owners)
+    extra = live.routes(feed, access) if feed is not None else []
+    extra += readapi.incident_routes(store, incidents, access=access, owners=owners)
     return [
         *extra,
         Route("/ui", index, methods=["GET", "HEAD"]),

@@ -16,21 +16,29 @@ from collections.abc import Awaitable, Callable, Sequence
 import grpc
 from grpc import aio
 
+from agentreplay_client.errors import CollectorError, RequestError, StoreUnavailable
+from agentreplay_client.tls import ServerTls
 from agentreplay_collector.admission import grpc_interceptor, off_loop
 from agentreplay_collector.auth import Presented
 from agentreplay_collector.budget import EXPANSION, EXPORTS, MemoryBudget
 from agentreplay_collector.config import GrpcReceiverConfig
-from agentreplay_collector.errors import CollectorError, RequestError, StoreUnavailable
 from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.signals import SignalPipeline
-from agentreplay_collector.tls import grpc_server_credentials
 from agentreplay_otel.core import proof
 
 _log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 _EMPTY_RESPONSE = b""  # ExportTraceServiceResponse with no partial_success: zero bytes on the wire
+
+
+def grpc_server_credentials(tls: ServerTls) -> grpc.ServerCredentials:
+    """``grpc.ssl_server_credentials`` from the settings (a client certificate required with ``client_ca_file``)."""
+    key = tls.key_file.read_bytes()
+    chain = tls.cert_file.read_bytes()
+    roots = tls.client_ca_file.read_bytes() if tls.client_ca_file is not None else None
+    return grpc.ssl_server_credentials([(key, chain)], root_certificates=roots, require_client_auth=roots is not None)
 
 
 class GrpcReceiver:

@@ -26,12 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agentreplay_collector.admission import Admission, hold_of, off_loop, otlp_route
-from agentreplay_collector.asgi import AsgiServer
-from agentreplay_collector.auth import Authenticated, Presented
-from agentreplay_collector.budget import EXPANSION, MemoryBudget
-from agentreplay_collector.config import HttpReceiverConfig
-from agentreplay_collector.errors import (
+from agentreplay_client.errors import (
     CollectorError,
     MalformedRequest,
     RequestError,
@@ -39,6 +34,11 @@ from agentreplay_collector.errors import (
     StoreUnavailable,
     UnsupportedMediaType,
 )
+from agentreplay_collector.admission import Admission, hold_of, off_loop, otlp_route
+from agentreplay_collector.asgi import AsgiServer
+from agentreplay_collector.auth import Authenticated, Presented
+from agentreplay_collector.budget import EXPANSION, MemoryBudget
+from agentreplay_collector.config import HttpReceiverConfig
 from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
 from agentreplay_collector.signals import SignalPipeline

@@ -17,14 +17,14 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import ChainState, ChainStatus, StoredClassification
-from agentreplay_collector.reader import RunReader, is_store
+from agentreplay_analysis.verdict import DETECTORS, NO_CHAIN, Outcome, Verdict
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import ChainState, ChainStatus, StoredClassification
+from agentreplay_client.reader import RunReader, is_store
 from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, semconv, unchained
 from agentreplay_otel.core import verify as verify_chain
-from agentreplay_replay.analysis.verdict import DETECTORS, NO_CHAIN, Outcome, Verdict
-from agentreplay_replay.cli._case import CaseOrgKeyOpt, RunOrCaseArg, case_org_key
-from agentreplay_replay.cli._client import RemoteCollector, open_run
+from agentreplay_replay.cli._case import CaseOrgKeyOpt, RunOrCaseArg
+from agentreplay_replay.cli._client import RemoteCollector, open_run, org_public_key
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -38,8 +38,8 @@ from agentreplay_replay.cli._control import AdminOpt
 from agentreplay_replay.cli._expect import ExpectedFileOpt, ExpectValueOpt, expected_for
 
 if TYPE_CHECKING:  # the detectors, the judge and case files load when `analyze` runs, not for `runs`
-    from agentreplay_replay.analysis.agreement import Agreement
-    from agentreplay_replay.analysis.judge import JudgeConfig
+    from agentreplay_analysis.agreement import Agreement
+    from agentreplay_analysis.judge import JudgeConfig
 
 ENV_BASE_URL, ENV_API_KEY, ENV_MODEL = (semconv.ENV_ANALYSIS_BASE_URL, semconv.ENV_ANALYSIS_API_KEY,
                                         semconv.ENV_ANALYSIS_MODEL)
@@ -161,15 +161,15 @@ def analyze(
       agentreplay analyze 3f2a9c --judge llm --judge-method binary_search --judge-budget-tokens 100000
       agentreplay analyze 3f2a9c --judge llm --judge-provider anthropic --base-url https://api.anthropic.com --model MODEL
     """
-    from agentreplay_replay.analysis.agreement import agreement
-    from agentreplay_replay.analysis.engine import detect
-    from agentreplay_replay.analysis.judge import judge
-    from agentreplay_replay.analysis.transcript import FOREIGN_UNFORKABLE, run_view
+    from agentreplay_analysis.agreement import agreement
+    from agentreplay_analysis.engine import detect
+    from agentreplay_analysis.judge import judge
+    from agentreplay_analysis.transcript import FOREIGN_UNFORKABLE, run_view
 
     choice = JudgeChoice(method=method, provider=provider, budget_tokens=budget_tokens, budget_s=budget_s)
     configs = _judge_configs(judges, models or [], base_url, api_key, context_tokens, timeout_s, choice)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified,
-                  org_key=case_org_key(org_key)) as (source, full):
+                  org_key=org_public_key(org_key)) as (source, full):
         spans = source.get_run_spans(full)
         if not spans:
             raise CLIError(f"run {full} has no stored spans")
@@ -182,7 +182,7 @@ def analyze(
         view = run_view(spans, finished=chain["chain_state"] == ChainState.UNCHAINED)
         held_to = expected_for(source, full, expect, expected)
         if held_to is not None:  # the run held to an expected outcome given here (else to its own, if any)
-            from agentreplay_replay.analysis.expected import encode
+            from agentreplay_analysis.expected import encode
 
             view = dataclasses.replace(view, expected=encode(held_to))
         found = detect(view)
@@ -220,7 +220,7 @@ def _judge_configs(judges: Judges, models: list[str], base_url: str | None, api_
                    context_tokens: int, timeout_s: float, choice: JudgeChoice | None = None) -> list[JudgeConfig]:
     """The judges asked for: flags first, then ``AGENTREPLAY_ANALYSIS_*`` (``JudgeConfig.from_env``, as the
     collector's worker reads them), then the defaults."""
-    from agentreplay_replay.analysis.judge import JudgeConfig, client_missing
+    from agentreplay_analysis.judge import JudgeConfig, client_missing
 
     choice = choice or JudgeChoice()
     if judges is Judges.DETECTORS:
@@ -298,7 +298,7 @@ def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictS
 
 
 def _store(source: RunReader, admin_token: str | None, verdicts: list[Verdict]) -> tuple[bool, str]:
-    from agentreplay_replay.analysis.stored import record
+    from agentreplay_analysis.stored import record
     from agentreplay_replay.case import CaseReader
 
     if isinstance(source, CaseReader):

@@ -13,16 +13,15 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from agentreplay_collector.reader import RunReader, is_store
+from agentreplay_client.reader import RunReader, is_store
 from agentreplay_replay.cli._analyze import _store
 from agentreplay_replay.cli._case import (
     CaseOrgKeyOpt,
     RecordedCommandOpt,
     RunOrCaseArg,
     agent_command,
-    case_org_key,
 )
-from agentreplay_replay.cli._client import RemoteCollector, open_run
+from agentreplay_replay.cli._client import RemoteCollector, open_run, org_public_key
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, lazy_module, out, print_json
 from agentreplay_replay.cli._control import AdminOpt
 from agentreplay_replay.cli._expect import ExpectedFileOpt, ExpectValueOpt, expected_for
@@ -93,14 +92,14 @@ def blame(
     if not fix:
         raise CLIError("give the fix to try: --model (a reference model), --system, --message, --temperature or "
                        "--patch")
-    org = case_org_key(org_key)
+    org = org_public_key(org_key)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
         agent_cmd = agent_command(source, command, recorded_command, org)
         forks, otlp = _forks(source, collector, otlp_endpoint)
         held_to = expected_for(source, full, expect, expected)
         granter = grants.Granter.from_environment(collector=collector, admin_token=admin_token)
         try:
-            found = blaming.blame(source, forks, full, fix, expected=held_to, command=agent_cmd, otlp=otlp,
+            found = blaming.blame(source, forks, full, fix, org_key=org, expected=held_to, command=agent_cmd, otlp=otlp,
                                   allow_unverified=allow_unverified, timeout_s=timeout_s,
                                   stdout=sys.stderr if json_ else sys.stdout, stderr=sys.stderr, granter=granter)
         except (ValueError, replayer.CannotReplay) as exc:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.models import ChainState
-from agentreplay_collector.reader import RunReader
+from agentreplay_client.models import ChainState
+from agentreplay_client.reader import RunReader
 from agentreplay_otel.core import InclusionProof, semconv
-from agentreplay_replay.cli._client import case_of, org_key_from_env, org_public_key, reader, resolve_run
+from agentreplay_replay.cli._client import case_of, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -49,8 +49,9 @@ RecordedCommandOpt = Annotated[bool, typer.Option(
     "(printed first), only once the case verifies against the org key. A run of your own store runs its "
     "recorded command without it.")]
 CaseOrgKeyOpt = Annotated[Path | None, typer.Option(
-    "--org-key", envvar=semconv.ENV_ORG_PUBLIC_KEY, show_envvar=True, dir_okay=False,
-    help="The org public key (PEM) a case file is checked against.")]
+    "--org-key", dir_okay=False,
+    help=f"The org public key (PEM) a case file, or a replayed run's seal, is checked against (default: "
+         f"${semconv.ENV_ORG_PUBLIC_KEY}).")]
 
 
 def agent_command(source: RunReader, command: list[str] | None, recorded_command: bool,
@@ -75,11 +76,6 @@ def agent_command(source: RunReader, command: list[str] | None, recorded_command
                        f"command is not run ({recorded})")
     err.print(f"running the case's recorded command: {recorded}", soft_wrap=True)
     return []
-
-
-def case_org_key(path: Path | None) -> Ed25519PublicKey | None:
-    """``--org-key`` (or ``$AGENTREPLAY_ORG_PUBLIC_KEY``) loaded; None when neither is given."""
-    return org_public_key(path) if path is not None else org_key_from_env()
 
 
 @app.command(rich_help_panel=PANEL)

@@ -2,25 +2,27 @@
 :func:`reader` for runs (through the collector when one answers, else the store itself), and
 :func:`open_run` for a run argument that may be a case file.
 
-Where the collector is comes from one place, :func:`agentreplay_collector.client.collector_url`
+Where the collector is comes from one place, :func:`agentreplay_client.collector.collector_url`
 (``--collector``, else ``$AGENTREPLAY_COLLECTOR``, else the default).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.client import CollectorClient, StoreMismatch, open_store, reads_through
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import (
+from agentreplay_client.collector import CollectorClient, StoreMismatch, reads_through
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import (
     DecisionRecord,
     LogEntry,
     ModelAccuracy,
@@ -28,7 +30,7 @@ from agentreplay_collector.models import (
     RunSummary,
     StoredClassification,
 )
-from agentreplay_collector.reader import DEFAULT_STORE, RunReader, normalize_store
+from agentreplay_client.reader import DEFAULT_STORE, RunReader, normalize_store
 from agentreplay_otel.core import IdentityError, SignedCheckpoint, load_public_key, merkle, semconv
 from agentreplay_replay.cli._common import CLIError, err
 
@@ -183,11 +185,11 @@ def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
     """Runs to read: the collector's read API when it answers (the embedded store belongs to it),
     else the store opened directly. A store named (``--store``, ``$AGENTREPLAY_STORE``) is what is
     read: through the collector only when it serves that store, an error naming both when it serves
-    another (:func:`~agentreplay_collector.client.reads_through`). Store failures become :class:`CLIError`."""
+    another (:func:`~agentreplay_client.collector.reads_through`). Store failures become :class:`CLIError`."""
     client = RemoteCollector(collector)
     opened: RunReader
-    try:
-        through = reads_through(client, store)  # store: --store or $AGENTREPLAY_STORE, None if neither
+    try:  # store: --store or $AGENTREPLAY_STORE, None if neither
+        through = reads_through(client, store, server_store_id=_server_store_id)
     except StoreMismatch as exc:
         raise CLIError(str(exc)) from exc
     if through:
@@ -199,7 +201,7 @@ def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
             raise CLIError(f"no store at {path}: no run has been recorded there (start agentreplay-collector, "
                            "record a run, or point --store at another store)")
         try:
-            opened = open_store(target)
+            opened = store_engine().open_store(target)
         except StoreError as exc:
             raise CLIError(f"cannot open the store: {exc}") from exc
     try:
@@ -208,6 +210,24 @@ def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
         raise CLIError(str(exc)) from exc
     finally:
         opened.close()
+
+
+def store_engine() -> ModuleType:
+    """The embedded store's openers (:mod:`agentreplay_collector.reading`), or a :class:`CLIError` that says
+    how to install them: the CLI reads a collector without them (``pip install ./replay``)."""
+    try:
+        from agentreplay_collector import reading
+    except ImportError as exc:
+        raise CLIError(
+            "reading a store directly needs the embedded store's engine, which is not installed here: install "
+            "the collector distribution beside the CLI (pip install PATH/TO/CHECKOUT/collector), or read "
+            f"through a running collector (--collector or ${semconv.ENV_COLLECTOR}) ({exc})") from exc
+    return reading
+
+
+def _server_store_id(target: str) -> str | None:
+    found: str | None = store_engine().store_id_of(target)
+    return found
 
 
 PAGE_SIZE = 1000
@@ -232,14 +252,14 @@ def every_run(source: RunReader, *, page_size: int = PAGE_SIZE) -> Iterator[RunS
 
 
 @contextmanager
-def open_run(arg: str, store: str | None, collector: str | None, *, allow_unverified: bool = False,
-             org_key: Ed25519PublicKey | None = None, require_org_key: bool = True) -> Iterator[tuple[RunReader, str]]:
+def open_run(arg: str, store: str | None, collector: str | None, *, org_key: Ed25519PublicKey | None,
+             allow_unverified: bool = False, require_org_key: bool = True) -> Iterator[tuple[RunReader, str]]:
     """The run a command names: a case file (an existing path) as a read-only reader of its one run,
     else the run (full id or unique prefix) through :func:`reader`.
 
-    A case is checked first (:func:`agentreplay_replay.case.check`, with ``org_key``, else the org
-    public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``): one that does not verify is refused unless
-    ``allow_unverified``, as a run whose chain does not verify is refused. With no org key a case
+    A case is checked first (:func:`agentreplay_replay.case.check`, with ``org_key``, the command's
+    :func:`org_public_key`): one that does not verify is refused unless ``allow_unverified``, as a run
+    whose chain does not verify is refused. With no org key a case
     can only be checked for consistency, which anyone who edits it can keep: it is refused too
     unless ``allow_unverified`` (then said UNVERIFIED), or unless the command labels what it makes
     from an unsigned case itself (``require_org_key=False``: incident, testgen)."""
@@ -253,12 +273,11 @@ def open_run(arg: str, store: str | None, collector: str | None, *, allow_unveri
             case = read_case(path)
         except CaseError as exc:
             raise CLIError(str(exc)) from exc
-        key = org_key or org_key_from_env()
-        found = check_case(case, key)
+        found = check_case(case, org_key)
         if not found.ok and not allow_unverified:
             raise CLIError(f"case {path} does not verify: {found.problems[0]}. Refusing a tampered case; "
                            "--allow-unverified uses it anyway")
-        if key is None and require_org_key:
+        if org_key is None and require_org_key:
             if not allow_unverified:
                 raise CLIError(f"case {path} cannot be checked without the org public key (give --org-key or "
                                f"${semconv.ENV_ORG_PUBLIC_KEY}): anyone may have written it. "
@@ -290,23 +309,20 @@ def case_of(source: RunReader, run_id: str) -> Case:
 
 
 def org_public_key(path: Path | None) -> Ed25519PublicKey | None:
-    """The org public key given as ``--org-key`` (None when not given); an unreadable one is a CLI error."""
+    """The org public key of a command: ``--org-key`` when given, else ``$AGENTREPLAY_ORG_PUBLIC_KEY``;
+    None when neither is. The one place the CLI reads that variable: what is resolved here is passed
+    down (to :func:`open_run`, the replayer, case checks), never looked up again below. An unreadable
+    key is a :class:`CLIError` that says where it came from."""
+    where = f"--org-key {path}"
     if path is None:
-        return None
+        named = os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
+        if not named:
+            return None
+        path, where = Path(named), f"${semconv.ENV_ORG_PUBLIC_KEY}"
     try:
         return load_public_key(path)
     except IdentityError as exc:
-        raise CLIError(f"--org-key {path}: {exc}") from exc
-
-
-def org_key_from_env() -> Ed25519PublicKey | None:
-    """The org public key of ``$AGENTREPLAY_ORG_PUBLIC_KEY``, if set."""
-    from agentreplay_replay import replayer
-
-    try:
-        return replayer.org_key_from_env()
-    except replayer.CannotReplay as exc:
-        raise CLIError(str(exc)) from exc
+        raise CLIError(f"{where}: {exc}") from exc
 
 
 def resolve_run(source: RunReader, run_id: str) -> str:

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from agentreplay_collector.reader import DEFAULT_COLLECTOR, DEFAULT_STORE
+from agentreplay_client.reader import DEFAULT_COLLECTOR, DEFAULT_STORE
 from agentreplay_otel.core import semconv
 
 # Piped output (CI logs, `| less`) gets a readable width instead of rich's 80 columns.

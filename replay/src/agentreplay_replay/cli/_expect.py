@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Annotated, Any, Protocol
 
 import typer
 
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import MAX_EXPECTED_BYTES, StoredExpected
-from agentreplay_collector.reader import RunReader, is_store
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import MAX_EXPECTED_BYTES, StoredExpected
+from agentreplay_client.reader import RunReader, is_store
 from agentreplay_replay.cli._client import RemoteCollector, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
@@ -32,9 +32,9 @@ from agentreplay_replay.cli._common import (
 from agentreplay_replay.cli._control import AdminOpt
 
 if TYPE_CHECKING:
-    from agentreplay_replay.analysis import expected as expecting
+    from agentreplay_analysis import expected as expecting
 else:
-    expecting = lazy_module("agentreplay_replay.analysis.expected")
+    expecting = lazy_module("agentreplay_analysis.expected")
 
 PANEL = "Analysis"
 app = typer.Typer()
@@ -94,7 +94,7 @@ def expected_for(source: RunReader, run_id: str, value: str | None, dataset: Pat
             rows = expecting.load_dataset(dataset)
         except ValueError as exc:
             raise CLIError(str(exc)) from exc
-        from agentreplay_replay.analysis.transcript import run_view
+        from agentreplay_analysis.transcript import run_view
 
         found = expecting.for_run(rows, run_view(source.get_run_spans(run_id)))
         if found is not None:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from agentreplay_collector.models import TrustScore
-from agentreplay_replay.cli._client import RemoteCollector, case_of, open_run
+from agentreplay_client.models import TrustScore
+from agentreplay_replay.cli._client import RemoteCollector, case_of, open_run, org_public_key
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -20,7 +20,7 @@ from agentreplay_replay.cli._common import (
     out,
     print_json,
 )
-from agentreplay_replay.cli._testgen import PANEL, OrgKeyOpt, org_key
+from agentreplay_replay.cli._testgen import PANEL, OrgKeyOpt
 
 if TYPE_CHECKING:
     from agentreplay_replay import case as casefile
@@ -61,7 +61,7 @@ def incident(
       agentreplay incident 3f2a9c -o incidents/3f2a9c --org-key org.pub
       agentreplay incident run.case.json -o incidents/run --json
     """
-    key = org_key(org_key_path)
+    key = org_public_key(org_key_path)
     with open_run(run, store, collector, org_key=key, require_org_key=False) as (source, run_id):
         case = case_of(source, run_id)
         trust = _trust(source, case.summary.agent_id)

@@ -415,8 +415,8 @@ def _print_development(layout: Layout) -> None:
 # --- validate ----------------------------------------------------------------------------------------
 def _validate(path: Path) -> int:
     """One line per insecure setting of the config at ``path``: 1 if any, else 0."""
+    from agentreplay_client.errors import ConfigError
     from agentreplay_collector.config import load_config
-    from agentreplay_collector.errors import ConfigError
 
     try:
         config = load_config(path, strict=False)

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import LogEntry
-from agentreplay_collector.reader import RunReader, is_store
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import LogEntry
+from agentreplay_client.reader import RunReader, is_store
 from agentreplay_otel import core
 from agentreplay_otel.core import (
     Checkpoint,
@@ -64,9 +64,8 @@ OrgPublicOpt = Annotated[
     Path | None,
     typer.Option(
         "--org-key",
-        envvar=semconv.ENV_ORG_PUBLIC_KEY,
-        show_envvar=True,
-        help="The org public key (PEM): a checkpoint counts only if a log key it certified signed it.",
+        help=f"The org public key (PEM; default: ${semconv.ENV_ORG_PUBLIC_KEY}): a checkpoint counts only if a "
+             "log key it certified signed it.",
     ),
 ]
 

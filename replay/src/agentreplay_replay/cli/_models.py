@@ -17,8 +17,9 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import (
+from agentreplay_analysis.verdict import Verdict
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import (
     TRIAL_ERRORED,
     TRIAL_FAILED_OTHERWISE,
     TRIAL_FIXED,
@@ -26,13 +27,12 @@ from agentreplay_collector.models import (
     ModelAccuracy,
     ModelTrial,
 )
-from agentreplay_collector.reader import RunReader, is_store
+from agentreplay_client.reader import RunReader, is_store
 from agentreplay_otel.core import semconv
 from agentreplay_otel.replay import ENDPOINTS  # plain data: the transport stays unloaded
-from agentreplay_replay.analysis.verdict import Verdict
 from agentreplay_replay.cli._analyze import verdict_store
-from agentreplay_replay.cli._case import CaseOrgKeyOpt, RecordedCommandOpt, agent_command, case_org_key
-from agentreplay_replay.cli._client import RemoteCollector, open_run, reader
+from agentreplay_replay.cli._case import CaseOrgKeyOpt, RecordedCommandOpt, agent_command
+from agentreplay_replay.cli._client import RemoteCollector, open_run, org_public_key, reader
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, lazy_module, out, print_json
 from agentreplay_replay.cli._control import AdminOpt
 
@@ -119,13 +119,14 @@ def models(
     if run_id is None or not model:
         raise CLIError("give a run (or a case file) and at least one --model; or --report")
     base_urls = {semconv.PROVIDER_OPENAI: openai_base_url, semconv.PROVIDER_ANTHROPIC: anthropic_base_url}
-    org = case_org_key(org_key)
+    org = org_public_key(org_key)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
         agent_cmd = agent_command(source, command, recorded_command, org)
         forks, otlp = _forks(source, collector, otlp_endpoint)
         stored = _stored_verdicts(source, full)
         try:
-            trials = multi.try_models(source, forks, full, model, at=at, stored=stored, base_urls=base_urls,
+            trials = multi.try_models(source, forks, full, model, org_key=org, at=at, stored=stored,
+                                      base_urls=base_urls,
                                       command=agent_cmd, otlp=otlp, allow_unverified=allow_unverified,
                                       timeout_s=timeout_s, stdout=sys.stderr if json_ else sys.stdout,
                                       stderr=sys.stderr, granter=_granter(collector, admin_token))

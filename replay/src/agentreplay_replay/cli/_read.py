@@ -10,9 +10,9 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
-from agentreplay_collector.errors import StoreError
-from agentreplay_collector.models import ChainState
-from agentreplay_collector.reader import RunReader
+from agentreplay_client.errors import StoreError
+from agentreplay_client.models import ChainState
+from agentreplay_client.reader import RunReader
 from agentreplay_otel.core import ChainReport, semconv, unchained
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli import _analyze as analysis
@@ -71,7 +71,7 @@ def runs(
       agentreplay runs --all
     """
     if verdict:
-        from agentreplay_collector.models import verdict_filter
+        from agentreplay_client.models import verdict_filter
 
         try:
             verdict_filter(verdict)
@@ -147,8 +147,9 @@ def verify(
                                                       "omit with --all.")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Verify every stored run.")] = False,
     org_key: Annotated[Path | None, typer.Option(
-        "--org-key", envvar=semconv.ENV_ORG_PUBLIC_KEY, show_envvar=True,
-        help="The org public key (PEM). A seal counts only if the org certified its key; never read from the store.",
+        "--org-key",
+        help=f"The org public key (PEM; default: ${semconv.ENV_ORG_PUBLIC_KEY}). A seal counts only if the org "
+             "certified its key; never read from the store.",
     )] = None,
     require_seal: Annotated[bool | None, typer.Option(
         "--require-seal/--no-require-seal",

@@ -1,7 +1,7 @@
 """Terminal rendering (rich) of runs, timelines, verification and replay reports.
 
 A run's chain state has one name everywhere (``runs``, ``show``, ``verify``): the one the
-store keeps (:class:`~agentreplay_collector.models.ChainState`), said once in :data:`CHAIN_STATES`.
+store keeps (:class:`~agentreplay_client.models.ChainState`), said once in :data:`CHAIN_STATES`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from agentreplay_collector.models import ChainState, ChainStatus, RunSummary, TraceSummary
+from agentreplay_client.models import ChainState, ChainStatus, RunSummary, TraceSummary
 from agentreplay_otel.core import ChainReport, RecordedStep, SealStatus
 from agentreplay_replay.diffing import RequestChange, StepPair, answer_text, clip, excerpts, step_label
 from agentreplay_replay.timeline import TimelineNode, first_failure

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_collector.reader import RunReader
+from agentreplay_client.reader import RunReader
 from agentreplay_otel.core import recording_from_spans
 from agentreplay_otel.replay import Mode, OnDivergence, Plan
 from agentreplay_replay.cli import _render as render
@@ -19,9 +20,8 @@ from agentreplay_replay.cli._case import (
     RecordedCommandOpt,
     RunOrCaseArg,
     agent_command,
-    case_org_key,
 )
-from agentreplay_replay.cli._client import RemoteCollector, open_run, reader, resolve_run
+from agentreplay_replay.cli._client import RemoteCollector, open_run, org_public_key, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -58,13 +58,14 @@ JsonReplayOpt = Annotated[bool, typer.Option("--json", help="Print the report as
 
 
 def _replay(source: RunReader, run_id: str, plan: Plan, command: list[str], allow_unverified: bool,
-            collector: str | None, otlp_endpoint: str | None, json_: bool) -> replayer.ReplayOutcome:
+            org: Ed25519PublicKey | None, collector: str | None, otlp_endpoint: str | None,
+            json_: bool) -> replayer.ReplayOutcome:
     client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
     otlp = otlp_endpoint or client.otlp_endpoint()
     stored_in = client if otlp and client.healthy() else None  # where the replay's run is looked for after
     granter = grants.Granter.from_environment(collector=client.url, admin_token=client.token)
     try:
-        return replayer.run(source, run_id, plan, command=command, allow_unverified=allow_unverified,
+        return replayer.run(source, run_id, plan, org_key=org, command=command, allow_unverified=allow_unverified,
                             otlp=otlp, stored_in=stored_in, stdout=sys.stderr if json_ else sys.stdout,
                             stderr=sys.stderr, granter=granter)
     except replayer.CannotReplay as exc:
@@ -131,10 +132,10 @@ def replay(
     if on_divergence == "live" and mode != "regression":
         raise CLIError("--on-divergence live needs --mode regression")
     plan = Plan(mode=Mode(mode), on_divergence=OnDivergence(on_divergence))
-    org = case_org_key(org_key)
+    org = org_public_key(org_key)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
         agent = agent_command(source, command, recorded_command, org)
-        outcome = _replay(source, full, plan, agent, allow_unverified, collector, otlp_endpoint, json_)
+        outcome = _replay(source, full, plan, agent, allow_unverified, org, collector, otlp_endpoint, json_)
     _finish(outcome, json_)
 
 
@@ -198,10 +199,10 @@ def fork(
     if only_at_fork:
         fix["only_at_fork"] = True
     plan = Plan(mode=Mode.FORK, fork_at=at, fork_steps=steps, fix=fix)
-    org = case_org_key(org_key)
+    org = org_public_key(org_key)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):
         agent = agent_command(source, command, recorded_command, org)
-        outcome = _replay(source, full, plan, agent, allow_unverified, collector, otlp_endpoint, json_)
+        outcome = _replay(source, full, plan, agent, allow_unverified, org, collector, otlp_endpoint, json_)
         fork_id = outcome.report.replay_run_id if outcome.report else ""
         forked = list(outcome.spans) or (source.get_run_spans(fork_id) if fork_id else [])
     if forked and not json_:

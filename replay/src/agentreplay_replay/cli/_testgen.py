@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_otel.core import semconv
-from agentreplay_replay.cli._client import case_of, open_run, org_key_from_env, org_public_key
+from agentreplay_replay.cli._client import case_of, open_run, org_public_key
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -36,12 +35,6 @@ OrgKeyOpt = Annotated[Path | None, typer.Option(
     "--org-key", exists=True, dir_okay=False,
     help=f"The org public key (PEM) a signed run's case must check against (default: "
          f"${semconv.ENV_ORG_PUBLIC_KEY}); a run recorded without keys needs none, and is marked UNSIGNED.")]
-
-
-def org_key(path: Path | None) -> Ed25519PublicKey | None:
-    """The org public key a case must check against: ``path``, else the environment's; None when neither
-    is given (a signed run is then refused by :func:`~agentreplay_replay.case.check_as_recorded`)."""
-    return org_public_key(path) or org_key_from_env()
 
 
 @app.command(rich_help_panel=PANEL)
@@ -75,7 +68,7 @@ def testgen(
       agentreplay testgen 3f2a9c --expect '{"day": "Friday"}'
       pytest tests/regressions --agentreplay-model-url http://127.0.0.1:8000/v1
     """
-    key = org_key(org_key_path)
+    key = org_public_key(org_key_path)  # None: a signed run is refused (case.check_as_recorded)
     with open_run(run, store, collector, org_key=key, require_org_key=False) as (source, run_id):
         case = case_of(source, run_id)
         held_to = expected_for(source, run_id, expect, expected)  # None: the run's own, if it recorded one
