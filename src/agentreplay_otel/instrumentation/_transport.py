@@ -8,7 +8,7 @@ agent's stead is built with the package of the request it answers. An exchange i
 a send made while another is on its way (an ``httpx`` transport that sends through ``httpx2``,
 or the reverse) is the first one's and passes through untouched. Then:
 
-* inside a recorded call (:func:`in_flight`), the JSON body the library built is handed
+* inside a recorded call (:func:`._flight.in_flight`), the JSON body the library built is handed
   to the interceptor, which lets it go (recording, a fork's live step, perhaps with a fixed
   body), answers it from the recording (replay) or refuses it (a divergence, answered as
   a 400 the library raises and the call's wrapper turns back into the replay's error);
@@ -32,25 +32,21 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import wrapt
 from opentelemetry import trace
 
 from agentreplay_otel import intercept, semconv
 from agentreplay_otel.errors import AgentReplayError
-from agentreplay_otel.instrumentation import _wire
+from agentreplay_otel.instrumentation import _flight, _wire
 from agentreplay_otel.instrumentation._capture import DROPPED_HEADERS, after_send, header
-from agentreplay_otel.instrumentation._llm import LLMCall
+from agentreplay_otel.instrumentation._llm import LLMCall, Recorder
 from agentreplay_otel.recording import RecordedStep
 from agentreplay_otel.runs import _run_for_call, current_run
 
-if TYPE_CHECKING:
-    from agentreplay_otel.instrumentation._wrap import Recorder
-
 _log = logging.getLogger(__name__)
 
-_in_flight: contextvars.ContextVar[LLMCall | None] = contextvars.ContextVar("agentreplay_llm_call", default=None)
 _sending: contextvars.ContextVar[bool] = contextvars.ContextVar("agentreplay_sending", default=False)
 CROSSING = "agentreplay.crossing"  # a translated request's way back (replay/_translate.py)
 _REFUSED = 400  # not retried by either library with x-should-retry: false
@@ -62,55 +58,11 @@ def sending_live() -> bool:
     return _sending.get()
 
 
-def call_in_flight() -> LLMCall | None:
-    """The recorded call whose request is being made here, if any."""
-    return _in_flight.get()
-
-
-@contextlib.contextmanager
-def in_flight(call: LLMCall) -> Iterator[None]:
-    """While the library makes the request of ``call``, its HTTP exchange belongs to it."""
-    token = _in_flight.set(call)
-    try:
-        yield
-    finally:
-        _in_flight.reset(token)
-
-
-def take_flight(call: LLMCall) -> contextvars.Token[LLMCall | None]:
-    """:func:`in_flight` without a generator (a call's wrapper enters it on every call): the token
-    :func:`land` takes back."""
-    return _in_flight.set(call)
-
-
-def land(token: contextvars.Token[LLMCall | None]) -> None:
-    _in_flight.reset(token)
-
-
 def package_of(message: Any) -> ModuleType:
     """The HTTP package (``httpx2`` or ``httpx``) a request or response belongs to: what answers it
     in the agent's stead is built with the same one, which the client library then reads."""
     name = type(message).__module__.partition(".")[0]
     return importlib.import_module(name if name in PACKAGES else "httpx2")
-
-
-_unseen_warned: set[str] = set()
-
-
-def check_seen(call: LLMCall, library: str) -> bool:
-    """Whether the transport saw the exchange of ``call``, a call that returned; warned once per
-    library when it did not (its client sends by a way neither package's ``send`` is on: the call is
-    recorded from the parsed response, and a replay cannot answer it)."""
-    if call.exchange.status is not None or call.refusal is not None:
-        return True
-    with _lock:
-        first = library not in _unseen_warned
-        _unseen_warned.add(library)
-    if first:
-        _log.warning("agentreplay: %s calls: an HTTP exchange was not seen: the client sends through neither "
-                     "httpx2's nor httpx's Client.send; it is recorded from the parsed response and a replay "
-                     "cannot answer it", library)
-    return False
 
 
 # --- one exchange -------------------------------------------------------------------------
@@ -372,7 +324,7 @@ def _call_for(request: Any) -> tuple[LLMCall | None, _wire.API | None, Any | Non
     wrapper did), and the response that refuses it when the guard does: a 400 the library raises, with
     the guard's reason (an exception raised here would be retried by the library, then reported as a
     connection error)."""
-    call = _in_flight.get()
+    call = _flight.call_in_flight()
     if call is not None:
         return call, None, None
     try:

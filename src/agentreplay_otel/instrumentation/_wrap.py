@@ -24,7 +24,7 @@ from opentelemetry import trace
 
 from agentreplay_otel import intercept, semconv
 from agentreplay_otel.errors import RunHalted, ScopeViolation
-from agentreplay_otel.instrumentation import _capture, _transport
+from agentreplay_otel.instrumentation import _capture, _flight
 from agentreplay_otel.instrumentation._llm import CallRequest, LLMCall, LLMResult, Recorder, clean_kwargs
 from agentreplay_otel.instrumentation._stream import (
     AsyncStreamProxy,
@@ -107,16 +107,16 @@ class CallScope:
     """One LLM call, the same for every entry point: enforced, begun, then sent inside ``with``.
 
     While the library sends, the call's span is current (spans the library opens are its
-    children) and its HTTP exchange belongs to it (:mod:`._transport`). On the way out the
+    children) and its HTTP exchange belongs to it (:mod:`._flight`). On the way out the
     context is detached, so a stream carries none with it; a failure ends the span; a request
     the replay refused surfaces as the replay's own error, not the library's HTTP error.
     """
 
-    __slots__ = ("call", "_token", "_flight")
+    __slots__ = ("call", "_token", "_landing")
 
     def __init__(self, endpoint: Endpoint, recorder: Recorder, instance: Any, kwargs: dict[str, Any]) -> None:
         read_once_arguments(kwargs)
-        if _transport.call_in_flight() is not None:  # made by a recorded call (LiteLLM's through openai's):
+        if _flight.call_in_flight() is not None:  # made by a recorded call (LiteLLM's through openai's):
             self.call = None  # its exchange is that call's, recorded once
             return
         run = enforce(kwargs, recorder.tracer)
@@ -125,14 +125,14 @@ class CallScope:
     def __enter__(self) -> CallScope:
         if self.call is not None:
             self._token = otel_context.attach(trace.set_span_in_context(self.call.span))
-            self._flight = _transport.take_flight(self.call)
+            self._landing = _flight.take_flight(self.call)
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         call = self.call
         if call is None:
             return
-        _transport.land(self._flight)
+        _flight.land(self._landing)
         otel_context.detach(self._token)
         if exc is not None:
             call.fail(call.refusal or exc)
@@ -144,7 +144,7 @@ def complete(endpoint: Endpoint, call: LLMCall | None, result: Any) -> Any:
     """Record a returned response, or hand back a stream that records itself as it is read."""
     if call is None:
         return result
-    _transport.check_seen(call, endpoint.provider)
+    _flight.check_seen(call, endpoint.provider)
     try:
         if isinstance(result, endpoint.sync_stream):
             return SyncStreamProxy(result, call, endpoint.accumulator(_tapped(result)))

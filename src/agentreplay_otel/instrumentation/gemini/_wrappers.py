@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from agentreplay_otel import semconv
-from agentreplay_otel.instrumentation import _transport
+from agentreplay_otel.instrumentation import _flight
 from agentreplay_otel.instrumentation._stream import SyncStreamProxy
 from agentreplay_otel.instrumentation._wrap import CallScope, Endpoint, Recorder, async_wrapper, sync_wrapper
 from agentreplay_otel.instrumentation.gemini import _extract
@@ -93,5 +93,5 @@ def _recorded_stream(endpoint: Endpoint, scope: CallScope, start: Callable[[], I
     if call is None:
         yield from rest
         return
-    _transport.check_seen(call, endpoint.provider)
+    _flight.check_seen(call, endpoint.provider)
     yield from SyncStreamProxy(rest, call, endpoint.accumulator(None))
