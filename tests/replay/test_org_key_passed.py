@@ -110,4 +110,4 @@ def test_the_pytest_plugin_uses_the_key_of_its_settings_alone(org, unreadable_en
     with pytest.raises(CaseRefused, match="no org public key"):
         AgentReplay(Settings())._org_key()
     with pytest.raises(CaseRefused, match="no-such-org.pub"):
-        AgentReplay(Settings(org_key=unreadable_env)).org_public_key
+        _ = AgentReplay(Settings(org_key=unreadable_env)).org_public_key
