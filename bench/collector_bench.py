@@ -433,8 +433,8 @@ def drive(
         stored = None
     else:
         with Store(f"chdb://{store}") as reader:
-            stored = reader.count_spans()
-            result["raw_rows"] = reader.count_spans(distinct=False)
+            stored = reader.runs.count_spans()
+            result["raw_rows"] = reader.runs.count_spans(distinct=False)
             result["runs_intact_and_sealed"] = reader.query(
                 "SELECT count() FROM agentreplay.runs FINAL WHERE ChainStatus = 'intact' AND SealStatus = 'valid'"
             )[0][0]
@@ -546,8 +546,8 @@ def _stages(work: Path, org: Org, spans_per_run: int, spans: int) -> dict[str, f
             group = converted[i : i + per_insert]
             with clock("insert"):
                 table = pa.concat_tables([c.table for c in group])
-                collector.store.insert_spans(table)
-                collector.store.insert_run_arrivals([a for c in group for a in c.arrivals])
+                collector.store.runs.insert_spans(table)
+                collector.store.runs.insert_arrivals([a for c in group for a in c.arrivals])
             with clock("runs_upsert_pending"):
                 collector.chain.observe([r for c in group for r in c.records])
         records = [r for c in converted for r in c.records]
@@ -627,11 +627,11 @@ def fill_store(path: Path, total: int, spans_per_run: int, agent: Agent) -> list
             copy = template.set_column(0, "Timestamp", ts).set_column(1, "TraceId", trace_ids)
             batch.append(copy)
             if sum(t.num_rows for t in batch) >= 200_000:
-                store.insert_spans(pa.concat_tables(batch))
+                store.runs.insert_spans(pa.concat_tables(batch))
                 batch = []
         if batch:
-            store.insert_spans(pa.concat_tables(batch))
-        stored = store.count_spans(distinct=False)
+            store.runs.insert_spans(pa.concat_tables(batch))
+        stored = store.runs.count_spans(distinct=False)
         run_ids = [
             r[0]
             for r in store.query(
@@ -643,7 +643,7 @@ def fill_store(path: Path, total: int, spans_per_run: int, agent: Agent) -> list
 
 
 def fetch_times(path: Path, run_ids: list[str], spans_per_run: int, org: Org) -> dict[str, Any]:
-    from agentreplay_collector import schema
+    from agentreplay_collector.store import schema
 
     out: dict[str, Any] = {}
     with Store(f"chdb://{path}") as store:

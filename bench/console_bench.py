@@ -59,8 +59,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from collector_bench import Org, _config, _generator, _thread_cpu, fill_store, make_org  # noqa: E402
 
-from agentreplay_collector import schema  # noqa: E402
-from agentreplay_collector.store import Store  # noqa: E402
+from agentreplay_collector.store import (
+    Store,  # noqa: E402
+    schema,  # noqa: E402
+)
 from agentreplay_dev.collector import CollectorProcess, IssuedAgent, export_grpc, write_config  # noqa: E402
 from agentreplay_otel import identity, semconv  # noqa: E402
 

@@ -113,7 +113,7 @@ def stored_bytes(spans: list[ReadableSpan], directory: str) -> dict[str, float]:
         store.ensure_schema()
         # Wide parts: a compact part (the default below 10 MB) does not count bytes column by column.
         store.command(f"ALTER TABLE {store.database}.otel_traces MODIFY SETTING min_bytes_for_wide_part = 0")
-        store.insert_spans(table)
+        store.runs.insert_spans(table)
         store.command(f"OPTIMIZE TABLE {store.database}.otel_traces FINAL")
         rows = store.query(
             "SELECT column, sum(column_data_uncompressed_bytes), sum(column_data_compressed_bytes) "

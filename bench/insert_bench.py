@@ -51,9 +51,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from collector_bench import build_runs, encode_requests, make_org  # noqa: E402
 
-from agentreplay_collector import schema  # noqa: E402
 from agentreplay_collector.otlp import convert, parse_protobuf  # noqa: E402
-from agentreplay_collector.store import Store  # noqa: E402
+from agentreplay_collector.store import (
+    Store,  # noqa: E402
+    schema,  # noqa: E402
+)
 
 RESULTS = Path(__file__).resolve().parent / "results" / "insert.json"
 MERGE_RESULTS = RESULTS.with_name("insert_merges.json")
@@ -81,16 +83,16 @@ def prepare(store_dir: Path) -> dict[str, Store]:
         db = store.database
         if variant in DROPPED:
             for index in DROPPED[variant]:
-                store._call("DDL", "command", f"ALTER TABLE {db}.{schema.TRACES} DROP INDEX {index}")  # noqa: SLF001
+                store.engine.call("DDL", "command", f"ALTER TABLE {db}.{schema.TRACES} DROP INDEX {index}")
         elif variant == "no_trace_id_view":
-            store._call("DDL", "command", f"DROP VIEW {db}.{schema.TRACE_ID_TS_MV}")  # noqa: SLF001
+            store.engine.call("DDL", "command", f"DROP VIEW {db}.{schema.TRACE_ID_TS_MV}")
         elif variant == "null_engine":
-            store._call("DDL", "command", f"DROP VIEW {db}.{schema.TRACE_ID_TS_MV}")  # noqa: SLF001
-            store._call("DDL", "command", f"DROP TABLE {db}.{schema.TRACES}")  # noqa: SLF001
-            store._call("DDL", "command",  # noqa: SLF001
-                        f"CREATE TABLE {db}.{schema.TRACES} AS insert_production.{schema.TRACES} ENGINE = Null")
+            store.engine.call("DDL", "command", f"DROP VIEW {db}.{schema.TRACE_ID_TS_MV}")
+            store.engine.call("DDL", "command", f"DROP TABLE {db}.{schema.TRACES}")
+            store.engine.call("DDL", "command",
+                              f"CREATE TABLE {db}.{schema.TRACES} AS insert_production.{schema.TRACES} ENGINE = Null")
         if variant != "null_engine":  # background merges would bill one variant's parts to the next one timed
-            store._call("DDL", "command", f"SYSTEM STOP MERGES {db}.{schema.TRACES}")  # noqa: SLF001
+            store.engine.call("DDL", "command", f"SYSTEM STOP MERGES {db}.{schema.TRACES}")
         stores[variant] = store
     return stores
 
@@ -98,7 +100,7 @@ def prepare(store_dir: Path) -> dict[str, Store]:
 def insert_us_per_span(store: Store, tables: list[pa.Table]) -> float:
     started = time.process_time()
     for table in tables:
-        store.insert_spans(table)
+        store.runs.insert_spans(table)
     return 1e6 * (time.process_time() - started) / sum(t.num_rows for t in tables)
 
 
@@ -112,7 +114,7 @@ def merged_us_per_span(size: int, total: int) -> dict[str, float]:
         store.ensure_schema()
         started = time.process_time()
         for offset in range(0, total, size):
-            store.insert_spans(spans.slice(offset, min(size, total - offset)))
+            store.runs.insert_spans(spans.slice(offset, min(size, total - offset)))
         inserted = time.process_time()
         settled = time.monotonic() + 60
         while time.monotonic() < settled:  # merges run on the store's own threads after the inserts

@@ -32,8 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from agentreplay_client.models import ChainState, ChainStatus, RunSummary
-from agentreplay_collector import schema
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import Store, schema
 from agentreplay_collector.translog import LogSigner, LogView, TransparencyLog
 from agentreplay_otel.core import ChainHead, certify_log_key, decode_leaf, generate_key, merkle
 
@@ -94,7 +93,7 @@ def build_log(store: Store, n: int) -> dict[str, float]:
 
 def sign_head(store: Store, signer: LogSigner) -> TransparencyLog:
     """Open the log as the collector does (its frontier from the store) and sign a checkpoint."""
-    log = TransparencyLog(store, signer)
+    log = TransparencyLog(store.log, signer)
     log.open()
     assert not log.damaged, log.damaged
     log.checkpoint(force=True)
@@ -103,12 +102,12 @@ def sign_head(store: Store, signer: LogSigner) -> TransparencyLog:
 
 def check(store: Store, log: TransparencyLog, samples: int = 20) -> None:
     """The bulk-built tree is the collector's: sampled leaves decode (canonical) and prove to the root."""
-    view, rng = LogView(store), random.Random(7)
-    signed = store.log_checkpoint()
+    view, rng = LogView(store.log), random.Random(7)
+    signed = store.log.checkpoint()
     assert signed is not None
     root, size = signed.checkpoint.root, log.size
     for index in [0, size - 1] + [rng.randrange(size) for _ in range(samples)]:
-        [entry] = store.log_entries(index, index + 1)
+        [entry] = store.log.entries(index, index + 1)
         decode_leaf(entry.leaf)
         assert [e for e, _ in view.run_proofs(entry.run_id, size)] == [entry]  # found by run id, too
         merkle.verify_inclusion(merkle.leaf_hash(entry.leaf), index, size, view.inclusion(index, size), root)
@@ -136,12 +135,12 @@ def timed(fn: Callable[[], Any], n: int, warm: int = 3) -> dict[str, float]:
 
 
 def proofs(store: Store, size: int, n: int) -> dict[str, Any]:
-    view, rng = LogView(store), random.Random(11)
+    view, rng = LogView(store.log), random.Random(11)
     runs = [hashlib.md5(str(rng.randrange(size)).encode()).hexdigest() for _ in range(1000)]  # as _leaf_sql names them
-    cp = store.log_checkpoint()
+    cp = store.log.checkpoint()
     assert cp is not None
     proof = view.inclusion(size // 3, size)
-    leaf = store.log_entries(size // 3, size // 3 + 1)[0].leaf
+    leaf = store.log.entries(size // 3, size // 3 + 1)[0].leaf
     old = max(1, size // 2 + 1)
     cons = view.consistency(old, size)
     old_root = merkle.fold(view.subtrees([(x.start, x.end) for x in merkle.Frontier.nodes(old)]))
@@ -149,7 +148,7 @@ def proofs(store: Store, size: int, n: int) -> dict[str, Any]:
         "inclusion_by_position": timed(lambda: view.inclusion(rng.randrange(size), size), n),
         "inclusion_for_a_run": timed(lambda: view.run_proofs(rng.choice(runs), size), n),
         "consistency": timed(lambda: view.consistency(rng.randrange(1, size), size), n),
-        "latest_checkpoint": timed(lambda: store.log_checkpoint(), n),
+        "latest_checkpoint": timed(lambda: store.log.checkpoint(), n),
         "verify_inclusion_python": timed(
             lambda: merkle.verify_inclusion(merkle.leaf_hash(leaf), size // 3, size, proof, cp.checkpoint.root), n),
         "verify_consistency_python": timed(
@@ -161,7 +160,7 @@ def proofs(store: Store, size: int, n: int) -> dict[str, Any]:
 
 def appends(store: Store, signer: LogSigner, n: int) -> dict[str, Any]:
     t = time.perf_counter()
-    log = TransparencyLog(store, signer)
+    log = TransparencyLog(store.log, signer)
     log.open()
     open_ms = (time.perf_counter() - t) * 1000
     counter = iter(range(10**9))

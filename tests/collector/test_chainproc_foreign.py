@@ -50,7 +50,7 @@ def _request(trace: str, spans: list[tuple[str, str, dict[str, str]]], events: d
 
 def _written(store: Store, request: ExportTraceServiceRequest) -> ConvertedRequest:
     converted = convert(request)
-    store.insert_spans(converted.table)
+    store.runs.insert_spans(converted.table)
     return converted
 
 
@@ -61,7 +61,7 @@ def _observe(chain: ChainProcessor, converted: ConvertedRequest) -> None:
 def _processor(store: Store) -> tuple[ChainProcessor, Clock]:
     clock = Clock()
     cfg = ChainConfig(quiet_period_s=2.0, incomplete_after_s=60.0, foreign_quiet_period_s=5.0)
-    return ChainProcessor(cfg, store, KeyRing(), clock=clock), clock
+    return ChainProcessor(cfg, store.runs, KeyRing(), clock=clock), clock
 
 
 ROOT, CHILD, TOOL = "1" * 16, "2" * 16, "3" * 16

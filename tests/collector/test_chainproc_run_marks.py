@@ -35,10 +35,13 @@ class SpyStore(Store):
     def __init__(self, endpoint: str, *, database: str) -> None:
         super().__init__(endpoint, database=database)
         self.statements: list[tuple[str, dict[str, Any]]] = []
+        call = self.engine.call
 
-    def _call(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        self.statements.append((what, dict(kwargs.get("parameters") or {})))
-        return super()._call(what, fn, *args, **kwargs)
+        def spied(what: str, fn: str, *args: Any, **kwargs: Any) -> Any:
+            self.statements.append((what, dict(kwargs.get("parameters") or {})))
+            return call(what, fn, *args, **kwargs)
+
+        self.engine.call = spied  # type: ignore[method-assign]
 
     def said(self) -> list[str]:
         return [what for what, _ in self.statements]
@@ -63,10 +66,10 @@ def store(chdb_path: Path) -> Iterator[SpyStore]:
 
 def chain_of(store: Store) -> tuple[ChainProcessor, Clock]:
     clock = Clock()
-    log = TransparencyLog(store)
+    log = TransparencyLog(store.log)
     log.open()
     cfg = ChainConfig(quiet_period_s=2.0, incomplete_after_s=60.0)
-    return ChainProcessor(cfg, store, KeyRing(), clock=clock, log=log), clock
+    return ChainProcessor(cfg, store.runs, KeyRing(), clock=clock, log=log), clock
 
 
 def by_run(request: Any) -> tuple[Any, dict[str, list[SpanRecord]]]:
@@ -82,8 +85,8 @@ def received(store: Store, chain: ChainProcessor, owners: RunOwners, request: An
     first heard of here written, then the chain processor told (the batcher's order)."""
     converted, runs = by_run(request)
     arrivals = owners.claim(AGENT, list(runs))
-    store.insert_spans(converted.table)
-    store.insert_run_arrivals(arrivals)
+    store.runs.insert_spans(converted.table)
+    store.runs.insert_arrivals(arrivals)
     chain.observe(converted.records)
     return list(runs)
 
@@ -94,7 +97,7 @@ def copied_in(store: Store, request: Any, *, status: str, agent: str, halted: in
     this process's own write."""
     converted, runs = by_run(request)
     ((run_id, _),) = runs.items()
-    store.insert_spans(converted.table)
+    store.runs.insert_spans(converted.table)
     db = store.database
     if agent:
         store.command(f"INSERT INTO {db}.run_arrivals (RunId, AgentId, ReceivedAt)"
@@ -123,7 +126,7 @@ def test_a_round_of_runs_opened_here_asks_the_store_no_marks(store: SpyStore, re
         run = store.get_run(run_id)
         assert run is not None and run.chain.status is ChainState.UNSEALED
         assert not run.halted and run.classification == ""
-    assert store._stored_run_marks(run_ids) == {}  # memory said what the store holds
+    assert store.runs._stored_marks(run_ids) == {}  # memory said what the store holds
 
     received(store, chain, owners, recorded(runs=2, children=1))  # a second round: the same
     clock.now += 3
@@ -137,7 +140,7 @@ def test_a_run_copied_in_with_marks_keeps_them(store: SpyStore, recorded) -> Non
                        classification="FM-2.3")
     chain, clock = chain_of(store)
     owners = RunOwners(store)
-    chain.resume(store.pending_runs())  # at start: what a previous process (or the copy) left pending
+    chain.resume(store.runs.pending())  # at start: what a previous process (or the copy) left pending
     mine = received(store, chain, owners, recorded(runs=2, children=1))
     clock.now += 61
     store.statements.clear()
@@ -158,10 +161,10 @@ def test_a_pending_row_naming_no_agent_is_not_taken_for_a_run_opened_here(store:
     copied = copied_in(store, recorded(runs=1, children=2), status="pending", agent="", halted=0,
                        classification="FM-1.1")
     chain, clock = chain_of(store)
-    chain.resume(store.pending_runs())
+    chain.resume(store.runs.pending())
     owners = RunOwners(store)
     assert [a.run_id for a in owners.claim(AGENT, [copied])] == [copied]  # not stored, as ownership sees it
-    store.insert_run_arrivals([RunArrival(run_id=copied, agent_id=AGENT, received_ns=time.time_ns())])
+    store.runs.insert_arrivals([RunArrival(run_id=copied, agent_id=AGENT, received_ns=time.time_ns())])
     clock.now += 61
     store.statements.clear()
     assert chain.tick() == 1
@@ -178,11 +181,11 @@ def test_marks_this_process_writes_are_remembered(store: SpyStore, recorded) -> 
     chain.tick()
     run = store.get_run(run_id)
     assert run is not None
-    store.upsert_runs([dataclasses.replace(run, halted=True, classification="FM-3.2")], time.time_ns())
+    store.runs.upsert([dataclasses.replace(run, halted=True, classification="FM-3.2")], time.time_ns())
     store.statements.clear()
-    assert store.run_marks([run_id]) == {run_id: RunMarks(halted=True, classification="FM-3.2")}
+    assert store.runs.marks([run_id]) == {run_id: RunMarks(halted=True, classification="FM-3.2")}
     assert store.said() == []
-    assert store._stored_run_marks([run_id]) == {run_id: RunMarks(halted=True, classification="FM-3.2")}
+    assert store.runs._stored_marks([run_id]) == {run_id: RunMarks(halted=True, classification="FM-3.2")}
 
 
 def test_a_server_store_is_asked_about_every_run() -> None:
@@ -190,5 +193,5 @@ def test_a_server_store_is_asked_about_every_run() -> None:
     assert not server.exclusive and server.own_writes is None
     run_ids = [uuid.uuid4().hex for _ in range(3)]
     with pytest.raises(StoreUnavailable):
-        server.run_marks(run_ids)
+        server.runs.marks(run_ids)
     assert server.statements == [("run marks", {"ids": run_ids})]

@@ -16,7 +16,7 @@ from agentreplay_collector.store import Store
 
 def _stored_runs(store: Store, recorded, *, runs: int, status: ChainState = ChainState.INTACT) -> list[str]:
     converted = convert(recorded(runs=runs, children=2))
-    store.insert_spans(converted.table)
+    store.runs.insert_spans(converted.table)
     by_run = defaultdict(list)
     for record in converted.records:
         by_run[record.trace_id].append(record)
@@ -28,7 +28,7 @@ def _stored_runs(store: Store, recorded, *, runs: int, status: ChainState = Chai
                    chain=ChainStatus(run_id=rid, status=status, seal="valid", span_count=len(records)))
         for rid, records in by_run.items()
     ]
-    store.upsert_runs(summaries, now)
+    store.runs.upsert(summaries, now)
     return sorted(by_run)
 
 
@@ -39,10 +39,10 @@ def test_each_finished_run_is_analysed_once_by_the_detectors(chdb_store: Store, 
     assert worker.analyzer is load_analyzer(DETECTORS) is not None  # agentreplay_analysis.stored.analyse, imported
     assert worker.run_once() == 2 and worker.run_once() == 1 and worker.run_once() == 0  # batches of 2, then idle
     for run_id in finished:
-        [verdict] = chdb_store.classifications(run_id)
+        [verdict] = chdb_store.verdicts.classifications(run_id)
         assert verdict.classifier == DETECTORS and verdict.verdict in ("ok", "unsure", "failed")
         assert json.loads(verdict.verdict_json)["chain_state"] == "intact"
-    assert chdb_store.classifications(pending[0]) == []  # its chain verdict is not in yet
+    assert chdb_store.verdicts.classifications(pending[0]) == []  # its chain verdict is not in yet
     assert worker.analysed_runs == 3
 
 
@@ -53,9 +53,9 @@ def test_the_backlog_outlives_a_worker_and_a_changed_run_comes_back(chdb_store: 
     assert again.run_once() == 2
     time.sleep(0.01)
     [run] = [r for r in chdb_store.list_runs(limit=10) if r.run_id == runs[0]]
-    chdb_store.upsert_runs([run], time.time_ns())  # its row changed (a new chain verdict): analysed anew
-    assert chdb_store.runs_to_analyse(DETECTORS, limit=10) == [runs[0]]
-    assert again.run_once() == 1 and len(chdb_store.classifications(runs[0])) == 2
+    chdb_store.runs.upsert([run], time.time_ns())  # its row changed (a new chain verdict): analysed anew
+    assert chdb_store.verdicts.to_analyse(DETECTORS, limit=10) == [runs[0]]
+    assert again.run_once() == 1 and len(chdb_store.verdicts.classifications(runs[0])) == 2
 
 
 def test_a_failing_analyzer_leaves_a_verdict_saying_so(chdb_store: Store, recorded) -> None:
@@ -66,7 +66,7 @@ def test_a_failing_analyzer_leaves_a_verdict_saying_so(chdb_store: Store, record
 
     worker = AnalysisWorker(AnalysisConfig(), chdb_store, analyzer=broken)
     assert worker.run_once() == 1 and worker.run_once() == 0 and worker.failed_runs == 1
-    [verdict] = chdb_store.classifications(run_id)
+    [verdict] = chdb_store.verdicts.classifications(run_id)
     assert verdict.verdict == "unsure" and "no detectors today" in json.loads(verdict.verdict_json)["root_cause"]
 
 
@@ -76,7 +76,7 @@ def test_the_thread_analyses_the_backlog_and_stops(chdb_store: Store, recorded) 
     worker.start()
     try:
         assert worker.force_flush(30.0)
-        assert all(chdb_store.classifications(r) for r in runs)
+        assert all(chdb_store.verdicts.classifications(r) for r in runs)
         assert worker.stats()["running"] is True
     finally:
         worker.shutdown(10.0)

@@ -25,7 +25,7 @@ def dated(runs: int, *, days_apart: int, agent: str, first_day: int = 0) -> obje
 
 @pytest.fixture
 def batcher(chdb_store: Store):
-    b = Batcher(BatchConfig(timeout_s=2.0, send_batch_size=100_000), chdb_store)
+    b = Batcher(BatchConfig(timeout_s=2.0, send_batch_size=100_000), chdb_store.runs)
     b.start()
     yield b
     b.shutdown()
@@ -42,7 +42,7 @@ def test_exports_whose_days_together_pass_the_limit_go_in_separate_inserts(batch
     futures = together(batcher, exports)
     assert [f.result(60) for f in futures] == [c.span_count for c in exports]
     assert batcher.inserts == 3 and all(len(c.days) <= MAX_INSERT_DAYS for c in exports)
-    assert chdb_store.count_spans() == sum(c.span_count for c in exports)
+    assert chdb_store.runs.count_spans() == sum(c.span_count for c in exports)
 
 
 def test_rows_the_store_refuses_fail_only_their_export(batcher: Batcher, chdb_store) -> None:
@@ -54,4 +54,4 @@ def test_rows_the_store_refuses_fail_only_their_export(batcher: Batcher, chdb_st
     assert futures[0].result(60) == good[0].span_count and futures[2].result(60) == good[1].span_count
     again = convert(dated(1, days_apart=0, agent="after"))
     assert batcher.submit(again).result(60) == again.span_count  # and no refusal for a second after
-    assert chdb_store.count_spans() == sum(c.span_count for c in (*good, again))
+    assert chdb_store.runs.count_spans() == sum(c.span_count for c in (*good, again))

@@ -28,13 +28,13 @@ class Clock:
 def processor(store: Store, keys: KeyRing | None = None, **config) -> tuple[ChainProcessor, Clock]:
     clock = Clock()
     cfg = ChainConfig(**{"quiet_period_s": 2.0, "incomplete_after_s": 60.0, **config})
-    return ChainProcessor(cfg, store, keys or KeyRing(), clock=clock), clock
+    return ChainProcessor(cfg, store.runs, keys or KeyRing(), clock=clock), clock
 
 
 def written(store: Store, request) -> dict[str, list]:
     """Write a request's rows (as the batcher does before the chain processor sees them)."""
     converted = convert(request)
-    store.insert_spans(converted.table)
+    store.runs.insert_spans(converted.table)
     runs = defaultdict(list)
     for record in converted.records:
         runs[record.trace_id].append(record)
@@ -135,9 +135,9 @@ def test_pending_runs_are_resumed_after_a_restart(chdb_store: Store, recorded) -
     ((run_id, records),) = written(chdb_store, recorded(runs=1, children=3)).items()
     first.observe([r for r in records if not r.is_root])
     first.tick()  # announces the run as pending, then the process dies
-    assert chdb_store.pending_runs() == [run_id]
+    assert chdb_store.runs.pending() == [run_id]
     second, clock2 = processor(chdb_store)
-    second.resume(chdb_store.pending_runs())
+    second.resume(chdb_store.runs.pending())
     clock2.now += 61
     second.tick()
     assert chdb_store.get_chain_status(run_id).status is ChainState.UNSEALED

@@ -42,11 +42,11 @@ def test_every_verdict_is_kept_and_each_judges_latest_is_read(chdb_store: Store)
     newer = _verdict(RUN_A, "detectors", "failed", 2_000, modes=("FM-1.1",))
     judge = _verdict(RUN_A, "llm", "failed", 1_500, model="qwen", modes=("FM-1.1", "FM-2.6"))
     other = _verdict(RUN_B, "detectors", "unsure", 1_200)
-    chdb_store.insert_classifications([older, newer, judge, other])
-    assert chdb_store.classifications(RUN_A) == [newer, judge, older]  # every verdict, newest first
-    latest = chdb_store.latest_classifications([RUN_A, RUN_B])
+    chdb_store.verdicts.insert_classifications([older, newer, judge, other])
+    assert chdb_store.verdicts.classifications(RUN_A) == [newer, judge, older]  # every verdict, newest first
+    latest = chdb_store.verdicts.latest_classifications([RUN_A, RUN_B])
     assert sorted(latest, key=lambda c: (c.run_id, c.classifier)) == [newer, judge, other]
-    assert chdb_store.latest_classifications([]) == []
+    assert chdb_store.verdicts.latest_classifications([]) == []
     assert newer.to_json()["culprit_step"] == 3 and StoredClassification.from_json(newer.to_json()) == newer
 
 
@@ -62,8 +62,8 @@ def test_a_store_with_the_first_layout_gets_the_current_one(chdb_path) -> None:
         )
         store.ensure_schema()
         store.ensure_schema()  # idempotent
-        store.insert_classifications([_verdict(RUN_A, "detectors", "ok", 1)])
-        assert [c.verdict for c in store.classifications(RUN_A)] == ["ok"]
+        store.verdicts.insert_classifications([_verdict(RUN_A, "detectors", "ok", 1)])
+        assert [c.verdict for c in store.verdicts.classifications(RUN_A)] == ["ok"]
         tables = {r[0] for r in store.query("SELECT name FROM system.tables WHERE database = {db:String}",
                                             {"db": store.database})}
         assert "classifications_first" in tables
@@ -86,9 +86,9 @@ def test_runs_filtered_by_verdict_agree_with_the_python_twin(chdb_store: Store) 
         "5" * 32: [_verdict("5" * 32, "detectors", "unsure", 1)],
         "6" * 32: [],  # never judged
     }
-    chdb_store.upsert_runs([_summary(run_id, "agent", base + i) for i, run_id in enumerate(verdicts)],
+    chdb_store.runs.upsert([_summary(run_id, "agent", base + i) for i, run_id in enumerate(verdicts)],
                            time.time_ns())
-    chdb_store.insert_classifications([c for cs in verdicts.values() for c in cs])
+    chdb_store.verdicts.insert_classifications([c for cs in verdicts.values() for c in cs])
     expected = {"failed": {"1" * 32, "3" * 32}, "ok": {"2" * 32, "4" * 32}, "FM-2.6": {"1" * 32, "3" * 32},
                 "FM-3.2": {"3" * 32}, "FM-1.1": set()}
     for asked, runs in expected.items():

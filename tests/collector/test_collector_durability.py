@@ -85,8 +85,8 @@ def test_sigkill_mid_stream_loses_nothing_and_duplicates_nothing(tmp_path: Path)
         first.kill()
 
     with Store(store) as reader:
-        raw = reader.count_spans(distinct=False)
-        assert reader.count_spans() == runs * (children + 1), f"raw rows: {raw}"
+        raw = reader.runs.count_spans(distinct=False)
+        assert reader.runs.count_spans() == runs * (children + 1), f"raw rows: {raw}"
         distinct_ids = reader.query("SELECT uniqExact(TraceId, SpanId) FROM agentreplay.otel_traces")[0][0]
         assert distinct_ids == runs * (children + 1)
         listed = reader.list_runs(limit=1000)
@@ -100,10 +100,16 @@ class FlakyStore(Store):
 
     down = False
 
-    def insert_spans(self, table):  # type: ignore[override]
-        if self.down:
-            raise StoreUnavailable("injected outage")
-        super().insert_spans(table)
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        insert = self.runs.insert_spans
+
+        def insert_spans(table):
+            if self.down:
+                raise StoreUnavailable("injected outage")
+            insert(table)
+
+        self.runs.insert_spans = insert_spans  # type: ignore[method-assign]
 
 
 def test_a_store_outage_answers_unavailable_and_loses_nothing(tmp_path: Path, chdb_path: Path) -> None:
@@ -133,11 +139,11 @@ def test_a_store_outage_answers_unavailable_and_loses_nothing(tmp_path: Path, ch
                     with tracer.start_as_current_span("chat m"):
                         pass
         time.sleep(2.0)  # the SDK's exports are refused and retried meanwhile
-        assert store.count_spans() == 0
+        assert store.runs.count_spans() == 0
         store.down = False
         assert provider.force_flush(60_000)
         provider.shutdown()
-        assert store.count_spans() == 500
+        assert store.runs.count_spans() == 500
         assert collector.collector.stats()["written_spans"] == 500
     store.close()
 

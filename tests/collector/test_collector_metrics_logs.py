@@ -276,7 +276,7 @@ def test_the_plain_sdk_sends_metrics_and_logs_over_grpc_and_http(
     with read_back(secured, tmp_path) as store:
         for protocol, result in runs.items():
             service = f"svc-{protocol}"
-            points = {p.name: p for p in store.metric_points(service_name=service)}
+            points = {p.name: p for p in store.telemetry.metric_points(service_name=service)}
             assert set(points) == {
                 "gen_ai.client.calls",
                 "gen_ai.client.operation.duration",
@@ -305,7 +305,7 @@ def test_the_plain_sdk_sends_metrics_and_logs_over_grpc_and_http(
                 {"currency": "usd"},
             )
 
-            logs = store.log_records(service_name=service)
+            logs = store.telemetry.log_records(service_name=service)
             assert [log.body for log in logs] == [
                 '{"content":"book Friday","role":"user"}',
                 "plain text line",
@@ -337,8 +337,8 @@ def test_unauthenticated_metrics_and_logs_are_refused(secured: CollectorProcess,
                 channel.unary_unary(method)(b"", timeout=10)
             assert caught.value.code() == grpc.StatusCode.UNAUTHENTICATED
     with read_back(secured, tmp_path) as store:
-        assert store.metric_points() == []
-        assert store.log_records() == []
+        assert store.telemetry.metric_points() == []
+        assert store.telemetry.log_records() == []
 
 
 def test_otlp_json_by_hand_and_an_agent_writing_as_another(
@@ -358,7 +358,7 @@ def test_otlp_json_by_hand_and_an_agent_writing_as_another(
     )
     assert post(secured.http + "/v1/logs", b"{not json", token=token, key=key)[0] == 400
     with read_back(secured, tmp_path) as store:
-        points = {p.name: p for p in store.metric_points(service_name="svc-json")}
+        points = {p.name: p for p in store.telemetry.metric_points(service_name="svc-json")}
         assert set(points) == {"latency.summary", "latency.exp", "tokens.left"}
         summary = points["latency.summary"]
         assert (summary.table, summary.count, summary.value) == ("otel_metrics_summary", 4, 10.0)
@@ -371,7 +371,7 @@ def test_otlp_json_by_hand_and_an_agent_writing_as_another(
             " WHERE MetricName = 'tokens.left'"
         )
         assert exemplars == [([TRACE_HEX], [SPAN_HEX], [1.5])]
-        (log,) = store.log_records(service_name="svc-json")
+        (log,) = store.telemetry.log_records(service_name="svc-json")
         assert (log.time_ns, log.trace_id, log.span_id, log.severity_number) == (T0, TRACE_HEX, SPAN_HEX, 17)
         assert json.loads(log.body) == {"index": 0, "finish_reason": "stop"}
         assert (log.event_name, log.attributes) == ("gen_ai.choice", {"attempt": "2"})

@@ -20,14 +20,14 @@ def _ids(n: int) -> list[str]:
 
 
 def _stored(store: Store, agent: str, run_ids: list[str]) -> None:
-    store.insert_run_arrivals([RunArrival(run_id=r, agent_id=agent, received_ns=time.time_ns()) for r in run_ids])
+    store.runs.insert_arrivals([RunArrival(run_id=r, agent_id=agent, received_ns=time.time_ns()) for r in run_ids])
 
 
 def test_store_builds_the_filter_python_reads(chdb_store: Store) -> None:
     runs = _ids(300)
     _stored(chdb_store, "booker", runs)
     bits = 1 << 16
-    bitmap = chdb_store.owned_runs_filter(bits, FILTER_HASHES)
+    bitmap = chdb_store.control.owned_filter(bits, FILTER_HASHES)
     assert len(bitmap) == bits // 8
     expected = bytearray(bits // 8)
     for r in runs:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import re
 
-from agentreplay_collector import schema
 from agentreplay_collector.otlp import TRACE_ARROW_SCHEMA
-from agentreplay_collector.schema import SchemaOptions, ddl, ttl_clause
+from agentreplay_collector.store import schema
+from agentreplay_collector.store.schema import SchemaOptions, ddl, ttl_clause
 
 # Column names and types of the OpenTelemetry Collector contrib ClickHouse exporter's otel_traces.
 CONTRIB_TRACES = {

@@ -30,9 +30,8 @@ from grafana_plugin import (
 
 import agentreplay_otel
 from agentreplay_client.models import StoredClassification
-from agentreplay_collector import schema
 from agentreplay_collector.config import ClickHouseConfig, load_config
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import Store, schema
 from agentreplay_dev.collector import (
     InProcessCollector,
     IssuedAgent,
@@ -301,7 +300,7 @@ def world(chdb_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator
     store.command(f"SYSTEM STOP MERGES {db}.{schema.TRACES}")
     store.command(f"INSERT INTO {db}.{schema.TRACES} SELECT * FROM {db}.{schema.TRACES}"
                   f" WHERE TraceId = '{booked}' AND SpanName = 'execute_tool book_flight'")
-    store.insert_classifications([
+    store.verdicts.insert_classifications([
         _verdict(booked, "detectors", "failed", ("FM-1.1",), step=3, age_s=60),  # superseded ...
         _verdict(booked, "detectors", "ok", ()),  # ... by this one
         _verdict(booked, "llm", "ok", (), model="judge"),

@@ -361,7 +361,7 @@ def pipelines(tmp_path_factory: pytest.TempPathFactory, org: Any) -> Iterator[di
     """One with the org's auth (the token is agent-1's), one without auth; both storing into chDB."""
     store = Store(f"chdb://{tmp_path_factory.mktemp('native-chdb')}", database="native_corpus")
     store.ensure_schema()
-    batcher = Batcher(BatchConfig(timeout_s=0.01), store)
+    batcher = Batcher(BatchConfig(timeout_s=0.01), store.runs)
     batcher.start()
     auth = AuthProcessor(AuthConfig(org_public_key=org.public_path), KeyRing())
     _, token = org.identity("agent-1")

@@ -100,7 +100,7 @@ def test_the_corpus_is_refused_alike_in_slices(path: Path) -> None:
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Pipeline, Store]]:
     store = Store(f"chdb://{tmp_path_factory.mktemp('slices-chdb')}", database="slices")
     store.ensure_schema()
-    batcher = Batcher(BatchConfig(timeout_s=0.01), store)
+    batcher = Batcher(BatchConfig(timeout_s=0.01), store.runs)
     batcher.start()
     out = Pipeline(auth=None, batcher=batcher)
     yield out, store

@@ -39,7 +39,7 @@ def _summary(run_id: str, start_ns: int) -> RunSummary:
 
 @pytest.fixture
 def stored_run(chdb_store: Store) -> Store:
-    chdb_store.upsert_runs([_summary(RUN, 1_700_000_000_000_000_000)], time.time_ns())
+    chdb_store.runs.upsert([_summary(RUN, 1_700_000_000_000_000_000)], time.time_ns())
     return chdb_store
 
 
@@ -59,15 +59,15 @@ def _admin() -> dict[str, str]:
 
 
 def test_the_store_keeps_the_latest_setting(chdb_store: Store) -> None:
-    assert chdb_store.expected_outcome(RUN) is None
-    chdb_store.set_expected_outcome(RUN, {"day": "Friday", "amount": 12.5})
-    assert chdb_store.expected_outcome(RUN).expected == {"day": "Friday", "amount": 12.5}
-    chdb_store.set_expected_outcome(RUN, HOSTILE)
-    assert chdb_store.expected_outcome(RUN).expected == HOSTILE  # kept exactly, as data
-    assert chdb_store.clear_expected_outcome(RUN) is True
-    assert chdb_store.expected_outcome(RUN) is None
-    assert chdb_store.clear_expected_outcome(RUN) is False
-    assert chdb_store.expected_outcome(OTHER) is None
+    assert chdb_store.verdicts.expected_outcome(RUN) is None
+    chdb_store.verdicts.set_expected_outcome(RUN, {"day": "Friday", "amount": 12.5})
+    assert chdb_store.verdicts.expected_outcome(RUN).expected == {"day": "Friday", "amount": 12.5}
+    chdb_store.verdicts.set_expected_outcome(RUN, HOSTILE)
+    assert chdb_store.verdicts.expected_outcome(RUN).expected == HOSTILE  # kept exactly, as data
+    assert chdb_store.verdicts.clear_expected_outcome(RUN) is True
+    assert chdb_store.verdicts.expected_outcome(RUN) is None
+    assert chdb_store.verdicts.clear_expected_outcome(RUN) is False
+    assert chdb_store.verdicts.expected_outcome(OTHER) is None
 
 
 def test_set_read_and_clear_with_the_admin_token(secured: TestClient) -> None:
@@ -147,10 +147,10 @@ def _verdict(run_id: str, time_ns: int) -> StoredClassification:
 
 
 def test_a_run_whose_expected_outcome_changes_is_analysed_again_held_to_it(stored_run: Store) -> None:
-    stored_run.insert_classifications([_verdict(RUN, time.time_ns())])
-    assert stored_run.runs_to_analyse(DETECTORS, limit=10) == []  # judged since its row changed
-    stored_run.set_expected_outcome(RUN, {"day": "Friday"})
-    assert stored_run.runs_to_analyse(DETECTORS, limit=10) == [RUN]
+    stored_run.verdicts.insert_classifications([_verdict(RUN, time.time_ns())])
+    assert stored_run.verdicts.to_analyse(DETECTORS, limit=10) == []  # judged since its row changed
+    stored_run.verdicts.set_expected_outcome(RUN, {"day": "Friday"})
+    assert stored_run.verdicts.to_analyse(DETECTORS, limit=10) == [RUN]
     seen: list[object] = []
 
     def analyzer(spans, *, chain, judge, expected=None):  # type: ignore[no-untyped-def]
@@ -159,9 +159,9 @@ def test_a_run_whose_expected_outcome_changes_is_analysed_again_held_to_it(store
 
     worker = AnalysisWorker(AnalysisConfig(batch=10), stored_run, analyzer=analyzer)
     assert worker.run_once() == 1 and seen == [{"day": "Friday"}]
-    assert stored_run.runs_to_analyse(DETECTORS, limit=10) == []
-    stored_run.clear_expected_outcome(RUN)
-    assert stored_run.runs_to_analyse(DETECTORS, limit=10) == [RUN]  # cleared: judged again, on its own
+    assert stored_run.verdicts.to_analyse(DETECTORS, limit=10) == []
+    stored_run.verdicts.clear_expected_outcome(RUN)
+    assert stored_run.verdicts.to_analyse(DETECTORS, limit=10) == [RUN]  # cleared: judged again, on its own
 
     def plain(spans, *, chain, judge):  # type: ignore[no-untyped-def]
         return [_verdict(RUN, time.time_ns())]

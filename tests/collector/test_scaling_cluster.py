@@ -18,8 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agentreplay_collector import schema
-from agentreplay_collector.schema import SchemaOptions
+from agentreplay_collector.store import schema
+from agentreplay_collector.store.schema import SchemaOptions
 
 CLUSTER = "ar_cluster"
 
@@ -71,7 +71,7 @@ def test_cluster_ddl_shape() -> None:
 _SCRIPT = r"""
 import json, sys
 import chdb
-from agentreplay_collector import schema
+from agentreplay_collector.store import schema
 from agentreplay_collector.otlp import convert
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import record_request
@@ -88,8 +88,8 @@ for statement in schema.ddl(schema.SchemaOptions(cluster_name=CLUSTER)):
 key = generate_key()
 converted = convert(record_request(runs=3, children=4, key=key, agent_id="agent-c"))
 with Store(f"chdb://{path}") as store:
-    store.insert_spans(converted.table)
-    store.insert_spans(converted.table)  # a retried export: the reads still see each span once
+    store.runs.insert_spans(converted.table)
+    store.runs.insert_spans(converted.table)  # a retried export: the reads still see each span once
     run_ids = sorted(converted.run_ids)
     spans = {r: store.get_run_spans(r) for r in run_ids}
     reports = {r: verify(s, keys={key_id(key): key.public_key()}) for r, s in spans.items()}
@@ -97,7 +97,7 @@ with Store(f"chdb://{path}") as store:
         "SELECT name, engine FROM system.tables WHERE database = 'agentreplay' AND name LIKE 'otel_traces%'"
     ))
     out = {
-        "stored": store.count_spans(),
+        "stored": store.runs.count_spans(),
         "per_run": [len(spans[r]) for r in run_ids],
         "intact": [reports[r].intact for r in run_ids],
         "sealed": [str(reports[r].seal) for r in run_ids],

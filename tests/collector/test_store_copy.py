@@ -26,7 +26,8 @@ import clickhouse_connect
 import pytest
 from grafana_plugin import ALL, TimeRange, Variable, interpolate
 
-from agentreplay_collector import schema, storecopy
+from agentreplay_collector import storecopy
+from agentreplay_collector.store import schema
 from agentreplay_dev.scenario import BIN, STORY_REQUEST, FlightWorld, flight_world
 
 pytestmark = pytest.mark.e2e

@@ -25,8 +25,8 @@ def _verdict(run_id: str, state: ChainState) -> tuple[RunSummary, ChainHead]:
 
 def _from_tables(store: Store, run_ids: list[str]) -> tuple[dict[str, int], dict[str, bytes]]:
     """What the store's tables say, asked directly."""
-    arrivals = store._stored_arrival_times(run_ids)
-    last = {e.run_id: e.leaf for e in store.log_entries_of_runs(run_ids)}
+    arrivals = store.log._stored_arrival_times(run_ids)
+    last = {e.run_id: e.leaf for e in store.log.entries_of_runs(run_ids)}
     return arrivals, last
 
 
@@ -37,11 +37,11 @@ def test_verdict_reads_come_from_memory_and_equal_the_tables(tmp_path: Path) -> 
     with Store(path, database="own") as store:
         store.ensure_schema()
         assert store.exclusive and store.own_writes is not None
-        store.insert_run_arrivals([RunArrival(run_id=r, agent_id="agent-a", received_ns=now + i)
+        store.runs.insert_arrivals([RunArrival(run_id=r, agent_id="agent-a", received_ns=now + i)
                                    for i, r in enumerate(opened)])
         # the same arrival again (an export retried after its write failed) changes nothing
-        store.insert_run_arrivals([RunArrival(run_id=opened[0], agent_id="agent-a", received_ns=now)])
-        log = TransparencyLog(store)
+        store.runs.insert_arrivals([RunArrival(run_id=opened[0], agent_id="agent-a", received_ns=now)])
+        log = TransparencyLog(store.log)
         log.open()
         assert log.append([_verdict(r, ChainState.INTACT) for r in opened[:3]]) == 3
         assert log.append([_verdict(opened[0], ChainState.BROKEN), _verdict(opened[3], ChainState.INTACT)]) == 2
@@ -53,15 +53,15 @@ def test_verdict_reads_come_from_memory_and_equal_the_tables(tmp_path: Path) -> 
         assert set(known_leaves) == set(opened[:4])  # opened[4:] were never logged: no leaf, known too
 
         arrivals, last = _from_tables(store, opened)
-        assert store.run_arrival_times(opened) == arrivals == known_times
-        assert {r: e.leaf for r, e in store.last_log_leaves(opened).items()} == last
+        assert store.log.arrival_times(opened) == arrivals == known_times
+        assert {r: e.leaf for r, e in store.log.last_leaves(opened).items()} == last
         assert last[opened[0]] == known_leaves[opened[0]].leaf and b'"broken"' in last[opened[0]]
 
     with Store(path, database="own") as again:  # nothing remembered: the tables answer the same
         assert again.own_writes is not None and again.own_writes.arrival_times(opened) == ({}, opened)
-        assert again.run_arrival_times(opened) == arrivals
-        assert {r: e.leaf for r, e in again.last_log_leaves(opened).items()} == last
-        log = TransparencyLog(again)
+        assert again.log.arrival_times(opened) == arrivals
+        assert {r: e.leaf for r, e in again.log.last_leaves(opened).items()} == last
+        log = TransparencyLog(again.log)
         log.open()
         assert log.append([_verdict(opened[0], ChainState.BROKEN)]) == 0  # its last leaf, read back
 
@@ -71,16 +71,16 @@ def test_a_run_not_written_here_is_read_from_the_store(tmp_path: Path) -> None:
     straggler = "a" * 32
     with Store(path, database="own") as store:
         store.ensure_schema()
-        store.insert_run_arrivals([RunArrival(run_id=straggler, agent_id="agent-a", received_ns=5)])
-        log = TransparencyLog(store)
+        store.runs.insert_arrivals([RunArrival(run_id=straggler, agent_id="agent-a", received_ns=5)])
+        log = TransparencyLog(store.log)
         log.open()
         log.append([_verdict(straggler, ChainState.INTACT)])
     with Store(path, database="own") as store:  # a restart: a straggler of a run judged before
         assert store.own_writes is not None
         assert store.own_writes.last_leaves([straggler]) == ({}, [straggler])
-        assert store.run_arrival_times([straggler]) == {straggler: 5}
-        assert list(store.last_log_leaves([straggler])) == [straggler]
-        log = TransparencyLog(store)
+        assert store.log.arrival_times([straggler]) == {straggler: 5}
+        assert list(store.log.last_leaves([straggler])) == [straggler]
+        log = TransparencyLog(store.log)
         log.open()
         assert log.append([_verdict(straggler, ChainState.INTACT)]) == 0
         assert log.append([_verdict(straggler, ChainState.BROKEN)]) == 1

@@ -155,6 +155,7 @@ class _Verdicts:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
+        self.verdicts = self  # the latest verdicts come from the store's verdicts (Store.verdicts)
 
     def list_runs(self, **_: object) -> list[RunSummary]:
         chain = ChainStatus(run_id=self.run_id, status=ChainState.INTACT, seal="valid", span_count=2)

@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentreplay_client.models import DecisionRecord
-from agentreplay_collector import schema
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import Store, schema
 
 
 def _decision(run_id: str, *, rule: str, decision: str = "deny", replayed: bool = False) -> DecisionRecord:
@@ -40,8 +39,8 @@ def test_a_store_from_before_replayed_decisions_gets_the_column_and_keeps_its_ro
     )
     store.ensure_schema()
     store.ensure_schema()  # once added, left alone
-    store.insert_decisions([_decision("b", rule="tool.max_per_run", replayed=True)])
-    [(_, old)] = store.decisions("a")
-    [(_, new)] = store.decisions("b")
+    store.control.insert_decisions([_decision("b", rule="tool.max_per_run", replayed=True)])
+    [(_, old)] = store.control.decisions("a")
+    [(_, new)] = store.control.decisions("b")
     assert (old.rule, old.replayed) == ("tool.max_per_run", False)
     assert (new.rule, new.replayed) == ("tool.max_per_run", True)

@@ -158,7 +158,7 @@ def stats(collector: CollectorProcess) -> dict[str, Any]:
 def stored_incidents(world: World) -> dict[str, Any]:
     """The store's incident records (the collector stopped: chDB lets one process open it)."""
     with Store(f"chdb://{world.root / 'store'}") as store:
-        return {i.run_id: i for i in store.incidents()}
+        return {i.run_id: i for i in store.verdicts.incidents()}
 
 
 def test_a_collector_killed_between_verdicts_and_incidents_loses_no_incident(tmp_path):

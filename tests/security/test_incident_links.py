@@ -30,7 +30,10 @@ SECRET = "outside the incidents folder: not an incident's"
 
 
 class WrittenIncidents:
-    """The store as the incident routes ask it: which runs have a written incident."""
+    """The store as the incident routes ask it: which runs have a written incident (``store.verdicts``)."""
+
+    def __init__(self) -> None:
+        self.verdicts = self
 
     def incidents(self, state: IncidentState | None = None) -> list[StoredIncident]:
         return [StoredIncident(run_id=run, agent_id="a", run_updated_ns=1, state=IncidentState.WRITTEN, bytes=1,

@@ -16,8 +16,7 @@ import argparse
 import time
 
 from agentreplay_client.models import LogEntry
-from agentreplay_collector import schema
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import Store, schema
 from agentreplay_otel.core import (
     Checkpoint,
     certify_log_key,
@@ -74,7 +73,7 @@ def roll_back(store: Store, size: str) -> None:
 
 
 def rewrite_without(store: Store, run_id: str) -> None:
-    kept = [e for e in store.log_entries(0, store.log_size()) if e.run_id != run_id]
+    kept = [e for e in store.log.entries(0, store.log.size()) if e.run_id != run_id]
     delete_run(store, run_id)
     for name in (schema.LOG_LEAVES, schema.LOG_NODES, schema.LOG_CHECKPOINTS):
         store.command(f"TRUNCATE TABLE {table(name)}")
@@ -82,15 +81,15 @@ def rewrite_without(store: Store, run_id: str) -> None:
     for i, e in enumerate(kept):
         entries.append(LogEntry(index=i, leaf=e.leaf, logged_ns=e.logged_ns))
         nodes.extend(frontier.append(merkle.leaf_hash(e.leaf)))
-    store.insert_log_entries(nodes, entries, time.time_ns())
+    store.log.append(nodes, entries, time.time_ns())
 
 
 def forge_checkpoint(store: Store, _: str) -> None:
     rogue = generate_key()
-    latest = store.log_checkpoint()
+    latest = store.log.checkpoint()
     size = (latest.checkpoint.size if latest else 0) + 1
     cp = Checkpoint(size=size, root=b"\x13" * 32, time_ns=time.time_ns(), kid=key_id(rogue))
-    store.insert_log_checkpoint(sign_checkpoint(cp, rogue, certify_log_key(rogue, rogue.public_key())))
+    store.log.insert_checkpoint(sign_checkpoint(cp, rogue, certify_log_key(rogue, rogue.public_key())))
 
 
 def cut_tail(store: Store, run_id: str) -> None:

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agentreplay_client.models import ChainState, ChainStatus, LogEntry, RunSummary
-from agentreplay_collector import schema
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import Store, schema
 from agentreplay_collector.translog import LogDamaged, LogView, TransparencyLog
 from agentreplay_otel.core import ChainHead, merkle
 
@@ -29,12 +28,12 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, list[LogEnt
     """A log of 23 runs in batches of uneven size; every third run judged again (a second leaf)."""
     store = Store(f"chdb://{tmp_path_factory.mktemp('store')}", database="logview")
     store.ensure_schema()
-    log = TransparencyLog(store)
+    log = TransparencyLog(store.log)
     log.open()
     for batch in ([0], [1, 2, 3], list(range(4, 11)), [11], list(range(12, RUNS))):
         log.append([_verdict(r, ChainState.INTACT) for r in batch])
     log.append([_verdict(r, ChainState.BROKEN) for r in range(0, RUNS, 3)])
-    entries = store.log_entries(0, log.size)
+    entries = store.log.entries(0, log.size)
     assert len(entries) == RUNS + len(range(0, RUNS, 3))
     yield store, entries
     store.close()
@@ -42,7 +41,7 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> tuple[Store, list[LogEnt
 
 def test_a_runs_proofs_are_its_leaves_inclusion_proofs_in_every_tree_size(logged):
     store, entries = logged
-    view, hashes = LogView(store), [merkle.leaf_hash(e.leaf) for e in entries]
+    view, hashes = LogView(store.log), [merkle.leaf_hash(e.leaf) for e in entries]
     for size in range(1, len(entries) + 1):
         root = merkle.root_hash(hashes[:size])
         for run in range(RUNS):
@@ -56,7 +55,7 @@ def test_a_runs_proofs_are_its_leaves_inclusion_proofs_in_every_tree_size(logged
 
 def test_a_run_not_in_the_log_or_not_yet_has_no_proof(logged):
     store, entries = logged
-    view = LogView(store)
+    view = LogView(store.log)
     assert view.run_proofs("f" * 32, len(entries)) == []
     assert view.run_proofs(entries[-1].run_id, 0) == []
     assert view.run_proofs(f"{RUNS - 1:032x}", RUNS - 1) == []  # its only leaf is at RUNS - 1
@@ -70,7 +69,7 @@ def test_each_append_writes_the_by_run_projection_with_the_leaves(logged):
         {"db": store.database, "t": schema.LOG_LEAVES, "p": schema.LOG_RUNS_PROJECTION})
     assert rows == len(entries)  # the planner reads it once the table is large enough to gain by it
     rid = f"{3:032x}"
-    assert [e.index for e in store.log_entries_of_runs([rid])] == [e.index for e in entries if e.run_id == rid]
+    assert [e.index for e in store.log.entries_of_runs([rid])] == [e.index for e in entries if e.run_id == rid]
 
 
 def test_a_store_from_before_the_projection_gets_it_and_finds_its_runs(logged):
@@ -92,19 +91,19 @@ def test_a_store_from_before_the_projection_gets_it_and_finds_its_runs(logged):
     projections = store.query("SELECT name FROM system.projections WHERE database = {db:String} AND table = {t:String}",
                               {"db": store.database, "t": schema.LOG_LEAVES})
     assert projections == [(schema.LOG_RUNS_PROJECTION,)]
-    assert store.log_entries_of_runs([leaves[2].run_id]) == [leaves[2]]
+    assert store.log.entries_of_runs([leaves[2].run_id]) == [leaves[2]]
 
 
 def test_a_missing_tree_hash_is_refused_not_guessed(logged):
     store = Store(logged[0].endpoint, database="damaged")  # one chDB directory a process
     store.ensure_schema()
-    log = TransparencyLog(store)
+    log = TransparencyLog(store.log)
     log.open()
     log.append([_verdict(r, ChainState.INTACT) for r in range(9)])
     store.command(f"ALTER TABLE {store.database}.{schema.LOG_NODES} DELETE WHERE Level = 2 AND Idx = 0"
                   " SETTINGS mutations_sync = 2")
     with pytest.raises(LogDamaged, match=r"leaves \[0, 4\)"):
-        LogView(store).run_proofs(f"{5:032x}", 9)  # its path: leaf 4, [6, 8), [0, 4), [8, 9)
+        LogView(store.log).run_proofs(f"{5:032x}", 9)  # its path: leaf 4, [6, 8), [0, 4), [8, 9)
 
 
 def test_a_leaf_edited_in_the_table_is_edited_in_the_projection_proofs_read(logged):
@@ -112,16 +111,16 @@ def test_a_leaf_edited_in_the_table_is_edited_in_the_projection_proofs_read(logg
     it (so ``prove`` sees the edited leaf and fails), where a copy in another table would not."""
     store = Store(logged[0].endpoint, database="edited")  # one chDB directory a process
     store.ensure_schema()
-    log = TransparencyLog(store)
+    log = TransparencyLog(store.log)
     log.open()
     log.append([_verdict(r, ChainState.INTACT) for r in range(4)])
-    root = merkle.root_hash([merkle.leaf_hash(e.leaf) for e in store.log_entries(0, 4)])
+    root = merkle.root_hash([merkle.leaf_hash(e.leaf) for e in store.log.entries(0, 4)])
     rid, table = f"{2:032x}", f"{store.database}.{schema.LOG_LEAVES}"
     store.command(f"ALTER TABLE {table} UPDATE Leaf = replaceOne(Leaf, '\"verdict\":\"intact\"',"
                   f" '\"verdict\":\"broken\"') WHERE RunId = '{rid}' SETTINGS mutations_sync = 2")
     projection = f"mergeTreeProjection({store.database}, {schema.LOG_LEAVES}, {schema.LOG_RUNS_PROJECTION})"
     [(leaf,)] = store.query(f"SELECT Leaf FROM {projection} WHERE RunId = {{r:String}}", {"r": rid})
     assert '"verdict":"broken"' in leaf
-    [(entry, proof)] = LogView(store).run_proofs(rid, 4)
+    [(entry, proof)] = LogView(store.log).run_proofs(rid, 4)
     with pytest.raises(merkle.ProofError):
         merkle.verify_inclusion(merkle.leaf_hash(entry.leaf), entry.index, 4, proof, root)

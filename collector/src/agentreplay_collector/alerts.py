@@ -23,7 +23,7 @@ from typing import Any
 from agentreplay_client.errors import StoreError
 from agentreplay_client.models import Alert, AlertState, DecisionRecord, GrantEvent, Halt, StoredManifest
 from agentreplay_collector.batch import BatchWorker
-from agentreplay_collector.store import Store
+from agentreplay_collector.store.control import Control
 
 _log = logging.getLogger(__name__)
 
@@ -35,13 +35,13 @@ _LINGER_S = 0.02  # rows come in bursts (a violation: a decision, a halt, an ale
 _WRITE_ATTEMPTS = 20
 
 
-def _inserts(store: Store) -> dict[type, Callable[[list[Any]], None]]:
+def _inserts(control: Control) -> dict[type, Callable[[list[Any]], None]]:
     return {
-        DecisionRecord: store.insert_decisions,
-        Halt: store.insert_halts,
-        StoredManifest: store.insert_manifests,
-        AlertState: store.insert_alerts,
-        GrantEvent: store.insert_grant_events,
+        DecisionRecord: control.insert_decisions,
+        Halt: control.insert_halts,
+        StoredManifest: control.insert_manifests,
+        AlertState: control.insert_alerts,
+        GrantEvent: control.insert_grant_events,
     }
 
 
@@ -51,14 +51,14 @@ class ControlWriter:
 
     def __init__(
         self,
-        store: Store | None,
+        control: Control | None,
         *,
         webhooks: Sequence[str] = (),
         retries: int = 5,
         timeout_s: float = 5.0,
         max_batch_rows: int = MAX_BATCH_ROWS,
     ) -> None:
-        self.store = store
+        self.control = control  # the store's control-plane tables (Store.control); None: no store
         self.webhooks = tuple(webhooks)
         self.retries = retries
         self.timeout_s = timeout_s
@@ -111,9 +111,9 @@ class ControlWriter:
             self._deliveries.put(alert)
 
     def _write(self, batch: list[ControlRecord]) -> None:
-        if self.store is None:
+        if self.control is None:
             return
-        inserts = _inserts(self.store)
+        inserts = _inserts(self.control)
         by_type: dict[type, list[Any]] = {}
         for record in batch:
             by_type.setdefault(type(record), []).append(record)

@@ -184,7 +184,7 @@ class AnalysisWorker:
         """Analyse up to ``batch`` runs of the backlog, oldest first, then write up to ``batch`` incidents
         that are due; how many runs were taken (the larger of the two)."""
         assert self.analyzer is not None
-        run_ids = self.store.runs_to_analyse(DETECTORS, limit=self.cfg.batch)
+        run_ids = self.store.verdicts.to_analyse(DETECTORS, limit=self.cfg.batch)
         for run_id in run_ids:
             if self._stopping.is_set():
                 break
@@ -194,9 +194,9 @@ class AnalysisWorker:
 
     def _analyse(self, run_id: str) -> None:
         assert self.analyzer is not None
-        spans = self.store.get_run_spans(run_id)
-        chain = self.store.get_chain_status(run_id)
-        given = self.store.expected_outcome(run_id)  # set after the run: wins over its run span's own
+        spans = self.store.runs.get_run_spans(run_id)
+        chain = self.store.runs.get_chain_status(run_id)
+        given = self.store.verdicts.expected_outcome(run_id)  # set after the run: wins over its run span's own
         held = {} if given is None else {"expected": given.expected}
         try:
             records = self.analyzer(spans, chain=chain, judge=self.cfg.judge, **held)
@@ -204,7 +204,7 @@ class AnalysisWorker:
             self.failed_runs += 1
             _log.exception("agentreplay_analysis: analysing run %s failed", run_id)
             records = [_unsure(run_id, chain, f"the analysis failed: {type(exc).__name__}: {exc}")]
-        self.store.insert_classifications([self._signed(r) for r in records])
+        self.store.verdicts.insert_classifications([self._signed(r) for r in records])
         self.analysed_runs += 1
 
     def _signed(self, record: StoredClassification) -> StoredClassification:
@@ -231,7 +231,7 @@ class AnalysisWorker:
             return 0
         if not self._swept:
             self._sweep(settings)
-        due = self.store.incidents_due(DETECTORS, limit=self.cfg.batch)
+        due = self.store.verdicts.incidents_due(DETECTORS, limit=self.cfg.batch)
         self._waiting = len(due)
         for run in due:
             if self._stopping.is_set() or not self._incident(run, settings):
@@ -242,7 +242,7 @@ class AnalysisWorker:
         return len(due)
 
     def _sweep(self, settings: IncidentSettings) -> None:
-        removed = [i.run_id for i in self.store.incidents(IncidentState.REMOVED)]
+        removed = [i.run_id for i in self.store.verdicts.incidents(IncidentState.REMOVED)]
         try:
             gone = kept.sweep(settings.dir, removed)
         except OSError as exc:
@@ -294,17 +294,17 @@ class AnalysisWorker:
         return True
 
     def _record(self, run: IncidentDue, state: IncidentState, size: int, detail: str) -> None:
-        self.store.insert_incidents([StoredIncident(
+        self.store.verdicts.insert_incidents([StoredIncident(
             run_id=run.run_id, agent_id=run.agent_id, run_updated_ns=run.run_updated_ns, state=state,
             bytes=size, detail=detail, time_ns=time.time_ns())])
 
     def _retain(self, settings: IncidentSettings) -> None:
         """Remove the oldest incidents past a cap (recorded as removed first, then their folder goes)."""
-        written = self.store.incidents(IncidentState.WRITTEN)
+        written = self.store.verdicts.incidents(IncidentState.WRITTEN)
         removing = kept.to_remove(written, settings.caps)
         if removing:
             now = time.time_ns()
-            self.store.insert_incidents([StoredIncident(
+            self.store.verdicts.insert_incidents([StoredIncident(
                 run_id=i.run_id, agent_id=i.agent_id, run_updated_ns=i.run_updated_ns, state=IncidentState.REMOVED,
                 bytes=0, detail="removed: past a cap on the incidents kept (oldest first)", time_ns=now)
                 for i in removing])

@@ -46,7 +46,7 @@ from agentreplay_client.errors import ExportRejected, StoreError, StoreRejected,
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.config import BatchConfig
 from agentreplay_collector.otlp import ConvertedRequest, ForeignMarks
-from agentreplay_collector.store import Store
+from agentreplay_collector.store.runs import Runs
 from agentreplay_otel.core import SpanRecord
 
 _log = logging.getLogger(__name__)
@@ -213,12 +213,12 @@ class Batcher:
     def __init__(
         self,
         config: BatchConfig,
-        store: Store,
+        runs: Runs,
         on_written: OnWritten | None = None,
         retry_after_s: float = 1.0,
     ) -> None:
         self.config = config
-        self.store = store
+        self.runs = runs  # the store's spans and runs (Store.runs)
         self.on_written = on_written
         self.retry_after_s = retry_after_s
         self._down_until = 0.0
@@ -303,10 +303,10 @@ class Batcher:
         tables = [p.request.table for p in batch]
         try:
             table = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-            self.store.insert_spans(table)
+            self.runs.insert_spans(table)
             arrivals = [a for p in batch for a in p.request.arrivals]
             if arrivals:
-                self.store.insert_run_arrivals(arrivals)
+                self.runs.insert_arrivals(arrivals)
             if self.on_written is not None:
                 records = [r for p in batch for r in p.request.records]
                 marks = ForeignMarks.of(p.request for p in batch)

@@ -59,7 +59,7 @@ from agentreplay_collector.auth import KeyRing
 from agentreplay_collector.budget import PENDING_RUNS, MemoryBudget, record_bytes
 from agentreplay_collector.config import ChainConfig
 from agentreplay_collector.otlp import ForeignMarks
-from agentreplay_collector.store import Store
+from agentreplay_collector.store.runs import Runs
 from agentreplay_collector.translog import TransparencyLog
 from agentreplay_otel.core import (
     ChainHead,
@@ -110,7 +110,7 @@ class ChainProcessor:
     def __init__(
         self,
         config: ChainConfig,
-        store: Store,
+        stored: Runs,
         keys: KeyRing,
         clock: Callable[[], float] = time.monotonic,
         *,
@@ -121,7 +121,7 @@ class ChainProcessor:
         self.config = config
         self.budget = budget  # the buffered spans' bytes count against its pending_runs share
         self._bytes = 0
-        self.store = store
+        self.stored = stored  # the store's runs and spans (Store.runs)
         self.keys = keys
         self.org_key = org_key
         self.log = log  # the transparency log: each verdict is appended before it is written
@@ -184,7 +184,7 @@ class ChainProcessor:
             if self._buffered > budget:
                 self._shed(budget)
         if touched:
-            self.store.upsert_runs([self._summary(r, firsts[r], None) for r in touched], time.time_ns())
+            self.stored.upsert([self._summary(r, firsts[r], None) for r in touched], time.time_ns())
             for run in touched.values():
                 run.announced = True
 
@@ -263,7 +263,7 @@ class ChainProcessor:
         """Runs a previous process left ``pending``: judge them from the store (after the quiet
         period if their run span is stored, else once ``incomplete_after`` has passed)."""
         ids = list(run_ids)
-        rooted = self.store.runs_with_root(ids) if ids else set()
+        rooted = self.stored.with_root(ids) if ids else set()
         now = self._clock()
         with self._lock:
             for run_id in ids:
@@ -339,7 +339,7 @@ class ChainProcessor:
             if self.log is not None:  # logged first: a crash in between leaves the run pending, logged once
                 self.log.append(verdicts)
             judged = [summary for summary, _ in verdicts]
-            self.store.upsert_runs(self._carry_over(judged), time.time_ns())
+            self.stored.upsert(self._carry_over(judged), time.time_ns())
             if judged and self.on_judged is not None:
                 self.on_judged()  # the analysis takes them now, not at its next poll
         except StoreError:
@@ -376,7 +376,7 @@ class ChainProcessor:
         if records:
             report = self._verify(records)
         if report is None or not report.intact:
-            records = self.store.get_run_spans(run.run_id)  # authoritative: every acked span
+            records = self.stored.get_run_spans(run.run_id)  # authoritative: every acked span
             if records and unchained(records):  # another instrumentation's trace: nothing to verify
                 self.foreign_runs += 1
                 return foreign_summary(run.run_id, records, self.config.foreign_quiet_period_s), chain_head([])
@@ -406,10 +406,10 @@ class ChainProcessor:
         return verify(records, keys=self._key, link=_link_hash)
 
     def _key(self, kid: str) -> Ed25519PublicKey | None:
-        return self.keys.lookup(kid) or self._from_store(kid, self.store.get_agent_key)
+        return self.keys.lookup(kid) or self._from_store(kid, self.stored.get_agent_key)
 
     def _certificate(self, kid: str) -> str | None:
-        return self.keys.certificate(kid) or self._from_store(kid, self.store.get_agent_certificate)
+        return self.keys.certificate(kid) or self._from_store(kid, self.stored.get_agent_certificate)
 
     def _from_store(self, kid: str, read: Callable[[str], _T | None]) -> _T | None:
         """A key or certificate not learnt in this process, from the store (misses remembered a while)."""
@@ -426,7 +426,7 @@ class ChainProcessor:
     def _persist_keys(self) -> None:
         new = self.keys.unstored()  # listed until stored: a failed write is tried again
         if new:
-            self.store.insert_agent_keys(new, time.time_ns())
+            self.stored.insert_agent_keys(new, time.time_ns())
             self.keys.stored(new)
 
     def _carry_over(self, judged: list[RunSummary]) -> list[RunSummary]:
@@ -435,7 +435,7 @@ class ChainProcessor:
         them; nothing in the collector does), so a run copied in with marks keeps them."""
         if not judged:
             return judged
-        marks = self.store.run_marks([r.run_id for r in judged])
+        marks = self.stored.marks([r.run_id for r in judged])
         return [
             dataclasses.replace(run, halted=m.halted, classification=m.classification)
             if (m := marks.get(run.run_id)) is not None

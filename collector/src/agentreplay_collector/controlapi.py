@@ -123,7 +123,7 @@ def routes(
     async def manifest(request: Request) -> JSONResponse:
         reader(request)  # any reader: a manifest says what agents may do, not what they did
         digest = request.path_params["sha256"].lower()
-        stored = await blocking(scope.store.manifests) if scope.store is not None else []
+        stored = await blocking(scope.store.control.manifests) if scope.store is not None else []
         found = next((m for m in stored if m.sha256 == digest), None)
         if found is None:
             return JSONResponse({"error": f"no manifest {digest} is registered"}, status_code=404)
@@ -205,7 +205,7 @@ def routes(
             who.check_agent(await asyncio.wrap_future(scope.owners.lookup_later(run)))
         if scope.store is None:
             return JSONResponse({"decisions": []})
-        listed = await blocking(scope.store.decisions, run)
+        listed = await blocking(scope.store.control.decisions, run)
         return JSONResponse(
             {
                 "run_id": run,
@@ -235,7 +235,7 @@ def routes(
         if scope.store is None:
             return JSONResponse({"alerts": []})
         listed = [
-            (t, a) for t, a in await blocking(scope.store.alerts, limit) if who.may_read(a.alert.agent_id)
+            (t, a) for t, a in await blocking(scope.store.control.alerts, limit) if who.may_read(a.alert.agent_id)
         ]
         return JSONResponse(
             {

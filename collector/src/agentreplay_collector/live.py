@@ -447,7 +447,7 @@ class LiveFeed:
         if (self._analysing and self.store is not None and self._classified is None
                 and now - self._classified_at >= VERDICT_EVERY_S):
             self._classified_at = now
-            self._classified = self._pool.submit(self.store.latest_classifications, list(self._analysing)[:1000])
+            self._classified = self._pool.submit(self.store.verdicts.latest_classifications, list(self._analysing)[:1000])
         return out
 
     def _expire(self) -> None:

@@ -13,10 +13,10 @@ from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsSer
 from opentelemetry.proto.logs.v1.logs_pb2 import LogRecord
 
 from agentreplay_client.errors import MalformedRequest
-from agentreplay_collector import schema
 from agentreplay_collector.otlp import DAY_NS, any_value, stored_attributes
 from agentreplay_collector.signals import ConvertedSignal, Rows, Signal, tables
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import schema
+from agentreplay_collector.store.telemetry import Telemetry
 from agentreplay_otel.core import semconv, stored_string
 
 _MAP = pa.map_(pa.string(), pa.string())
@@ -106,8 +106,8 @@ def _body(record: LogRecord) -> str:
     return stored_string(any_value(body))
 
 
-def write(store: Store, converted: ConvertedSignal) -> None:
-    store.insert_logs(converted.tables[schema.LOGS])
+def write(telemetry: Telemetry, converted: ConvertedSignal) -> None:
+    telemetry.insert_logs(converted.tables[schema.LOGS])
 
 
 SIGNAL = Signal(

@@ -15,10 +15,10 @@ import pyarrow as pa
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
 from agentreplay_client.errors import MalformedRequest
-from agentreplay_collector import schema
 from agentreplay_collector.otlp import DAY_NS, stored_attributes
 from agentreplay_collector.signals import ConvertedSignal, Rows, Signal, tables
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import schema
+from agentreplay_collector.store.telemetry import Telemetry
 from agentreplay_otel.core import semconv
 
 _MAP = pa.map_(pa.string(), pa.string())
@@ -241,8 +241,8 @@ def _exemplars(exemplars: Iterable[Any]) -> tuple[list[Any], ...]:
     return attrs, times, values, span_ids, trace_ids
 
 
-def write(store: Store, converted: ConvertedSignal) -> None:
-    store.insert_metrics(converted.tables)
+def write(telemetry: Telemetry, converted: ConvertedSignal) -> None:
+    telemetry.insert_metrics(converted.tables)
 
 
 SIGNAL = Signal(

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from agentreplay_client.errors import PermissionDenied
 from agentreplay_client.models import RunArrival
 from agentreplay_collector.store import Store
+from agentreplay_collector.store.control import Control
 
 CAPACITY = 500_000
 FILTER_HASHES = 7
@@ -41,7 +42,7 @@ FILTER_BITS_PER_RUN = 16
 
 def filter_positions(run_id: str, bits: int, hashes: int = FILTER_HASHES) -> list[int]:
     """The bits a run id sets in the owners' Bloom filter (the store builds the same: see
-    :meth:`~agentreplay_collector.store.Store.owned_runs_filter`)."""
+    :meth:`~agentreplay_collector.store.control.Control.owned_filter`)."""
     digest = hashlib.md5(run_id.encode("utf-8"), usedforsecurity=False).digest()
     h1 = int.from_bytes(digest[:4], "little")
     h2 = int.from_bytes(digest[4:8], "little")
@@ -56,9 +57,9 @@ class RunFilter:
         self._bitmap = bytearray(bitmap)
 
     @classmethod
-    def load(cls, store: Store) -> RunFilter:
-        bits = max(FILTER_MIN_BITS, FILTER_BITS_PER_RUN * 2 * store.count_owned_runs())
-        return cls(store.owned_runs_filter(bits, FILTER_HASHES), bits)
+    def load(cls, control: Control) -> RunFilter:
+        bits = max(FILTER_MIN_BITS, FILTER_BITS_PER_RUN * 2 * control.count_owned())
+        return cls(control.owned_filter(bits, FILTER_HASHES), bits)
 
     def add(self, run_id: str) -> None:
         for p in filter_positions(run_id, self.bits):
@@ -142,7 +143,7 @@ class RunOwners:
             if not run_ids:
                 return {}
         self.store_lookups += 1
-        return self.store.run_owners(run_ids)
+        return self.store.control.owners(run_ids)
 
     def _run_filter(self) -> RunFilter:
         """The filter of the exclusive store's runs, read once (the runs claimed since go in as the
@@ -150,7 +151,7 @@ class RunOwners:
         with self._filter_lock:
             if self._filter is None:
                 assert self.store is not None
-                loaded = RunFilter.load(self.store)
+                loaded = RunFilter.load(self.store.control)
                 with self._lock:
                     self._filter = loaded
             return self._filter

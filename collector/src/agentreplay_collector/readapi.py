@@ -53,7 +53,7 @@ import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -88,6 +88,7 @@ _STORE_ID_WAIT_S = 0.2
 """How long ``/v1/health`` waits for the store's id when not yet known (readers probe health in 0.5 s)."""
 MAX_LEAVES = 10_000
 MAX_RANGES = 4096
+_T = TypeVar("_T")
 
 
 _log = logging.getLogger("agentreplay_collector")
@@ -163,11 +164,11 @@ def build_app(
             who.check_agent(owner)
         return rid
 
-    async def call(method: str, *args: Any, **kwargs: Any) -> Any:
+    async def call(read: Callable[[Store], _T]) -> _T:
+        """``read`` of the store, run on the read API's own threads (no store: the nop exporter, 503)."""
         if store is None:
             raise StoreUnavailable("this collector has no store (nop exporter)")
-        fn = getattr(store, method)
-        return await asyncio.get_running_loop().run_in_executor(pool, lambda: fn(*args, **kwargs))
+        return await asyncio.get_running_loop().run_in_executor(pool, read, store)
 
     def guarded(handler: Callable[[Request], Any]) -> Callable[[Request], Any]:
         async def endpoint(request: Request) -> JSONResponse:
@@ -225,16 +226,13 @@ def build_app(
         if not who.operator:
             who.check_agent(agent or who.agent_id)
             agent = who.agent_id
-        found = await call(
-            "list_runs",
-            agent=agent,
-            status=q.get("status") or None,
-            since_ns=parse_time_ns(q.get("since"), "since"),
-            until_ns=parse_time_ns(q.get("until"), "until"),
-            limit=limit,
-            after=parse_cursor(q.get("after")),
-            verdict=parse_verdict(q.get("verdict")),
-        )
+        status = q.get("status") or None
+        since_ns = parse_time_ns(q.get("since"), "since")
+        until_ns = parse_time_ns(q.get("until"), "until")
+        after = parse_cursor(q.get("after"))
+        verdict = parse_verdict(q.get("verdict"))
+        found = await call(lambda s: s.runs.list_runs(agent=agent, status=status, since_ns=since_ns, until_ns=until_ns,
+                                                      limit=limit, after=after, verdict=verdict))
         page_full = bool(found) and len(found) == limit
         next_page = run_cursor(found[-1]) if page_full else None
         return JSONResponse({"runs": [r.to_json() for r in found], "next": next_page})
@@ -248,28 +246,27 @@ def build_app(
         if not caller(request).operator:
             return JSONResponse({"error": "traces that are not runs belong to no agent: the admin token reads them"},
                                 status_code=403)
-        found = await call(
-            "list_traces",
-            prefix=prefix,
-            since_ns=parse_time_ns(q.get("since"), "since"),
-            until_ns=parse_time_ns(q.get("until"), "until"),
-            limit=limit,
-        )
+        since_ns = parse_time_ns(q.get("since"), "since")
+        until_ns = parse_time_ns(q.get("until"), "until")
+        found = await call(lambda s: s.runs.list_traces(prefix=prefix, since_ns=since_ns, until_ns=until_ns,
+                                                        limit=limit))
         return JSONResponse({"traces": [t.to_json() for t in found]})
 
     async def run(request: Request) -> JSONResponse:
-        found = await call("get_run", await readable_run(request))
+        rid = await readable_run(request)
+        found = await call(lambda s: s.runs.get_run(rid))
         if found is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         return JSONResponse(found.to_json())
 
     async def spans(request: Request) -> JSONResponse:
         rid = await readable_run(request)
-        records = await call("get_run_spans", rid)
+        records = await call(lambda s: s.runs.get_run_spans(rid))
         return JSONResponse({"run_id": rid, "spans": [span_to_json(r) for r in records]})
 
     async def chain(request: Request) -> JSONResponse:
-        status = await call("get_chain_status", await readable_run(request))
+        rid = await readable_run(request)
+        status = await call(lambda s: s.runs.get_chain_status(rid))
         if status is None:
             return JSONResponse({"error": "no such run"}, status_code=404)
         return JSONResponse(status.to_json())
@@ -277,8 +274,8 @@ def build_app(
     async def key(request: Request) -> JSONResponse:
         caller(request)
         kid = request.path_params["kid"]
-        public = await call("get_agent_key", kid)
-        certificate = await call("get_agent_certificate", kid)  # the org's, for a verifier to check
+        public = await call(lambda s: s.runs.get_agent_key(kid))
+        certificate = await call(lambda s: s.runs.get_agent_certificate(kid))  # the org's, for a verifier to check
         if public is None and certificate is None:
             return JSONResponse({"error": "no such key"}, status_code=404)
         encoded = base64.b64encode(public_key_bytes(public)).decode("ascii") if public is not None else None
@@ -297,7 +294,7 @@ def build_app(
     # --- failure analysis: verdicts on runs, read as the runs are, stored by an operator ------------
     async def run_classifications(request: Request) -> JSONResponse:
         rid = await readable_run(request)
-        found = await call("classifications", rid)
+        found = await call(lambda s: s.verdicts.classifications(rid))
         return JSONResponse({"run_id": rid, "classifications": [c.to_json() for c in found]})
 
     async def classifications(request: Request) -> JSONResponse:
@@ -306,7 +303,7 @@ def build_app(
             if not who.operator:
                 return JSONResponse({"error": "storing a verdict takes the admin token"}, status_code=403)
             records = _classifications_in(await request.body())
-            await call("insert_classifications", records)
+            await call(lambda s: s.verdicts.insert_classifications(records))
             return JSONResponse({"stored": len(records)})
         given = [normal_trace_id(i) for i in request.query_params.getlist("run")]
         ids = [i for i in given if i is not None]
@@ -315,14 +312,14 @@ def build_app(
         if not who.operator:
             owners = [await asyncio.get_running_loop().run_in_executor(pool, run_owners.lookup, i) for i in ids]
             ids = [i for i, owner in zip(ids, owners, strict=True) if who.may_read(owner)]
-        found = await call("latest_classifications", ids)
+        found = await call(lambda s: s.verdicts.latest_classifications(ids))
         return JSONResponse({"classifications": [c.to_json() for c in found]})
 
     # --- expected outcomes: what a run should produce, read as the run is, set by an operator -------------
     async def expected(request: Request) -> JSONResponse:
         if request.method == "GET":
             rid = await readable_run(request)
-            found = await call("expected_outcome", rid)
+            found = await call(lambda s: s.verdicts.expected_outcome(rid))
             return JSONResponse({"run_id": rid, "expected": None if found is None else found.expected,
                                  "time_ns": None if found is None else str(found.time_ns)})
         rid = run_id(request)
@@ -330,42 +327,43 @@ def build_app(
             return JSONResponse({"error": "setting what a run should produce takes the admin token"},
                                 status_code=403)
         value = _expected_in(await _bounded_body(request, MAX_EXPECTED_BYTES)) if request.method == "PUT" else None
-        if await call("get_run", rid) is None:
+        if await call(lambda s: s.runs.get_run(rid)) is None:
             raise _NotFound(f"no such run: {rid}")
         if request.method == "DELETE":
-            return JSONResponse({"run_id": rid, "cleared": await call("clear_expected_outcome", rid)})
-        made = await call("set_expected_outcome", rid, value)
+            return JSONResponse({"run_id": rid, "cleared": await call(lambda s: s.verdicts.clear_expected_outcome(rid))})
+        made = await call(lambda s: s.verdicts.set_expected_outcome(rid, value))
         return JSONResponse({"run_id": rid, "expected": made.expected, "time_ns": str(made.time_ns)})
 
     # --- multi-model replay: trials on runs, read as the runs are; accuracy across runs, by an operator ---
     async def run_model_trials(request: Request) -> JSONResponse:
         rid = await readable_run(request)
-        found = await call("model_trials", rid)
+        found = await call(lambda s: s.verdicts.model_trials(rid))
         return JSONResponse({"run_id": rid, "trials": [t.to_json() for t in found]})
 
     async def model_trials(request: Request) -> JSONResponse:
         if not caller(request).operator:
             return JSONResponse({"error": "storing a trial takes the admin token"}, status_code=403)
         trials = _model_trials_in(await request.body())
-        await call("insert_model_trials", trials)
+        await call(lambda s: s.verdicts.insert_model_trials(trials))
         return JSONResponse({"stored": len(trials)})
 
     async def model_accuracy(request: Request) -> JSONResponse:
         if not caller(request).operator:
             return JSONResponse({"error": "accuracy spans every agent's runs: the admin token reads it"},
                                 status_code=403)
-        found = await call("model_accuracy", agent=request.query_params.get("agent") or None)
+        agent = request.query_params.get("agent") or None
+        found = await call(lambda s: s.verdicts.model_accuracy(agent=agent))
         return JSONResponse({"accuracy": [a.to_json() for a in found]})
 
     # --- the transparency log: what it serves proves nothing alone, a reader checks it with the org key ---
-    log = LogView(store) if store is not None else None
+    log = LogView(store.log) if store is not None else None
 
-    async def log_call(method: str, *args: Any) -> Any:
+    async def log_call(read: Callable[[LogView], _T]) -> _T:
+        """``read`` of the log, run on the read API's own threads (no store: the nop exporter, 503)."""
         if log is None:
             raise StoreUnavailable("this collector has no store (nop exporter)")
-        fn = getattr(log, method)
         try:
-            return await asyncio.get_running_loop().run_in_executor(pool, lambda: fn(*args))
+            return await asyncio.get_running_loop().run_in_executor(pool, read, log)
         except ValueError as exc:  # a position or range that is not in a tree of that size
             raise BadQuery(str(exc)) from exc
 
@@ -380,7 +378,8 @@ def build_app(
 
     async def log_checkpoint(request: Request) -> JSONResponse:
         caller(request)
-        found = await log_call("checkpoint", _count(request, "size", required=False))
+        size = _count(request, "size", required=False)
+        found = await log_call(lambda v: v.checkpoint(size))
         if found is None:
             return JSONResponse({"error": "no signed checkpoint (of that size)"}, status_code=404)
         return JSONResponse(found.to_json())
@@ -389,11 +388,11 @@ def build_app(
         rid = await readable_run(request)
         size = _count(request, "size", required=False)
         if size is None:
-            latest = await log_call("checkpoint", None)
+            latest = await log_call(lambda v: v.checkpoint(None))
             if latest is None:
                 return JSONResponse({"error": "no signed checkpoint yet: give size"}, status_code=404)
             size = latest.checkpoint.size
-        found = await log_call("run_proofs", rid, size)
+        found = await log_call(lambda v: v.run_proofs(rid, size))
         if not found:
             return JSONResponse({"error": f"run {rid} is not among the log's first {size} leaves"}, status_code=404)
         entries = [{**e.to_json(), "proof": [p.hex() for p in proof]} for e, proof in found]
@@ -402,7 +401,7 @@ def build_app(
     async def log_consistency(request: Request) -> JSONResponse:
         caller(request)
         old, new = _count(request, "old"), _count(request, "new")
-        proof = await log_call("consistency", old, new)
+        proof = await log_call(lambda v: v.consistency(old, new))
         return JSONResponse({"old": old, "new": new, "proof": [p.hex() for p in proof]})
 
     async def log_tree(request: Request) -> JSONResponse:
@@ -410,7 +409,7 @@ def build_app(
         ranges = [_range(r) for r in request.query_params.getlist("range")]
         if not 0 < len(ranges) <= MAX_RANGES:
             raise BadQuery(f"range=START-END: 1 to {MAX_RANGES} subtrees a request")
-        hashes = await log_call("subtrees", ranges)
+        hashes = await log_call(lambda v: v.subtrees(ranges))
         return JSONResponse({"hashes": [h.hex() for h in hashes]})
 
     async def log_leaves(request: Request) -> JSONResponse:
@@ -420,7 +419,7 @@ def build_app(
         start, end = _count(request, "start"), _count(request, "end")
         if not 0 <= end - start <= MAX_LEAVES:
             raise BadQuery(f"start..end: at most {MAX_LEAVES} leaves a request")
-        found = await log_call("entries", start, end)
+        found = await log_call(lambda v: v.entries(start, end))
         return JSONResponse({"entries": [e.to_json() for e in found]})
 
     routes = [
@@ -677,7 +676,7 @@ def incident_routes(
         if store is None or incidents_dir is None:
             return error("this collector writes no incidents (agentreplay_analysis.incidents)", 404)
         try:
-            written = await loop.run_in_executor(pool, store.incidents, IncidentState.WRITTEN)
+            written = await loop.run_in_executor(pool, store.verdicts.incidents, IncidentState.WRITTEN)
         except StoreUnavailable as exc:
             response = store_failed(exc)
             response.headers.update(headers)

@@ -52,7 +52,7 @@ def open_store(store: str | None, *, database: str = DEFAULT_DATABASE) -> Store:
 
     opened = Store(store or os.environ.get(semconv.ENV_STORE) or DEFAULT_STORE, database=database)
     try:
-        opened._client()
+        opened.connect()
     except StoreError:
         opened.close()
         raise

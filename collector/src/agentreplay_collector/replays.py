@@ -256,7 +256,7 @@ class ReplayClaims:
         if owner is None or self.store is None:
             return
         try:
-            heads = frozenset(self.store.run_heads(named))
+            heads = frozenset(self.store.runs.heads(named))
         except StoreError as exc:  # not remembered: the next claim asks again
             _log.warning("replay of %s: its stored head was not read: %s", named, exc)
             return
@@ -273,7 +273,7 @@ class ReplayClaims:
             if grant.grant_id in self._used:
                 return
         try:
-            user = self.store.grant_user(grant.grant_id)
+            user = self.store.control.grant_user(grant.grant_id)
         except StoreError as exc:
             _log.warning("replay grant %s: its uses were not read: %s", grant.grant_id, exc)
             return

@@ -764,8 +764,9 @@ class ScopeProcessor:
     # --- start-up -----------------------------------------------------------------------------
     def rebuild(self, store: Store) -> None:
         """Spend and tool counts of recent runs, today's spend per agent, and active halts, from the store."""
+        control = store.control
         today = utc_day(time.time_ns())
-        for totals in store.recent_spend(days=2):
+        for totals in control.recent_spend(days=2):
             self.owners.remember({totals.run_id: totals.agent_id})
             run = self._run(totals.run_id, totals.agent_id, opened_ns=0)
             run.spend_usd += totals.cost_usd
@@ -779,16 +780,16 @@ class ScopeProcessor:
                 if totals.currency and totals.amount:
                     charged = self._day_in.setdefault(key, {})
                     charged[totals.currency] = charged.get(totals.currency, 0.0) + totals.amount
-        for stored in store.manifests():
+        for stored in control.manifests():
             try:
                 self.register(json.loads(stored.signed), persist=False)
             except (ValueError, AgentReplayError) as exc:  # e.g. signed by a key since rotated
                 _log.warning("stored manifest skipped: %s", exc)
-        for halt in store.active_halts():
+        for halt in control.active_halts():
             self.halts[(halt.scope, halt.target)] = halt
         halted_runs = [target for scope, target in self.halts if scope == SCOPE_RUN]
         if halted_runs:  # so that each run's halt reaches only the agent that opened it
-            self.owners.remember(store.run_owners(halted_runs))
+            self.owners.remember(control.owners(halted_runs))
         _log.info(
             "agentreplay_scope: %d run(s), %d agent-day(s), %d halt(s) rebuilt from the store",
             len(self._runs),

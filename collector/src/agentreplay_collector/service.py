@@ -26,7 +26,7 @@ from typing import Any
 
 from agentreplay_client.errors import StoreUnavailable
 from agentreplay_collector import budget as memory
-from agentreplay_collector import console, otlp_logs, otlp_metrics, schema
+from agentreplay_collector import console, otlp_logs, otlp_metrics
 from agentreplay_collector.access import ReadAccess
 from agentreplay_collector.admission import Admission, Priority, control_route
 from agentreplay_collector.analysis import AnalysisWorker
@@ -43,7 +43,7 @@ from agentreplay_collector.receivers.grpc import GrpcReceiver
 from agentreplay_collector.receivers.http import HttpReceiver
 from agentreplay_collector.scope import ScopeProcessor
 from agentreplay_collector.signals import SignalPipeline
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import Store, schema
 from agentreplay_collector.translog import TransparencyLog
 
 _log = logging.getLogger("agentreplay_collector")
@@ -76,17 +76,17 @@ class Collector:
         if self.auth is None:
             _log.warning("no agentreplay_auth processor in the pipeline: exports are NOT authenticated")
         # the transparency log: every verdict a leaf; checkpoints signed when a log key is configured
-        self.log = TransparencyLog.from_config(store, config.transparency) if config.chain and store else None
+        self.log = TransparencyLog.from_config(store.log, config.transparency) if config.chain and store else None
         self.chain = (
             ChainProcessor(
-                config.chain, store, self.keys, org_key=self.auth.org_key if self.auth else None, log=self.log,
+                config.chain, store.runs, self.keys, org_key=self.auth.org_key if self.auth else None, log=self.log,
                 budget=self.budget,
             )
             if config.chain and store
             else None
         )
         self.batcher = (
-            Batcher(config.batch, store, self.chain.observe if self.chain else None) if store else None
+            Batcher(config.batch, store.runs, self.chain.observe if self.chain else None) if store else None
         )
         self.owners = RunOwners(store)
         self.scope = self._build_scope(config, store, self.owners)
@@ -189,14 +189,15 @@ class Collector:
 
         cfg = config.scope
         org = config.auth.org_public_key if config.auth and not config.auth.insecure else None
+        control = store.control if store is not None else None  # what the writer and the trust book use
         return ScopeProcessor(
             cfg,
             store,
             org_public_key=load_public_key(org) if org else None,
             writer=ControlWriter(
-                store, webhooks=cfg.webhooks, retries=cfg.webhook_retries, timeout_s=cfg.webhook_timeout_s
+                control, webhooks=cfg.webhooks, retries=cfg.webhook_retries, timeout_s=cfg.webhook_timeout_s
             ),
-            trust=TrustBook(store, tiers=load_tiers(cfg.trust_tiers), refresh_s=cfg.trust_refresh_s),
+            trust=TrustBook(control, tiers=load_tiers(cfg.trust_tiers), refresh_s=cfg.trust_refresh_s),
             owners=owners,
         )
 
@@ -251,7 +252,7 @@ class Collector:
             self.log.open()
             self.log.start()
         if self.chain is not None:
-            self.chain.resume(self.store.pending_runs())
+            self.chain.resume(self.store.runs.pending())
             self.chain.start()
         if self.scope is not None:
             self.scope.rebuild(self.store)

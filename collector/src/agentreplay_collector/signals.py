@@ -39,6 +39,7 @@ from agentreplay_collector.auth import Authenticated, AuthProcessor, Presented
 from agentreplay_collector.otlp import hex_ids_to_base64
 from agentreplay_collector.pipeline import MAX_EXPORT_DAYS
 from agentreplay_collector.store import Store
+from agentreplay_collector.store.telemetry import Telemetry
 
 THREADS = 2
 MAX_WAITING = 64
@@ -68,7 +69,7 @@ class Signal:
     message: type[Message]  # the Export...ServiceRequest
     resource_agents: Callable[[Any], list[str | None]]  # the agent id each resource with data claims
     convert: Callable[[Any], ConvertedSignal]
-    write: Callable[[Store, ConvertedSignal], None]
+    write: Callable[[Telemetry, ConvertedSignal], None]
 
 
 # --- parsing -----------------------------------------------------------------------------------
@@ -159,7 +160,7 @@ class SignalPipeline:
                 f" at most {MAX_EXPORT_DAYS} (send them in several exports)"
             )
         if self.store is not None and converted.row_count:
-            self.signal.write(self.store, converted)
+            self.signal.write(self.store.telemetry, converted)
         return converted.row_count
 
     def stats(self) -> dict[str, int]:

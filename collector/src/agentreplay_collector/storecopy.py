@@ -1,7 +1,7 @@
 """Copying a store into another ClickHouse: the embedded store's runs to a server Grafana can read.
 
 ``agentreplay-collector copy --from .agentreplay/store --to http://user:pw@host:8123/?database=agentreplay``
-creates the schema on the target (:mod:`.schema`; ``ON CLUSTER`` with ``--cluster``), then copies every
+creates the schema on the target (:mod:`.store.schema`; ``ON CLUSTER`` with ``--cluster``), then copies every
 table the store holds, in batches through Arrow (``query_arrow_stream`` / ``insert_arrow``), each table
 in the order of its time column. The view-fed ``otel_traces_trace_id_ts`` is not copied: the target's
 own materialized view fills it from the copied spans, as the collector's inserts would.
@@ -14,6 +14,8 @@ row). An interrupted copy is resumed the same way.
 chDB opens one directory per process, and a directory only one process may hold: the source is read
 by a child process of this one (the target may be another chDB directory), which streams each query's
 Arrow batches back over a pipe. A store a running collector holds is refused with that said.
+
+The statements, on either side, are built in :mod:`.store.copy`.
 """
 
 from __future__ import annotations
@@ -28,14 +30,14 @@ import tempfile
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import pyarrow as pa
 
 from agentreplay_client.errors import StoreUnavailable
 from agentreplay_client.reader import DEFAULT_DATABASE
-from agentreplay_collector import schema
-from agentreplay_collector.store import Store
+from agentreplay_collector.store import Store, schema
+from agentreplay_collector.store.copy import columns_sql, count_sql, rows_sql, tables_sql
 
 WATERMARKS: dict[str, str] = {
     schema.TRACES: "Timestamp",
@@ -65,7 +67,8 @@ copies what is newer than the target's newest."""
 FILLED_BY_VIEW = frozenset({schema.TRACE_ID_TS})
 """Tables the target's materialized views fill from the copied rows: copying them too would double them."""
 
-_STORED = "default_kind NOT IN ('MATERIALIZED', 'ALIAS', 'EPHEMERAL')"
+_T = TypeVar("_T")
+
 _BATCH, _END, _ERROR = b"B", b"E", b"X"
 _FRAME = struct.Struct(">cQ")  # kind, payload length
 _HELD = ("Cannot lock file", "Another server instance")
@@ -221,7 +224,7 @@ def _serve() -> int:
         for line in sys.stdin:
             request = json.loads(line)
             try:
-                for batch in _stream(store, request["sql"], request.get("settings") or {}):
+                for batch in store.copy.stream(request["sql"], request.get("settings") or {}):
                     sink = pa.BufferOutputStream()
                     with pa.ipc.new_stream(sink, batch.schema) as writer:
                         writer.write_batch(batch)
@@ -235,12 +238,6 @@ def _serve() -> int:
     finally:
         store.close()
     return 0
-
-
-def _stream(store: Store, sql: str, settings: dict[str, Any]) -> Iterator[pa.RecordBatch]:
-    client = store._client()  # the copy streams raw batches: no typed method of Store is meant for it
-    with client.query_arrow_stream(sql, settings=settings) as stream:
-        yield from stream
 
 
 # --- the copy -----------------------------------------------------------------------------------------
@@ -265,8 +262,7 @@ def copy_store(
         if not os.path.isdir(directory):
             raise CopyError(f"no store at {directory}")
     with SourceProcess(source) as reader:
-        held = {r["name"] for r in reader.rows(
-            f"SELECT name FROM system.tables WHERE database = {_quote(source.database)}")}
+        held = {r["name"] for r in reader.rows(tables_sql(source.database))}
         if not held:
             raise CopyError(f"{source.shown} holds no tables: nothing to copy")
         tables = [t.name for t in schema.TABLES if t.name in held and t.name not in FILLED_BY_VIEW]
@@ -302,72 +298,47 @@ class _Plan:
 
 
 def _plan(reader: SourceProcess, store: Store, source: Endpoint, target: Endpoint, table: str) -> _Plan:
-    columns_sql = ("SELECT name FROM system.columns WHERE database = {db} AND table = {table} AND "
-                   + _STORED + " ORDER BY position")
-    source_columns = {r["name"] for r in reader.rows(columns_sql.format(db=_quote(source.database),
-                                                                        table=_quote(table)))}
-    target_columns = [r[0] for r in _query(store, columns_sql.format(db=_quote(target.database),
-                                                                     table=_quote(table)))]
+    source_columns = {r["name"] for r in reader.rows(columns_sql(source.database, table))}
+    target_columns = _on_target(lambda: store.copy.columns(target.database, table))
     columns = tuple(c for c in target_columns if c in source_columns)
     watermark = WATERMARKS[table]
     if watermark not in columns:
         raise CopyError(f"{table}: no {watermark} column on both sides; the store's layout is not one this "
                         "version copies")
-    [(target_rows,)] = _query(store, f"SELECT count() FROM {target.database}.{table}")
-    [count] = reader.rows(f"SELECT count() AS n FROM {source.database}.{table}")
+    target_rows = _on_target(lambda: store.copy.count(f"{target.database}.{table}"))
+    [count] = reader.rows(count_sql(f"{source.database}.{table}"))
     return _Plan(table=table, source=f"{source.database}.{table}", target=f"{target.database}.{table}",
                  columns=columns, watermark=watermark, source_rows=int(count["n"]), target_rows=int(target_rows))
 
 
 def _copy_table(reader: SourceProcess, store: Store, plan: _Plan, batch_rows: int, settings: dict[str, Any],
                 progress: Callable[[str], None]) -> TableCopy:
-    selected = ", ".join(_ident(c) for c in plan.columns)
-    key = f"toUnixTimestamp64Nano({_ident(plan.watermark)})"
-    where = _missing_rows(store, plan, key)
-    [todo] = reader.rows(f"SELECT count() AS n FROM {plan.source} WHERE {where}")
+    where = _on_target(lambda: store.copy.missing(plan.target, plan.columns, plan.watermark, held=plan.target_rows))
+    [todo] = reader.rows(count_sql(plan.source, where))
     total, copied = int(todo["n"]), 0
     if total:
         progress(f"{plan.table}: {total} of {plan.source_rows} rows to copy")
-        sql = f"SELECT {selected} FROM {plan.source} WHERE {where} ORDER BY {_ident(plan.watermark)}"
+        sql = rows_sql(plan.source, plan.columns, where, plan.watermark)
         for batch in reader.batches(sql, {"max_block_size": batch_rows}):
             if not batch.num_rows:
                 continue
             try:
-                store.insert_copied(plan.target, pa.Table.from_batches([batch]), settings=settings)
+                store.copy.insert_batch(plan.target, pa.Table.from_batches([batch]), settings=settings)
             except StoreUnavailable as exc:
                 raise CopyError(f"{plan.table}: the target refused rows after {copied} of {total} were copied "
                                 f"(copy again with --append to go on): {exc}") from exc
             copied += batch.num_rows
             progress(f"{plan.table}: {copied} of {total} rows copied")
-    [(after,)] = _query(store, f"SELECT count() FROM {plan.target}")
-    return TableCopy(table=plan.table, source_rows=plan.source_rows, copied=copied, target_rows=int(after))
+    after = _on_target(lambda: store.copy.count(plan.target))
+    return TableCopy(table=plan.table, source_rows=plan.source_rows, copied=copied, target_rows=after)
 
 
-def _missing_rows(store: Store, plan: _Plan, key: str) -> str:
-    """The source rows the target lacks: all of them into an empty table; else those newer than its newest,
-    and those exactly as old as it whose whole row (hashed) it does not hold (an interrupted copy's last batch)."""
-    if not plan.target_rows:
-        return "1"
-    [(newest,)] = _query(store, f"SELECT max({key}) FROM {plan.target}")
-    row_hash = f"cityHash64({', '.join(_ident(c) for c in plan.columns)})"
-    held = [int(h) for (h,) in _query(store, f"SELECT {row_hash} FROM {plan.target} WHERE {key} = {int(newest)}")]
-    known = ", ".join(str(h) for h in held) or "0"
-    return f"({key} > {int(newest)} OR ({key} = {int(newest)} AND {row_hash} NOT IN ({known})))"
-
-
-def _query(store: Store, sql: str) -> list[tuple[Any, ...]]:
+def _on_target(read: Callable[[], _T]) -> _T:
+    """A read of the target; its failure is the copy's."""
     try:
-        return store.copy_watermark(sql)
+        return read()
     except StoreUnavailable as exc:
         raise CopyError(f"the target failed: {exc}") from exc
-
-
-def _ident(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
-def _quote(value: str) -> str:
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
 def _redact(text: str, target: Endpoint | None = None) -> str:

@@ -33,7 +33,7 @@ from agentreplay_client.errors import ConfigError, StoreError
 from agentreplay_client.models import LogEntry, RunSummary
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.config import TransparencyConfig
-from agentreplay_collector.store import Store
+from agentreplay_collector.store.log import Log
 from agentreplay_otel.core import (
     ChainHead,
     Checkpoint,
@@ -73,22 +73,22 @@ class LogReader(Protocol):
 
 
 class LogView:
-    """Proofs, leaves and checkpoints from the store's log tables."""
+    """Proofs, leaves and checkpoints from the store's log tables (``Store.log``)."""
 
-    def __init__(self, store: Store) -> None:
-        self.store = store
+    def __init__(self, tables: Log) -> None:
+        self.tables = tables
 
     def size(self) -> int:
-        return self.store.log_size()
+        return self.tables.size()
 
     def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None:
-        return self.store.log_checkpoint(size)
+        return self.tables.checkpoint(size)
 
     def entries(self, start: int, end: int) -> list[LogEntry]:
-        return self.store.log_entries(start, end)
+        return self.tables.entries(start, end)
 
     def entries_of_run(self, run_id: str) -> list[LogEntry]:
-        return [e for e in self.store.log_entries_of_runs([run_id]) if e.run_id == run_id]
+        return [e for e in self.tables.entries_of_runs([run_id]) if e.run_id == run_id]
 
     def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]:
         """Each leaf of the run among the first ``size``, with its inclusion proof in that tree."""
@@ -106,7 +106,7 @@ class LogView:
     def subtrees(self, ranges: Sequence[merkle.Range]) -> list[bytes]:
         """The hashes of these subtrees, from the perfect subtrees they are made of (one query). A tree
         larger than the log, or one whose hashes were deleted, lacks some: :class:`LogDamaged`."""
-        found = self.store.log_nodes(merkle.proof_nodes(ranges))
+        found = self.tables.nodes(merkle.proof_nodes(ranges))
         missing = [n for s, e in ranges for n in merkle.cover(s, e) if n not in found]
         if missing:
             n = missing[0]
@@ -156,14 +156,14 @@ class TransparencyLog:
 
     def __init__(
         self,
-        store: Store,
+        tables: Log,
         signer: LogSigner | None = None,
         *,
         interval_s: float = 10.0,
         refresh_s: float = 3600.0,
         clock: Callable[[], int] = time.time_ns,
     ) -> None:
-        self.store = store
+        self.tables = tables
         self.signer = signer
         self.interval_s = interval_s
         self.refresh_s = refresh_s
@@ -177,11 +177,11 @@ class TransparencyLog:
         self.damaged = ""
 
     @classmethod
-    def from_config(cls, store: Store, config: TransparencyConfig | None) -> TransparencyLog:
+    def from_config(cls, tables: Log, config: TransparencyConfig | None) -> TransparencyLog:
         if config is None:
-            return cls(store)
+            return cls(tables)
         return cls(
-            store,
+            tables,
             LogSigner.load(config),
             interval_s=config.checkpoint_interval_s,
             refresh_s=config.checkpoint_refresh_s,
@@ -194,11 +194,11 @@ class TransparencyLog:
         back or edited while the collector was away) is not appended to or signed again: a log
         never signs a tree inconsistent with one it signed before. It says why, in its own log
         and in the stats; the store must be restored for it to go on."""
-        size = self.store.log_size()
+        size = self.tables.size()
         nodes = merkle.Frontier.nodes(size)
-        found = self.store.log_nodes(nodes)
+        found = self.tables.nodes(nodes)
         missing = [n for n in nodes if n not in found]
-        last = self.store.log_checkpoint()
+        last = self.tables.checkpoint()
         with self._lock:
             if missing:
                 self.damaged = f"the store lacks {len(missing)} of the tree hashes of its {size} leaves"
@@ -223,7 +223,7 @@ class TransparencyLog:
             return ""  # another key's (rotated), or not a checkpoint this key signed: nothing to hold it to
         if cp.size > size:
             return f"the store holds {size} leaves, but this log key signed a checkpoint of {cp.size}: it was rolled back"
-        then = self.store.log_nodes(merkle.Frontier.nodes(cp.size))
+        then = self.tables.nodes(merkle.Frontier.nodes(cp.size))
         hashes = [then.get(n) for n in merkle.Frontier.nodes(cp.size)]
         if cp.size and (None in hashes or merkle.fold([h for h in hashes if h is not None]) != cp.root):
             return f"the store's first {cp.size} leaves are not the ones this log key signed: the store was edited"
@@ -258,15 +258,15 @@ class TransparencyLog:
                 entries.append(LogEntry(index=frontier.size, leaf=data, logged_ns=now))
                 known.append((leaf.run_id, digest))
                 nodes.extend(frontier.append(digest))
-            self.store.insert_log_entries(nodes, entries, now, known=known)
+            self.tables.append(nodes, entries, now, known=known)
             self._frontier = frontier
             self.appended += len(entries)
             return len(entries)
 
     def _new_leaves(self, judged: Sequence[tuple[RunSummary, ChainHead]], now: int) -> list[LogLeaf]:
         ids = [run.run_id for run, _ in judged]
-        received = self.store.run_arrival_times(ids)
-        last = {run_id: entry.decoded() for run_id, entry in self.store.last_log_leaves(ids).items()}
+        received = self.tables.arrival_times(ids)
+        last = {run_id: entry.decoded() for run_id, entry in self.tables.last_leaves(ids).items()}
         leaves = []
         for run, head in judged:
             before = last.get(run.run_id)
@@ -300,7 +300,7 @@ class TransparencyLog:
             if not force and size == last_size and now - last_ns < self.refresh_s * 1e9:
                 return None
             signed = self.signer.sign(size, root, now)
-            self.store.insert_log_checkpoint(signed)
+            self.tables.insert_checkpoint(signed)
             self._signed = (size, now)
             return signed
 

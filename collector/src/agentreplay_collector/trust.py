@@ -28,7 +28,7 @@ from pathlib import Path
 
 from agentreplay_client.errors import StoreError
 from agentreplay_client.models import NOT_VIOLATIONS, TrackRecord, TrustScore
-from agentreplay_collector.store import Store
+from agentreplay_collector.store.control import Control
 
 _log = logging.getLogger(__name__)
 
@@ -90,9 +90,9 @@ class TrustBook:
     """Scores per agent, computed from the store and kept for ``refresh_s``."""
 
     def __init__(
-        self, store: Store | None, *, tiers: Sequence[Tier] = DEFAULT_TIERS, refresh_s: float = 60.0
+        self, control: Control | None, *, tiers: Sequence[Tier] = DEFAULT_TIERS, refresh_s: float = 60.0
     ) -> None:
-        self.store = store
+        self.control = control  # the store's control-plane tables (Store.control); None: no store
         self.tiers = tuple(tiers)
         self.refresh_s = refresh_s
         self._cache: dict[str, TrustScore] = {}
@@ -136,8 +136,8 @@ class TrustBook:
 
     def warm(self) -> None:
         """Open the book's thread's store connection now, not on an agent's first Authorize."""
-        if self.store is not None:
-            self._pool.submit(self.store.check).result()
+        if self.control is not None:
+            self._pool.submit(self.control.engine.check).result()
 
     def _compute_or_prior(self, agent_id: str, *, store_it: bool = True) -> float:
         try:
@@ -168,8 +168,8 @@ class TrustBook:
 
     def compute(self, agent_id: str, *, store_it: bool = True) -> TrustScore:
         record = TrackRecord(runs=0, failures=0, regressions=0, regression_passes=0, violating_runs=0)
-        if self.store is not None:
-            record = self.store.track_record(agent_id, window=WINDOW, not_violations=NOT_VIOLATIONS)
+        if self.control is not None:
+            record = self.control.track_record(agent_id, window=WINDOW, not_violations=NOT_VIOLATIONS)
         value = score(
             runs=record.runs,
             failures=record.failures,
@@ -198,13 +198,13 @@ class TrustBook:
         return result
 
     def _store(self, result: TrustScore) -> None:
-        if self.store is not None:
+        if self.control is not None:
             try:
-                self.store.insert_trust_scores([result])
+                self.control.insert_trust_scores([result])
             except StoreError as exc:
                 _log.warning("trust score of %s not stored: %s", result.agent_id, exc)
 
     def agents(self) -> list[str]:
-        if self.store is None:
+        if self.control is None:
             return sorted(self._cache)
-        return self.store.agents()
+        return self.control.agents()

@@ -326,13 +326,13 @@ class _StoreRecords:
         self.store = store
 
     def manifest(self, sha256: str) -> str | None:
-        return next((m.signed for m in self.store.manifests() if m.sha256 == sha256), None)
+        return next((m.signed for m in self.store.control.manifests() if m.sha256 == sha256), None)
 
     def decision_records(self, run_id: str) -> list[DecisionRecord]:
-        return [d for _, d in self.store.decisions(run_id)]
+        return [d for _, d in self.store.control.decisions(run_id)]
 
     def classifications(self, run_id: str) -> list[StoredClassification]:
-        return self.store.classifications(run_id)
+        return self.store.verdicts.classifications(run_id)
 
 
 def _sources(source: RunReader) -> tuple[RecordSource, LogSource]:
@@ -340,7 +340,7 @@ def _sources(source: RunReader) -> tuple[RecordSource, LogSource]:
     if isinstance(source, Store):
         from agentreplay_collector.translog import LogView
 
-        return _StoreRecords(source), LogView(source)
+        return _StoreRecords(source), LogView(source.log)
     raise CaseError(f"cannot collect a case from {type(source).__name__} without its records and log: "
                     "a store, or the collector's read API given as both")
 

@@ -291,7 +291,7 @@ class VerdictStore(Protocol):
 
 def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictStore | None:
     if is_store(source):
-        return source
+        return source.verdicts
     if isinstance(source, RemoteCollector):
         return RemoteCollector(source.url, admin_token=admin_token) if admin_token else source
     return None
@@ -307,8 +307,8 @@ def _store(source: RunReader, admin_token: str | None, verdicts: list[Verdict]) 
     if sink is None:
         return False, "this reader cannot store verdicts"
     try:
-        if is_store(sink):
-            sink.ensure_schema()  # a store opened directly may predate the classifications table's layout
+        if is_store(source):
+            source.ensure_schema()  # a store opened directly may predate the classifications table's layout
         sink.insert_classifications([record(v) for v in verdicts])
     except (CLIError, StoreError) as exc:
         return False, f"{exc} (storing through the collector takes its admin token: --admin-token)"

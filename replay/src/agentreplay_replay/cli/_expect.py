@@ -63,7 +63,7 @@ def expected_store(source: RunReader, admin_token: str | None = None) -> Expecte
     """The source's keeper of expected outcomes (with ``admin_token`` for a collector, to change them); None
     for a reader that keeps none (a case file)."""
     if is_store(source):
-        return source
+        return source.verdicts
     if isinstance(source, RemoteCollector):
         return RemoteCollector(source.url, admin_token=admin_token) if admin_token else source
     return None
@@ -158,8 +158,8 @@ def expect(
         keeper = expected_store(source, admin_token)
         if keeper is None:
             raise CLIError("this reader keeps no expected outcomes")
-        if is_store(keeper) and (clear or value is not None):
-            keeper.ensure_schema()  # a store opened directly may predate the run_expected table
+        if is_store(source) and (clear or value is not None):
+            source.ensure_schema()  # a store opened directly may predate the run_expected table
         if clear:
             was = keeper.clear_expected_outcome(full)
             doc: dict[str, Any] = {"run_id": full, "cleared": was}

@@ -77,7 +77,7 @@ def _open(store: str | None, collector: str | None) -> Iterator[tuple[LogReader,
         if is_store(runs):
             from agentreplay_collector.translog import LogView  # the store is open here: the log reads it
 
-            log: LogReader = LogView(runs)
+            log: LogReader = LogView(runs.log)
         else:
             log = LogClient(collector)
         yield log, runs

@@ -175,7 +175,7 @@ def _stored_verdicts(source: RunReader, run_id: str) -> list[Verdict]:
 
 def _trial_store(source: RunReader, collector: str | None, admin_token: str | None) -> TrialStore | None:
     if is_store(source):
-        return source
+        return source.verdicts
     client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
     if not client.healthy():
         return None
@@ -188,8 +188,8 @@ def _save(source: RunReader, collector: str | None, admin_token: str | None,
     if sink is None:
         return False, "no collector runs and this reader cannot store trials"
     try:
-        if is_store(sink):
-            sink.ensure_schema()  # a store opened directly may predate the model_trials table
+        if is_store(source):
+            source.ensure_schema()  # a store opened directly may predate the model_trials table
         sink.insert_model_trials(records)
     except (CLIError, StoreError) as exc:
         return False, f"{exc} (storing through the collector takes its admin token: --admin-token)"

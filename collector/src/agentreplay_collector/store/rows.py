@@ -1,4 +1,5 @@
-"""How the store's rows map to the collector's records, both ways; the SQL itself is in :mod:`.store`.
+"""How the store's rows map to the collector's records, both ways; the SQL itself is in the table families
+(:mod:`.runs`, :mod:`.control`, :mod:`.verdicts`, :mod:`.log`, :mod:`.telemetry`).
 
 Each table's insert columns sit beside the function that lays out its rows, so the two
 cannot drift apart.
