@@ -7,8 +7,7 @@ from pathlib import Path
 
 from agentreplay_client.collector import CollectorClient
 from agentreplay_client.models import ChainState
-from agentreplay_collector.reading import open_reader
-from agentreplay_collector.store import Store
+from agentreplay_collector.reading import StoreReader, open_reader
 from agentreplay_dev.collector import recording_provider
 from agentreplay_otel import semconv
 from agentreplay_otel.chain import ChainProblem, verify
@@ -59,12 +58,12 @@ def test_sdk_to_collector_to_reader(collector_factory, tmp_path: Path) -> None:
     assert collector.stop() == 0
     reader = open_reader(collector=collector.control, store=str(tmp_path / "store"))
     try:
-        assert isinstance(reader, Store)  # no collector answers: the store is opened directly
+        assert isinstance(reader, StoreReader)  # no collector answers: the store is opened directly
         assert sorted(r.run_id for r in reader.list_runs()) == sorted(run_ids)
         assert reader.get_run_spans(run_ids[0]) == spans
         # an edited row (the collector stopped) fails verification and names the span
         tool = next(s for s in spans if s.name == "execute_tool book_flight")
-        reader.command(
+        reader.store.command(
             f"ALTER TABLE agentreplay.otel_traces UPDATE StatusMessage = 'all fine', Duration = Duration + 1"
             f" WHERE SpanId = '{tool.span_id}' SETTINGS mutations_sync = 1"
         )

@@ -11,7 +11,7 @@ import pytest
 from agentreplay_client.errors import StoreUnavailable
 from agentreplay_client.models import ChainState, ChainStatus, RunSummary
 from agentreplay_collector.otlp import convert
-from agentreplay_collector.reading import open_reader
+from agentreplay_collector.reading import StoreReader, open_reader
 from agentreplay_collector.store import Store
 from agentreplay_otel.chain import verify
 
@@ -114,7 +114,7 @@ def test_open_reader_opens_the_store_when_no_collector_answers(
     chdb_store.runs.insert_spans(converted.table)
     reader = open_reader(store=str(chdb_path), collector="http://127.0.0.1:9", database=chdb_store.database)
     try:
-        assert isinstance(reader, Store)
+        assert isinstance(reader, StoreReader) and isinstance(reader.store, Store)
         assert len(reader.get_run_spans(converted.records[0].trace_id)) == 2
     finally:
         reader.close()

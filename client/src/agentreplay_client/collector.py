@@ -1,4 +1,4 @@
-"""A client for the collector's read API, with the :class:`~agentreplay_collector.store.RunReader` methods.
+"""A client for the collector's read API: a :class:`~agentreplay_client.reader.RunSource` over HTTP.
 
 Standard library only (urllib), so a reader needs nothing the collector does not.
 
@@ -14,28 +14,41 @@ says so and nothing carrying the token was sent.
 from __future__ import annotations
 
 import base64
+import copy
 import json
 import os
 import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_client import collectorid
 from agentreplay_client.errors import StoreError, StoreUnavailable
-from agentreplay_client.models import ChainStatus, RunSummary, StoredExpected, TraceSummary, span_from_json
+from agentreplay_client.models import (
+    ChainStatus,
+    DecisionRecord,
+    LogEntry,
+    ModelAccuracy,
+    ModelTrial,
+    RunSummary,
+    StoredClassification,
+    StoredExpected,
+    TraceSummary,
+    TrustScore,
+    span_from_json,
+)
 from agentreplay_client.reader import (
     DEFAULT_COLLECTOR,
     chdb_store_id,
     normalize_store,
 )
 from agentreplay_client.tls import TlsFileError, client_context, client_tls_from_env, is_loopback_host
-from agentreplay_otel.core import IdentityError, SpanRecord, semconv
+from agentreplay_otel.core import IdentityError, SignedCheckpoint, SpanRecord, merkle, semconv
 
 CONTROL_TLS_VARIABLES = {
     "ca": (semconv.ENV_CONTROL_CERTIFICATE, semconv.ENV_OTLP_CERTIFICATE),
@@ -59,7 +72,8 @@ def collector_url(given: str | None = None) -> str:
 
 
 class CollectorClient:
-    """Reads runs through a running collector (at :func:`collector_url` of ``url``).
+    """Reads runs through a running collector (at :func:`collector_url` of ``url``), and what it keeps
+    beside them: a :class:`~agentreplay_client.reader.RunSource` over the read and control API.
 
     The read API takes a token: ``token``, else ``$AGENTREPLAY_ADMIN_TOKEN`` (an operator's);
     an agent's identity token reads that agent's own runs. None is sent only when neither is set
@@ -274,6 +288,131 @@ class CollectorClient:
         """Clear the run's expected outcome; whether one was set. Takes the admin token."""
         return bool(self._change("DELETE", f"/v1/runs/{urllib.parse.quote(run_id)}/expected")["cleared"])
 
+    # --- failure analysis: the store's verdicts ---------------------------------------------------------
+    def insert_classifications(self, records: Sequence[StoredClassification]) -> None:
+        self._send("POST", "/v1/classifications", body={"classifications": [r.to_json() for r in records]})
+
+    def classifications(self, run_id: str) -> list[StoredClassification]:
+        doc = self._send("GET", f"/v1/runs/{urllib.parse.quote(run_id)}/classifications")
+        return [StoredClassification.from_json(c) for c in doc["classifications"]]
+
+    def latest_classifications(self, run_ids: Sequence[str]) -> list[StoredClassification]:
+        found: list[StoredClassification] = []
+        for start in range(0, len(run_ids), 100):  # a bounded query string per request
+            query = urllib.parse.urlencode([("run", r) for r in run_ids[start:start + 100]])
+            doc = self._send("GET", f"/v1/classifications?{query}")
+            found += [StoredClassification.from_json(c) for c in doc["classifications"]]
+        return found
+
+    # --- multi-model replay: the store's trials ---------------------------------------------------------
+    def insert_model_trials(self, trials: Sequence[ModelTrial]) -> None:
+        self._send("POST", "/v1/model-trials", body={"trials": [t.to_json() for t in trials]})
+
+    def model_trials(self, run_id: str) -> list[ModelTrial]:
+        doc = self._send("GET", f"/v1/runs/{urllib.parse.quote(run_id)}/model-trials")
+        return [ModelTrial.from_json(t) for t in doc["trials"]]
+
+    def model_accuracy(self, *, agent: str | None = None) -> list[ModelAccuracy]:
+        doc = self._send("GET", "/v1/model-accuracy", params={"agent": agent})
+        return [ModelAccuracy.from_json(a) for a in doc["accuracy"]]
+
+    # --- what a case carries: manifests and decisions -----------------------------------------------------
+    def manifest(self, sha256: str) -> str | None:
+        """A registered signed manifest's JSON text, as registered; None if the collector has none of it."""
+        doc = self._get(f"/v1/manifests/{urllib.parse.quote(sha256)}", missing_ok=True)
+        return None if doc is None else str(doc["signed"])
+
+    def decision_records(self, run_id: str) -> list[DecisionRecord]:
+        """A run's decisions as records (what a case carries)."""
+        doc = self._send("GET", "/v1/decisions", params={"run": run_id})
+        try:
+            return [
+                DecisionRecord(time_ns=int(d["time_ns"]), run_id=d["run_id"], span_id=d["span_id"],
+                               agent_id=d["agent_id"], tool=d["tool"], decision=d["decision"], rule=d["rule"],
+                               manifest_sha256=d["manifest_sha256"], detail=d["detail"], source=d["source"])
+                for d in doc["decisions"]
+            ]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(f"the collector at {self.url} answers decisions without their times: upgrade it") from exc
+
+    def trust_score(self, agent_id: str) -> TrustScore | None:
+        """The agent's trust score, as the collector computes it now; None when it has none."""
+        found = self._send("GET", "/v1/trust", params={"agent": agent_id}).get("agents", [])
+        return TrustScore.from_json(found[0]) if found else None
+
+    # --- the transparency log over the read API ---------------------------------------------------------
+    def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None:
+        doc = self._get("/v1/log/checkpoint", {"size": size}, missing_ok=True)
+        return None if doc is None else SignedCheckpoint.from_json(doc)
+
+    def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]:
+        doc = self._get(f"/v1/log/runs/{urllib.parse.quote(run_id)}", {"size": size}, missing_ok=True)
+        if doc is None:
+            return []
+        return [(LogEntry.from_json(e), _hashes(e["proof"])) for e in doc["entries"]]
+
+    def consistency(self, old: int, new: int) -> list[bytes]:
+        return _hashes(self._get("/v1/log/consistency", {"old": old, "new": new})["proof"])
+
+    def subtrees(self, ranges: Sequence[merkle.Range]) -> list[bytes]:
+        hashes: list[bytes] = []
+        for at in range(0, len(ranges), 400):  # a bounded query string a request
+            query = urllib.parse.urlencode([("range", f"{s}-{e}") for s, e in ranges[at:at + 400]])
+            hashes += _hashes(self._get(f"/v1/log/tree?{query}")["hashes"])
+        if len(hashes) != len(ranges):
+            raise StoreError("the log served another number of subtree hashes than asked for")
+        return hashes
+
+    def entries(self, start: int, end: int) -> list[LogEntry]:
+        doc = self._get("/v1/log/leaves", {"start": start, "end": end})
+        return [LogEntry.from_json(e) for e in doc["entries"]]
+
+    # --- the RunSource: this collector keeps it all; changes take the admin token ------------------------
+    def verdicts(self, admin_token: str | None = None) -> Self:
+        return self.with_token(admin_token)
+
+    def expected(self, admin_token: str | None = None) -> Self:
+        return self.with_token(admin_token)
+
+    def trials(self, admin_token: str | None = None) -> Self:
+        return self.with_token(admin_token)
+
+    def records(self) -> Self:
+        return self
+
+    def log(self) -> Self:
+        return self
+
+    def receives_runs(self) -> bool:
+        """True: what is sent to this collector's OTLP endpoint is read back here."""
+        return True
+
+    def with_token(self, token: str | None) -> Self:
+        """This client sending ``token`` (an admin token, to change what the collector keeps); itself
+        when ``token`` is None."""
+        if not token:
+            return self
+        other = copy.copy(self)
+        other.token, other._verified, other._opened = token, False, None
+        return other
+
+    def _send(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
+        """One call to the control API, its JSON object; every failure a :class:`StoreError` that says
+        what happened: a refusal, nothing answering, an answer that is not the collector's, a collector
+        that is not the pinned one."""
+        query = {k: v for k, v in (params or {}).items() if v is not None}
+        target = path + (f"?{urllib.parse.urlencode(query)}" if query else "")
+        try:
+            doc = self._request(method, target, body=body)
+        except urllib.error.HTTPError as exc:
+            refused = StoreUnavailable if exc.code == 503 else StoreError
+            raise refused(f"the collector refused: {exc.code} {_error_detail(exc)}".strip()) from exc
+        except ValueError as exc:
+            raise StoreUnavailable(f"the server at {self.url} answers, but not as a collector (not JSON)") from exc
+        if not isinstance(doc, dict):
+            raise StoreUnavailable(f"the server at {self.url} answers, but not as a collector: {str(doc)[:80]!r}")
+        return doc
+
     def _change(self, method: str, path: str, body: Any = None) -> Any:
         """A request that changes something, its JSON answer; a refusal is :class:`StoreError` with the
         collector's reason (503: :class:`StoreUnavailable`)."""
@@ -305,6 +444,20 @@ def _ca_shown() -> str:
         if os.environ.get(variable):
             return f"{variable}={os.environ[variable]}"
     return "the system's CA certificates"
+
+
+def _hashes(values: Sequence[Any]) -> list[bytes]:
+    try:
+        return [bytes.fromhex(str(v)) for v in values]
+    except ValueError as exc:
+        raise StoreError(f"the log served something that is not a hash: {exc}") from exc
+
+
+def _error_detail(exc: urllib.error.HTTPError) -> str:
+    try:
+        return str(json.loads(exc.read()).get("error", ""))
+    except (ValueError, AttributeError, OSError):
+        return ""
 
 
 def _error_text(exc: urllib.error.HTTPError) -> str:

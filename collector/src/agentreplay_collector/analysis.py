@@ -48,12 +48,14 @@ from agentreplay_client import incidents as kept
 from agentreplay_client.errors import StoreError
 from agentreplay_client.incidents import IncidentDue, IncidentState, StoredIncident
 from agentreplay_client.models import ChainStatus, StoredClassification
+from agentreplay_client.reader import RunSource
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.budget import INCIDENTS, BudgetExhausted, Hold, MemoryBudget, record_bytes
 from agentreplay_collector.config import DETECTORS, AnalysisConfig, IncidentSettings
 from agentreplay_otel.core import SpanRecord
 
 if TYPE_CHECKING:  # the config may import this module's settings without a cycle through the store
+    from agentreplay_collector.reading import StoreReader
     from agentreplay_collector.store import Store
 
 _log = logging.getLogger(__name__)
@@ -83,7 +85,7 @@ class IncidentWriter(Protocol):
     (written aside and renamed into place). An :class:`OSError` says the folder refused it (retried);
     any other error that the run's incident cannot be written (not retried until the run changes)."""
 
-    def __call__(self, source: Store, run_id: str, out_dir: Path, org_key_path: Path) -> Path: ...
+    def __call__(self, source: RunSource, run_id: str, out_dir: Path, org_key_path: Path) -> Path: ...
 
 
 def _load(group: str, name: str) -> Any:
@@ -258,7 +260,10 @@ class AnalysisWorker:
         the run itself is recorded as failed, logged, never raised)."""
         assert self.incidents is not None and settings.org_public_key is not None
         hold = Hold(self.budget, INCIDENTS)
-        source = _rendered(self.store, hold) if self.budget is not None else self.store
+        from agentreplay_collector.reading import StoreReader  # the store as the CLI reads it
+
+        reading = StoreReader(self.store)
+        source = _rendered(reading, hold) if self.budget is not None else reading
         try:
             written = self.incidents(source, run.run_id, settings.dir, settings.org_public_key)
             size = kept.folder_bytes(written)
@@ -328,12 +333,12 @@ class _TooLarge(Exception):
     """A run larger than the memory budget's incidents share could ever hold while it is rendered."""
 
 
-def _rendered(store: Store, hold: Hold) -> Store:
-    """The store as the incident writer reads it (a shallow copy: the same connections), whose
+def _rendered(source: StoreReader, hold: Hold) -> StoreReader:
+    """The store as the incident writer reads it (a shallow copy of its reader: the same store), whose
     ``get_run_spans`` counts the run's spans against the memory budget's ``incidents`` share
     (``RENDER_FACTOR`` times) until the incident is written."""
-    shadow = copy.copy(store)
-    read = store.get_run_spans
+    shadow = copy.copy(source)
+    read = source.get_run_spans
 
     def get_run_spans(run_id: str) -> list[SpanRecord]:
         spans = read(run_id)

@@ -5,10 +5,10 @@ its spans (chain links and seal included), the org's certificates of the agent k
 sealed them, the signed manifest the run was under, every policy decision, the stored
 verdicts, and the transparency log's inclusion proofs with their signed checkpoints.
 
-:func:`collect` reads it from a store or a collector, :func:`write` and :func:`read` move it
-to and from a file (``agentreplay-case/1``, one JSON document), :func:`check` proves what
-can be proven with the org key, and :class:`CaseReader` serves it as a read-only
-:class:`~agentreplay_collector.store.RunReader`, so ``replay``, ``fork`` and ``analyze`` take
+:func:`collect` reads it from a store or a collector (a :class:`~agentreplay_client.reader.RunSource`),
+:func:`write` and :func:`read` move it to and from a file (``agentreplay-case/1``, one JSON document),
+:func:`check` proves what can be proven with the org key, and :class:`CaseReader` serves it as a
+read-only :class:`~agentreplay_client.reader.RunSource`, so ``replay``, ``fork`` and ``analyze`` take
 a case file where they take a run id.
 
 What :func:`check` proves: the spans are the run the agent sealed with a key the org
@@ -36,7 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -45,7 +45,6 @@ from agentreplay_client.errors import StoreError
 from agentreplay_client.models import (
     ChainStatus,
     DecisionRecord,
-    LogEntry,
     RunSummary,
     StoredClassification,
     TraceSummary,
@@ -54,8 +53,7 @@ from agentreplay_client.models import (
     tool_of,
     verdict_matches,
 )
-from agentreplay_client.reader import RunReader
-from agentreplay_collector.store import Store
+from agentreplay_client.reader import LogReader, RunSource
 from agentreplay_otel.core import (
     SPAN_ID_FORM,
     TRACE_ID_FORM,
@@ -301,70 +299,26 @@ def read(path: Path) -> Case:
 
 
 # --- collecting from a store or a collector -------------------------------------------------------------
-class LogSource(Protocol):
-    """What collecting needs of the transparency log (a :class:`~agentreplay_collector.translog.LogReader`)."""
-
-    def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None: ...
-
-    def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]: ...
-
-
-class RecordSource(Protocol):
-    """What collecting needs beyond a :class:`RunReader`: the manifest, decisions and verdicts of a run.
-    A :class:`Store` opened directly answers through :class:`_StoreRecords`; the CLI's collector
-    client (``cli._client.RemoteCollector``) has these methods itself."""
-
-    def manifest(self, sha256: str) -> str | None: ...
-
-    def decision_records(self, run_id: str) -> list[DecisionRecord]: ...
-
-    def classifications(self, run_id: str) -> list[StoredClassification]: ...
-
-
-class _StoreRecords:
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def manifest(self, sha256: str) -> str | None:
-        return next((m.signed for m in self.store.control.manifests() if m.sha256 == sha256), None)
-
-    def decision_records(self, run_id: str) -> list[DecisionRecord]:
-        return [d for _, d in self.store.control.decisions(run_id)]
-
-    def classifications(self, run_id: str) -> list[StoredClassification]:
-        return self.store.verdicts.classifications(run_id)
-
-
-def _sources(source: RunReader) -> tuple[RecordSource, LogSource]:
-    """Where a reader's manifests, decisions, verdicts and log proofs come from."""
-    if isinstance(source, Store):
-        from agentreplay_collector.translog import LogView
-
-        return _StoreRecords(source), LogView(source.log)
-    raise CaseError(f"cannot collect a case from {type(source).__name__} without its records and log: "
-                    "a store, or the collector's read API given as both")
-
-
-def collect(source: RunReader, run_id: str, *, records: RecordSource | None = None,
-            log: LogSource | None = None) -> Case:
-    """Everything about ``run_id`` that a case carries, read from ``source`` (a :class:`Store` or the
-    collector's read API; ``records`` and ``log`` default to the same place). A run not (yet) in the
-    log, or a deployment without a log key, gives a case without inclusion proofs."""
+def collect(source: RunSource, run_id: str) -> Case:
+    """Everything about ``run_id`` that a case carries, read from ``source`` (a store opened directly or
+    the collector's read API: its runs, records, verdicts and log). A run not (yet) in the log, or a
+    deployment without a log key, gives a case without inclusion proofs."""
     summary = source.get_run(run_id)
     if summary is None:
         raise CaseError(f"no run {run_id} in the store")
     spans = source.get_run_spans(run_id)
     if not spans:
         raise CaseError(f"run {run_id} has no stored spans")
-    if records is None or log is None:
-        found_records, found_log = _sources(source)
-        records, log = records or found_records, log or found_log
+    records, keeper, log = source.records(), source.verdicts(), source.log()
+    if records is None or keeper is None or log is None:
+        raise CaseError(f"cannot collect a case from {type(source).__name__}: it keeps no records, verdicts and log "
+                        "beside its runs (a store or a collector does)")
     kids = sorted({s.attributes.get(semconv.IDENTITY_KID, "") for s in spans} - {""})
     certificates = {kid: cert for kid in kids if (cert := source.get_agent_certificate(kid))}
     draft = Case(run_id=run_id, exported_ns=time.time_ns(), summary=summary, spans=tuple(spans),
                  certificates=certificates, manifest=None, decisions=(), classifications=())
     digest = draft.manifest_sha256
-    verdicts = sorted(records.classifications(run_id), key=lambda c: c.time_ns)
+    verdicts = sorted(keeper.classifications(run_id), key=lambda c: c.time_ns)
     signed = _latest_checkpoint(log)
     return Case(
         run_id=run_id, exported_ns=draft.exported_ns, summary=summary, spans=tuple(spans),
@@ -377,14 +331,14 @@ def collect(source: RunReader, run_id: str, *, records: RecordSource | None = No
     )
 
 
-def _latest_checkpoint(log: LogSource) -> SignedCheckpoint | None:
+def _latest_checkpoint(log: LogReader) -> SignedCheckpoint | None:
     try:
         return log.checkpoint()
     except StoreError:  # a collector without the log's routes
         return None
 
 
-def inclusion_proofs(log: LogSource, run_id: str, signed: SignedCheckpoint | None = None) -> list[dict[str, Any]]:
+def inclusion_proofs(log: LogReader, run_id: str, signed: SignedCheckpoint | None = None) -> list[dict[str, Any]]:
     """Each of the run's leaves with its inclusion proof in the latest signed checkpoint (or ``signed``)
     (none: no log key is configured, or the run is not in a signed checkpoint yet)."""
     signed = signed if signed is not None else _latest_checkpoint(log)
@@ -672,8 +626,10 @@ def _check_verdicts(case: Case, org_key: Ed25519PublicKey | None, found: _Findin
 
 # --- a case as a read-only store ------------------------------------------------------------------------
 class CaseReader:
-    """A case as a read-only :class:`RunReader`: one run, its spans, and its agents' keys as the
-    case's certificates name them, so replay, fork and analyze need no store and no collector."""
+    """A case as a read-only :class:`RunSource`: one run, its spans, and its agents' keys as the
+    case's certificates name them, so replay, fork and analyze need no store and no collector. It keeps
+    nothing beside the run (no verdicts, expected outcomes or trials are stored in it, no log is read
+    from it): its keepers are None."""
 
     def __init__(self, case: Case, *, path: Path | None = None) -> None:
         self.case = case
@@ -732,6 +688,28 @@ class CaseReader:
     def classifications(self, run_id: str) -> list[StoredClassification]:
         """Newest first, as the store answers."""
         return list(reversed(self.case.classifications)) if run_id == self.case.run_id else []
+
+    def verdicts(self, admin_token: str | None = None) -> None:
+        return None
+
+    def expected(self, admin_token: str | None = None) -> None:
+        return None
+
+    def trials(self, admin_token: str | None = None) -> None:
+        return None
+
+    def records(self) -> None:
+        return None
+
+    def log(self) -> None:
+        return None
+
+    def trust_score(self, agent_id: str) -> None:
+        return None
+
+    def receives_runs(self) -> bool:
+        """False: what is recorded now never comes into a file."""
+        return False
 
     def close(self) -> None:
         """Nothing to release."""

@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from agentreplay_analysis import Verdict
 from agentreplay_client.incidents import INCOMING, remove_folder
 from agentreplay_client.models import TrustScore
-from agentreplay_client.reader import RunReader
+from agentreplay_client.reader import RunSource
 from agentreplay_otel.core import IdentityError, load_public_key
 from agentreplay_replay import case as casefile
 from agentreplay_replay import packets, testgen, walkthrough
@@ -121,7 +121,7 @@ def _text(path: Path, text: str, what: str) -> Written:
     return Written(path=path, what=what)
 
 
-def for_halted_run(source: RunReader, run_id: str, out_dir: Path, org_key_path: Path) -> Path:
+def for_halted_run(source: RunSource, run_id: str, out_dir: Path, org_key_path: Path) -> Path:
     """The collector's hook (entry point ``agentreplay_incident:default``): the incident of a halted
     run, in ``out_dir/<run id>``; returns that folder.
 
@@ -155,7 +155,7 @@ _FOLDER_NAME = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{0,127}")
 """A run id that can name the incident's folder as it is (the collector's run ids are hex)."""
 
 
-def logged_case(source: RunReader, run_id: str, wait_s: float) -> casefile.Case:
+def logged_case(source: RunSource, run_id: str, wait_s: float) -> casefile.Case:
     """The run's case once a signed checkpoint covers it, or after ``wait_s``. The collector logs a run
     when it judges it and signs a checkpoint every ``checkpoint_interval``: a case collected in between
     carries the log key's certificate and no proof, and ``verify`` requires the proof of such a case."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
@@ -20,11 +20,11 @@ from rich.text import Text
 from agentreplay_analysis.verdict import DETECTORS, NO_CHAIN, Outcome, Verdict
 from agentreplay_client.errors import StoreError
 from agentreplay_client.models import ChainState, ChainStatus, StoredClassification
-from agentreplay_client.reader import RunReader, is_store
+from agentreplay_client.reader import RunSource
 from agentreplay_otel.core import ChainProblem, ChainReport, SpanRecord, semconv, unchained
 from agentreplay_otel.core import verify as verify_chain
 from agentreplay_replay.cli._case import CaseOrgKeyOpt, RunOrCaseArg
-from agentreplay_replay.cli._client import RemoteCollector, open_run, org_public_key
+from agentreplay_replay.cli._client import open_run, org_public_key
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -279,45 +279,22 @@ def _admit_foreign(run_id: str, status: ChainStatus | None, spans: Sequence[Span
     return {"chain_state": state.value, "verified": False, "partial": not finished, "problem": NO_CHAIN}
 
 
-class VerdictStore(Protocol):
-    """Where verdicts go and come from: the store itself, or the collector in front of it."""
-
-    def insert_classifications(self, records: Sequence[StoredClassification]) -> None: ...
-
-    def classifications(self, run_id: str) -> list[StoredClassification]: ...
-
-    def latest_classifications(self, run_ids: Sequence[str]) -> list[StoredClassification]: ...
-
-
-def verdict_store(source: RunReader, admin_token: str | None = None) -> VerdictStore | None:
-    if is_store(source):
-        return source.verdicts
-    if isinstance(source, RemoteCollector):
-        return RemoteCollector(source.url, admin_token=admin_token) if admin_token else source
-    return None
-
-
-def _store(source: RunReader, admin_token: str | None, verdicts: list[Verdict]) -> tuple[bool, str]:
+def _store(source: RunSource, admin_token: str | None, verdicts: list[Verdict]) -> tuple[bool, str]:
     from agentreplay_analysis.stored import record
-    from agentreplay_replay.case import CaseReader
 
-    if isinstance(source, CaseReader):
+    sink = source.verdicts(admin_token)
+    if sink is None:  # a case file keeps nothing beside its run
         return False, "the run was read from a case file: there is no store to keep the verdict in"
-    sink = verdict_store(source, admin_token)
-    if sink is None:
-        return False, "this reader cannot store verdicts"
     try:
-        if is_store(source):
-            source.ensure_schema()  # a store opened directly may predate the classifications table's layout
         sink.insert_classifications([record(v) for v in verdicts])
     except (CLIError, StoreError) as exc:
         return False, f"{exc} (storing through the collector takes its admin token: --admin-token)"
     return True, ""
 
 
-def latest_verdicts(source: RunReader, run_ids: Sequence[str]) -> dict[str, list[StoredClassification]]:
+def latest_verdicts(source: RunSource, run_ids: Sequence[str]) -> dict[str, list[StoredClassification]]:
     """Each run's latest verdict of each judge, the detectors' first; {} when the store has none to give."""
-    sink = verdict_store(source)
+    sink = source.verdicts()
     if sink is None or not run_ids:
         return {}
     try:
@@ -330,9 +307,9 @@ def latest_verdicts(source: RunReader, run_ids: Sequence[str]) -> dict[str, list
     return by_run
 
 
-def run_verdicts(source: RunReader, run_id: str) -> list[StoredClassification]:
+def run_verdicts(source: RunSource, run_id: str) -> list[StoredClassification]:
     """Every stored verdict on one run, newest first; [] when there are none (or no way to ask)."""
-    sink = verdict_store(source)
+    sink = source.verdicts()
     try:
         return sink.classifications(run_id) if sink is not None else []
     except (CLIError, StoreError):

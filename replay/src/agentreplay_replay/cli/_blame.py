@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from agentreplay_client.reader import RunReader, is_store
+from agentreplay_client.reader import RunReader, RunSource
 from agentreplay_replay.cli._analyze import _store
 from agentreplay_replay.cli._case import (
     CaseOrgKeyOpt,
@@ -115,11 +115,13 @@ def blame(
         raise typer.Exit(1)
 
 
-def _forks(source: RunReader, collector: str | None, otlp_endpoint: str | None) -> tuple[RunReader, str | None]:
-    """Where the forks are recorded (the running collector) and read back when the agent's spool has none."""
-    client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
+def _forks(source: RunSource, collector: str | None, otlp_endpoint: str | None) -> tuple[RunReader, str | None]:
+    """Where the forks are recorded (the running collector) and read back when the agent's spool has none:
+    the source itself when ``--otlp-endpoint`` names where they are sent and they come to it, else the
+    running collector (the source's own when it reads through one) when one answers."""
+    client = RemoteCollector(collector)  # the collector `reader` reads through, when it reads through one
     otlp = otlp_endpoint or client.otlp_endpoint()
-    if isinstance(source, RemoteCollector) or (is_store(source) and otlp_endpoint):
+    if otlp_endpoint and source.receives_runs():
         return source, otlp
     return (client, otlp) if client.healthy() else (source, otlp)
 

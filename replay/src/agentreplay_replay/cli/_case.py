@@ -15,7 +15,7 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_client.models import ChainState
-from agentreplay_client.reader import RunReader
+from agentreplay_client.reader import RunReader, RunSource
 from agentreplay_otel.core import InclusionProof, semconv
 from agentreplay_replay.cli._client import case_of, reader, resolve_run
 from agentreplay_replay.cli._common import (
@@ -125,7 +125,7 @@ def export(
               f"{summary['classifications']} verdict(s), log proof {proof_text}, {size} bytes", soft_wrap=True)
 
 
-def _ready_case(source: RunReader, run_id: str, wait_s: float) -> cases.Case:
+def _ready_case(source: RunSource, run_id: str, wait_s: float) -> cases.Case:
     """The run's case once the collector has judged the run and (with a log key) a signed checkpoint
     holds its verdict: right after a run its verdict is still pending (the quiet period, then the next
     checkpoint), and a case written then would lack what verifies it. Waits ``wait_s`` at most, then

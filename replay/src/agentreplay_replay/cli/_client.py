@@ -8,11 +8,9 @@ Where the collector is comes from one place, :func:`agentreplay_client.collector
 
 from __future__ import annotations
 
-import json
+import importlib
 import os
-import urllib.error
-import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -22,16 +20,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_client.collector import CollectorClient, StoreMismatch, reads_through
 from agentreplay_client.errors import StoreError
-from agentreplay_client.models import (
-    DecisionRecord,
-    LogEntry,
-    ModelAccuracy,
-    ModelTrial,
-    RunSummary,
-    StoredClassification,
-)
-from agentreplay_client.reader import DEFAULT_STORE, RunReader, normalize_store
-from agentreplay_otel.core import IdentityError, SignedCheckpoint, load_public_key, merkle, semconv
+from agentreplay_client.models import RunSummary
+from agentreplay_client.reader import DEFAULT_STORE, RunReader, RunSource, normalize_store
+from agentreplay_otel.core import IdentityError, load_public_key, semconv
 from agentreplay_replay.cli._common import CLIError, err
 
 if TYPE_CHECKING:  # case files and replay load when a command needs them: `runs` answers without them
@@ -39,9 +30,9 @@ if TYPE_CHECKING:  # case files and replay load when a command needs them: `runs
 
 
 class RemoteCollector(CollectorClient):
-    """A running collector as the CLI talks to it: the read API (inherited), the replay's OTLP
-    endpoint, and the control API (halts, decisions, alerts, trust). HTTP failures become
-    :class:`CLIError` here, at the boundary."""
+    """A running collector as the CLI talks to it: the read API and what it keeps (inherited), the
+    replay's OTLP endpoint, and the control API (halts, decisions, alerts, trust). Failures of the
+    control API become :class:`CLIError` here, at the boundary."""
 
     def __init__(self, url: str | None = None, *, admin_token: str | None = None) -> None:
         super().__init__(url, token=admin_token)  # reads need it too (else $AGENTREPLAY_ADMIN_TOKEN)
@@ -64,130 +55,29 @@ class RemoteCollector(CollectorClient):
     def decisions(self, run_id: str) -> dict[str, Any]:
         return self._send("GET", "/v1/decisions", params={"run": run_id})
 
-    def decision_records(self, run_id: str) -> list[DecisionRecord]:
-        """A run's decisions as records (what a case carries)."""
-        doc = self.decisions(run_id)
-        try:
-            return [
-                DecisionRecord(time_ns=int(d["time_ns"]), run_id=d["run_id"], span_id=d["span_id"],
-                               agent_id=d["agent_id"], tool=d["tool"], decision=d["decision"], rule=d["rule"],
-                               manifest_sha256=d["manifest_sha256"], detail=d["detail"], source=d["source"])
-                for d in doc["decisions"]
-            ]
-        except (KeyError, TypeError, ValueError) as exc:
-            raise CLIError(f"the collector at {self.url} answers decisions without their times: upgrade it") from exc
-
-    def manifest(self, sha256: str) -> str | None:
-        """A registered signed manifest's JSON text, as registered; None if the collector has none of it."""
-        doc = self._get(f"/v1/manifests/{urllib.parse.quote(sha256)}", missing_ok=True)
-        return None if doc is None else str(doc["signed"])
-
     def alerts(self, limit: int) -> dict[str, Any]:
         return self._send("GET", "/v1/alerts", params={"limit": limit})
 
     def trust(self, agent: str | None) -> dict[str, Any]:
         return self._send("GET", "/v1/trust", params={"agent": agent})
 
-    # --- failure analysis: the same methods as the store's ---------------------------------
-    def insert_classifications(self, records: Sequence[StoredClassification]) -> None:
-        self._send("POST", "/v1/classifications", body={"classifications": [r.to_json() for r in records]})
-
-    def classifications(self, run_id: str) -> list[StoredClassification]:
-        doc = self._send("GET", f"/v1/runs/{urllib.parse.quote(run_id)}/classifications")
-        return [StoredClassification.from_json(c) for c in doc["classifications"]]
-
-    def latest_classifications(self, run_ids: Sequence[str]) -> list[StoredClassification]:
-        found: list[StoredClassification] = []
-        for start in range(0, len(run_ids), 100):  # a bounded query string per request
-            query = urllib.parse.urlencode([("run", r) for r in run_ids[start:start + 100]])
-            doc = self._send("GET", f"/v1/classifications?{query}")
-            found += [StoredClassification.from_json(c) for c in doc["classifications"]]
-        return found
-
-    # --- multi-model replay: the same methods as the store's --------------------------------------
-    def insert_model_trials(self, trials: Sequence[ModelTrial]) -> None:
-        self._send("POST", "/v1/model-trials", body={"trials": [t.to_json() for t in trials]})
-
-    def model_trials(self, run_id: str) -> list[ModelTrial]:
-        doc = self._send("GET", f"/v1/runs/{urllib.parse.quote(run_id)}/model-trials")
-        return [ModelTrial.from_json(t) for t in doc["trials"]]
-
-    def model_accuracy(self, *, agent: str | None = None) -> list[ModelAccuracy]:
-        doc = self._send("GET", "/v1/model-accuracy", params={"agent": agent})
-        return [ModelAccuracy.from_json(a) for a in doc["accuracy"]]
-
     def _send(self, method: str, path: str, *, body: Any = None, params: dict[str, Any] | None = None) -> Any:
         """One call to the control API, its JSON object; every failure a :class:`CLIError` (exit 2): a refusal,
         nothing answering, an answer that is not the collector's, a collector that is not the pinned one."""
-        query = {k: v for k, v in (params or {}).items() if v is not None}
-        target = path + (f"?{urllib.parse.urlencode(query)}" if query else "")
         try:
-            doc = self._request(method, target, body=body)
-        except urllib.error.HTTPError as exc:
-            raise CLIError(f"the collector refused: {exc.code} {_error_detail(exc)}".strip()) from exc
-        except ValueError as exc:
-            raise CLIError(f"the server at {self.url} answers, but not as a collector (not JSON)") from exc
+            return super()._send(method, path, body=body, params=params)
         except StoreError as exc:
             raise CLIError(str(exc)) from exc
-        if not isinstance(doc, dict):
-            raise CLIError(f"the server at {self.url} answers, but not as a collector: {str(doc)[:80]!r}")
-        return doc
-
-
-
-# --- the log over the read API ----------------------------------------------------------------------
-class LogClient(RemoteCollector):
-    """The collector's log endpoints, as a :class:`~agentreplay_collector.translog.LogReader`."""
-
-    def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None:
-        doc = self._get("/v1/log/checkpoint", {"size": size}, missing_ok=True)
-        return None if doc is None else SignedCheckpoint.from_json(doc)
-
-    def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]:
-        doc = self._get(f"/v1/log/runs/{urllib.parse.quote(run_id)}", {"size": size}, missing_ok=True)
-        if doc is None:
-            return []
-        return [(LogEntry.from_json(e), _hashes(e["proof"])) for e in doc["entries"]]
-
-    def consistency(self, old: int, new: int) -> list[bytes]:
-        return _hashes(self._get("/v1/log/consistency", {"old": old, "new": new})["proof"])
-
-    def subtrees(self, ranges: Sequence[merkle.Range]) -> list[bytes]:
-        hashes: list[bytes] = []
-        for at in range(0, len(ranges), 400):  # a bounded query string a request
-            query = urllib.parse.urlencode([("range", f"{s}-{e}") for s, e in ranges[at:at + 400]])
-            hashes += _hashes(self._get(f"/v1/log/tree?{query}")["hashes"])
-        if len(hashes) != len(ranges):
-            raise StoreError("the log served another number of subtree hashes than asked for")
-        return hashes
-
-    def entries(self, start: int, end: int) -> list[LogEntry]:
-        doc = self._get("/v1/log/leaves", {"start": start, "end": end})
-        return [LogEntry.from_json(e) for e in doc["entries"]]
-
-
-def _hashes(values: Sequence[Any]) -> list[bytes]:
-    try:
-        return [bytes.fromhex(str(v)) for v in values]
-    except ValueError as exc:
-        raise StoreError(f"the log served something that is not a hash: {exc}") from exc
-
-
-def _error_detail(exc: urllib.error.HTTPError) -> str:
-    try:
-        return str(json.loads(exc.read()).get("error", ""))
-    except (ValueError, AttributeError, OSError):
-        return ""
 
 
 @contextmanager
-def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
+def reader(store: str | None, collector: str | None) -> Iterator[RunSource]:
     """Runs to read: the collector's read API when it answers (the embedded store belongs to it),
     else the store opened directly. A store named (``--store``, ``$AGENTREPLAY_STORE``) is what is
     read: through the collector only when it serves that store, an error naming both when it serves
     another (:func:`~agentreplay_client.collector.reads_through`). Store failures become :class:`CLIError`."""
     client = RemoteCollector(collector)
-    opened: RunReader
+    opened: RunSource
     try:  # store: --store or $AGENTREPLAY_STORE, None if neither
         through = reads_through(client, store, server_store_id=_server_store_id)
     except StoreMismatch as exc:
@@ -215,14 +105,22 @@ def reader(store: str | None, collector: str | None) -> Iterator[RunReader]:
 def store_engine() -> ModuleType:
     """The embedded store's openers (:mod:`agentreplay_collector.reading`), or a :class:`CLIError` that says
     how to install them: the CLI reads a collector without them (``pip install ./replay``)."""
+    return collector_module("reading", "reading a store directly needs the embedded store's engine",
+                            otherwise="or read through a running collector "
+                                      f"(--collector or ${semconv.ENV_COLLECTOR})")
+
+
+def collector_module(name: str, needs: str, *, otherwise: str = "") -> ModuleType:
+    """``agentreplay_collector.<name>``, or a :class:`CLIError` that says what ``needs`` it and how to install
+    it: the CLI is installed without the collector's distribution (its ``store`` extra) to read a running
+    collector, and only opening a store or setting up a collector loads it."""
     try:
-        from agentreplay_collector import reading
+        return importlib.import_module(f"agentreplay_collector.{name}")
     except ImportError as exc:
         raise CLIError(
-            "reading a store directly needs the embedded store's engine, which is not installed here: install "
-            "the collector distribution beside the CLI (pip install PATH/TO/CHECKOUT/collector), or read "
-            f"through a running collector (--collector or ${semconv.ENV_COLLECTOR}) ({exc})") from exc
-    return reading
+            f"{needs}: the collector distribution is not installed here; install it beside the CLI "
+            f"(pip install PATH/TO/CHECKOUT/collector, or the CLI's store extra){', ' + otherwise if otherwise else ''}"
+            f" ({exc})") from exc
 
 
 def _server_store_id(target: str) -> str | None:
@@ -253,7 +151,7 @@ def every_run(source: RunReader, *, page_size: int = PAGE_SIZE) -> Iterator[RunS
 
 @contextmanager
 def open_run(arg: str, store: str | None, collector: str | None, *, org_key: Ed25519PublicKey | None,
-             allow_unverified: bool = False, require_org_key: bool = True) -> Iterator[tuple[RunReader, str]]:
+             allow_unverified: bool = False, require_org_key: bool = True) -> Iterator[tuple[RunSource, str]]:
     """The run a command names: a case file (an existing path) as a read-only reader of its one run,
     else the run (full id or unique prefix) through :func:`reader`.
 
@@ -291,18 +189,15 @@ def open_run(arg: str, store: str | None, collector: str | None, *, org_key: Ed2
         yield source, resolve_run(source, arg)
 
 
-def case_of(source: RunReader, run_id: str) -> Case:
+def case_of(source: RunSource, run_id: str) -> Case:
     """The run's case: the file's own when ``source`` is one (:func:`open_run`), else collected from the
-    collector or the store."""
+    collector or the store (its manifests, decisions, verdicts and log: :class:`RunSource`)."""
     from agentreplay_replay.case import CaseError, CaseReader
     from agentreplay_replay.case import collect as collect_case
 
     if isinstance(source, CaseReader):
         return source.case
     try:
-        if isinstance(source, CollectorClient):  # its manifests, decisions, verdicts and log over the read API
-            client = LogClient(source.url, admin_token=source.token)
-            return collect_case(source, run_id, records=client, log=client)
         return collect_case(source, run_id)
     except CaseError as exc:
         raise CLIError(str(exc)) from exc

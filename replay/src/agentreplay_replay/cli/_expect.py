@@ -10,14 +10,14 @@ set with ``agentreplay expect`` (the later, explicit word); the run span's own
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from agentreplay_client.errors import StoreError
 from agentreplay_client.models import MAX_EXPECTED_BYTES, StoredExpected
-from agentreplay_client.reader import RunReader, is_store
-from agentreplay_replay.cli._client import RemoteCollector, reader, resolve_run
+from agentreplay_client.reader import RunReader, RunSource
+from agentreplay_replay.cli._client import reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -49,30 +49,10 @@ ExpectValueOpt = Annotated[str | None, typer.Option(
     "run recorded (agentreplay_otel.run(expected=...)).")]
 
 
-class ExpectedStore(Protocol):
-    """Where expected outcomes set after a run are kept: the store itself, or the collector in front of it."""
-
-    def expected_outcome(self, run_id: str) -> StoredExpected | None: ...
-
-    def set_expected_outcome(self, run_id: str, expected: Any) -> StoredExpected: ...
-
-    def clear_expected_outcome(self, run_id: str) -> bool: ...
-
-
-def expected_store(source: RunReader, admin_token: str | None = None) -> ExpectedStore | None:
-    """The source's keeper of expected outcomes (with ``admin_token`` for a collector, to change them); None
-    for a reader that keeps none (a case file)."""
-    if is_store(source):
-        return source.verdicts
-    if isinstance(source, RemoteCollector):
-        return RemoteCollector(source.url, admin_token=admin_token) if admin_token else source
-    return None
-
-
-def stored_expected(source: RunReader, run_id: str) -> StoredExpected | None:
+def stored_expected(source: RunSource, run_id: str) -> StoredExpected | None:
     """The expected outcome set for the run with ``agentreplay expect``; None when none is set, or the source
     keeps none (a case file, a store or collector from before expected outcomes)."""
-    keeper = expected_store(source)
+    keeper = source.expected()
     if keeper is None:
         return None
     try:
@@ -81,7 +61,7 @@ def stored_expected(source: RunReader, run_id: str) -> StoredExpected | None:
         return None
 
 
-def expected_for(source: RunReader, run_id: str, value: str | None, dataset: Path | None) -> Any | None:
+def expected_for(source: RunSource, run_id: str, value: str | None, dataset: Path | None) -> Any | None:
     """The expected outcome to hold a run to: ``--expect``, else the dataset's entry for the run, else the
     value set with ``agentreplay expect``; None: the run's own (its run span's ``agentreplay.run.expected``),
     if any."""
@@ -155,11 +135,9 @@ def expect(
         full = resolve_run(source, run_id)
         if source.get_run(full) is None:
             raise CLIError(f"no run {full} is stored")
-        keeper = expected_store(source, admin_token)
+        keeper = source.expected(admin_token)
         if keeper is None:
             raise CLIError("this reader keeps no expected outcomes")
-        if is_store(source) and (clear or value is not None):
-            source.ensure_schema()  # a store opened directly may predate the run_expected table
         if clear:
             was = keeper.clear_expected_outcome(full)
             doc: dict[str, Any] = {"run_id": full, "cleared": was}

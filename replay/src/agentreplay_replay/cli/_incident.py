@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from agentreplay_client.errors import StoreError
 from agentreplay_client.models import TrustScore
-from agentreplay_replay.cli._client import RemoteCollector, case_of, open_run, org_public_key
+from agentreplay_client.reader import RunSource
+from agentreplay_replay.cli._client import case_of, open_run, org_public_key
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -75,15 +77,14 @@ def incident(
     _print(written)
 
 
-def _trust(source: object, agent_id: str) -> TrustScore | None:
-    """The agent's trust score when a collector is at hand (the claim's limits show its tier)."""
-    if not isinstance(source, RemoteCollector) or not agent_id:
+def _trust(source: RunSource, agent_id: str) -> TrustScore | None:
+    """The agent's trust score when the source computes one (a collector; the claim's limits show its tier)."""
+    if not agent_id:
         return None
     try:
-        found = source.trust(agent_id).get("agents", [])
-    except CLIError:  # a read token without the right to see trust: the claim says tier unknown
+        return source.trust_score(agent_id)
+    except (CLIError, StoreError):  # a read token without the right to see trust: the claim says tier unknown
         return None
-    return TrustScore.from_json(found[0]) if found else None
 
 
 def _print(written: incidents.Incident) -> None:

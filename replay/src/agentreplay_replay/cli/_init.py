@@ -145,6 +145,7 @@ def init(
     if validate is not None:
         if directory is not None:
             raise CLIError("give DIR or --validate CONFIG, not both")
+        _needs_collector("checking a collector's config (--validate) needs the collector's own rules")
         raise typer.Exit(_validate(validate))
     if directory is None:
         raise CLIError("give the directory to write into (agentreplay init --production DIR), or --validate CONFIG")
@@ -155,6 +156,7 @@ def init(
     if existing and not force:
         raise CLIError(f"{existing[0]} exists; pass --force to replace it (keys replaced stop verifying)")
     if production:
+        _needs_collector("a production set-up (--production) is checked with the collector's own rules")
         _say(*secure_layout(layout))  # before anything is written: refused, or made owner-only
         _write_production(layout, listen, tls=tls)
         names = _certificate_names(listen, host) if tls else []
@@ -167,6 +169,14 @@ def init(
 
 
 # --- writing -----------------------------------------------------------------------------------------
+def _needs_collector(needs: str) -> None:
+    """The collector's config and permission rules (its distribution), or a CLIError that says how to install them."""
+    from agentreplay_replay.cli._client import collector_module
+
+    collector_module("config", needs)
+    collector_module("permissions", needs)
+
+
 def _certificate_names(listen: str, host: str | None) -> list[str]:
     """The names the server certificate is for: how agents reach it, where it listens, this machine, loopback."""
     import socket

@@ -15,14 +15,14 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_client.errors import StoreError
 from agentreplay_client.models import LogEntry
-from agentreplay_client.reader import RunReader, is_store
+from agentreplay_client.reader import LogReader, RunReader
 from agentreplay_otel import core
 from agentreplay_otel.core import (
     Checkpoint,
@@ -34,7 +34,7 @@ from agentreplay_otel.core import (
     merkle,
     semconv,
 )
-from agentreplay_replay.cli._client import LogClient, org_public_key, reader, resolve_run
+from agentreplay_replay.cli._client import org_public_key, reader, resolve_run
 from agentreplay_replay.cli._common import (
     CLIError,
     CollectorOpt,
@@ -46,9 +46,6 @@ from agentreplay_replay.cli._common import (
     print_json,
 )
 from agentreplay_replay.cli._identity import DEFAULT_KEYS, KeysDirOpt, OrgKeyOpt, _org_key, _write_owner_only
-
-if TYPE_CHECKING:
-    from agentreplay_collector.translog import LogReader
 
 PANEL = "Transparency log"
 PAGE = 10_000  # leaves a request, as the read API serves them
@@ -74,12 +71,9 @@ OrgPublicOpt = Annotated[
 def _open(store: str | None, collector: str | None) -> Iterator[tuple[LogReader, RunReader]]:
     """The log and the runs: through the collector when one answers, else from the store itself."""
     with reader(store, collector) as runs:
-        if is_store(runs):
-            from agentreplay_collector.translog import LogView  # the store is open here: the log reads it
-
-            log: LogReader = LogView(runs.log)
-        else:
-            log = LogClient(collector)
+        log = runs.log()
+        if log is None:
+            raise CLIError("this reader keeps no transparency log")
         yield log, runs
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Protocol
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Group
@@ -27,10 +27,9 @@ from agentreplay_client.models import (
     ModelAccuracy,
     ModelTrial,
 )
-from agentreplay_client.reader import RunReader, is_store
+from agentreplay_client.reader import RunReader, RunSource, TrialKeeper
 from agentreplay_otel.core import semconv
 from agentreplay_otel.replay import ENDPOINTS  # plain data: the transport stays unloaded
-from agentreplay_replay.cli._analyze import verdict_store
 from agentreplay_replay.cli._case import CaseOrgKeyOpt, RecordedCommandOpt, agent_command
 from agentreplay_replay.cli._client import RemoteCollector, open_run, org_public_key, reader
 from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err, lazy_module, out, print_json
@@ -50,14 +49,6 @@ app = typer.Typer()
 _STYLE = {TRIAL_REPEATED: "bold red", TRIAL_FIXED: "bold green", TRIAL_FAILED_OTHERWISE: "yellow",
           TRIAL_ERRORED: "magenta"}
 _OPENAI, _ANTHROPIC = ENDPOINTS[semconv.PROVIDER_OPENAI], ENDPOINTS[semconv.PROVIDER_ANTHROPIC]
-
-
-class TrialStore(Protocol):
-    """Where trials go and accuracy comes from: the store itself, or the collector in front of it."""
-
-    def insert_model_trials(self, trials: Sequence[ModelTrial]) -> None: ...
-
-    def model_accuracy(self, *, agent: str | None = None) -> list[ModelAccuracy]: ...
 
 
 @app.command(rich_help_panel=PANEL)
@@ -147,19 +138,21 @@ def _granter(collector: str | None, admin_token: str | None) -> grants.Granter:
     return grants.Granter.from_environment(collector=collector, admin_token=admin_token)
 
 
-def _forks(source: RunReader, collector: str | None, otlp_endpoint: str | None) -> tuple[RunReader, str | None]:
+def _forks(source: RunSource, collector: str | None, otlp_endpoint: str | None) -> tuple[RunReader, str | None]:
     """Where the forks are recorded (the running collector, also for a case file; none: judged from
-    the agent's own spool only, not recorded) and read back if the spool has none."""
-    client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
+    the agent's own spool only, not recorded) and read back if the spool has none: the source itself
+    when ``--otlp-endpoint`` names where they are sent and they come to it (a store a collector writes
+    into), else the running collector (the source's own when it reads through one) when one answers."""
+    client = RemoteCollector(collector)  # the collector `reader` reads through, when it reads through one
     otlp = otlp_endpoint or client.otlp_endpoint()
-    if isinstance(source, RemoteCollector) or (is_store(source) and otlp_endpoint):
-        return source, otlp  # a store opened directly: the forks go to a collector writing into it
+    if otlp_endpoint and source.receives_runs():
+        return source, otlp
     return (client, otlp) if client.healthy() else (source, otlp)
 
 
-def _stored_verdicts(source: RunReader, run_id: str) -> list[Verdict]:
+def _stored_verdicts(source: RunSource, run_id: str) -> list[Verdict]:
     """The run's stored verdicts, newest first (a case carries its own); [] when none can be read."""
-    sink = verdict_store(source)
+    sink = source.verdicts()
     try:
         found = sink.classifications(run_id) if sink is not None else []
     except (CLIError, StoreError):
@@ -173,23 +166,22 @@ def _stored_verdicts(source: RunReader, run_id: str) -> list[Verdict]:
     return verdicts
 
 
-def _trial_store(source: RunReader, collector: str | None, admin_token: str | None) -> TrialStore | None:
-    if is_store(source):
-        return source.verdicts
-    client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
-    if not client.healthy():
-        return None
-    return RemoteCollector(client.url, admin_token=admin_token) if admin_token else client
+def _trial_store(source: RunSource, collector: str | None, admin_token: str | None) -> TrialKeeper | None:
+    """Where trials are kept: the source's own keeper; for a case file, which keeps none, the running
+    collector's when one answers."""
+    keeper = source.trials(admin_token)
+    if keeper is not None:
+        return keeper
+    client = RemoteCollector(collector)
+    return client.trials(admin_token) if client.healthy() else None
 
 
-def _save(source: RunReader, collector: str | None, admin_token: str | None,
+def _save(source: RunSource, collector: str | None, admin_token: str | None,
           records: list[ModelTrial]) -> tuple[bool, str]:
     sink = _trial_store(source, collector, admin_token)
     if sink is None:
         return False, "no collector runs and this reader cannot store trials"
     try:
-        if is_store(source):
-            source.ensure_schema()  # a store opened directly may predate the model_trials table
         sink.insert_model_trials(records)
     except (CLIError, StoreError) as exc:
         return False, f"{exc} (storing through the collector takes its admin token: --admin-token)"

@@ -60,7 +60,7 @@ JsonReplayOpt = Annotated[bool, typer.Option("--json", help="Print the report as
 def _replay(source: RunReader, run_id: str, plan: Plan, command: list[str], allow_unverified: bool,
             org: Ed25519PublicKey | None, collector: str | None, otlp_endpoint: str | None,
             json_: bool) -> replayer.ReplayOutcome:
-    client = source if isinstance(source, RemoteCollector) else RemoteCollector(collector)
+    client = RemoteCollector(collector)  # the collector `reader` reads through, when it reads through one
     otlp = otlp_endpoint or client.otlp_endpoint()
     stored_in = client if otlp and client.healthy() else None  # where the replay's run is looked for after
     granter = grants.Granter.from_environment(collector=client.url, admin_token=client.token)
