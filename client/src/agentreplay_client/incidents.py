@@ -6,7 +6,7 @@ folder whose name starts with :data:`INCOMING` and renames it into place, ``DIR/
 named after a run is always whole: a writer killed mid-write leaves only a dot-folder, which the
 next start sweeps away. The store records each incident once it is in place (table ``incidents``,
 :class:`StoredIncident`); a halted run with no record as new as its run row is due
-(:meth:`~agentreplay_collector.store.Store.incidents_due`), so nothing is lost to a kill, a full
+(:meth:`~agentreplay_collector.store.verdicts.Verdicts.incidents_due`), so nothing is lost to a kill, a full
 disk or a folder that refused it for a while: the next round, or the next start, writes it.
 
 What is kept is capped per agent and in all (count and bytes, :class:`IncidentCaps`): past a cap the

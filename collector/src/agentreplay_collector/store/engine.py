@@ -246,8 +246,8 @@ class Engine:
     def rows(self, what: str, sql: str, parameters: Mapping[str, Any] | None = None) -> list[Any]:
         """The rows of a query (``parameters``: its bound values, when it has any)."""
         if parameters is None:
-            return list(self.call(what, "query", sql).result_rows)
-        return list(self.call(what, "query", sql, parameters=parameters).result_rows)
+            return self.call(what, "query", sql).result_rows
+        return self.call(what, "query", sql, parameters=parameters).result_rows
 
     def check(self) -> None:
         """Reach the store now; raise :class:`StoreUnavailable` if it does not answer."""

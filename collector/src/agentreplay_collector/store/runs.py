@@ -42,7 +42,7 @@ _RUN_COLUMNS_TEMPLATE = (
 )
 
 
-def run_columns(database: str) -> str:
+def _run_columns(database: str) -> str:
     """The runs table's columns; a run is halted if its row says so or a halt (of the run or its
     agent) is active: the chain processor owns the row, the scope processor the halts."""
     return _RUN_COLUMNS_TEMPLATE.format(db=database, halts=schema.HALTS, run=SCOPE_RUN, agent=SCOPE_AGENT)
@@ -159,14 +159,14 @@ class Runs:
             )
             params["after_start"], params["after_run"] = int(after[0]), after[1]
         sql = (
-            f"SELECT {run_columns(db)} FROM {db}.{schema.RUNS} FINAL WHERE {' AND '.join(where)}"
+            f"SELECT {_run_columns(db)} FROM {db}.{schema.RUNS} FINAL WHERE {' AND '.join(where)}"
             " ORDER BY Start DESC, RunId LIMIT {limit:UInt32}"
         )
         return [rows.run_from_row(r) for r in self.engine.rows("run list", sql, params)]
 
     def get_run(self, run_id: str) -> RunSummary | None:
         db = self.engine.database
-        sql = f"SELECT {run_columns(db)} FROM {db}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"
+        sql = f"SELECT {_run_columns(db)} FROM {db}.{schema.RUNS} FINAL WHERE RunId = {{run:String}}"
         found = self.engine.rows("run lookup", sql, {"run": run_id})
         return rows.run_from_row(found[0]) if found else None
 
