@@ -5,12 +5,13 @@ BIN := $(VENV)/bin
 
 .PHONY: venv demo test bench bench-deps bench-instructions clean
 
-$(BIN)/agentreplay: pyproject.toml client/pyproject.toml analysis/pyproject.toml collector/pyproject.toml \
+$(BIN)/agentreplay: pyproject.toml client/pyproject.toml analysis/pyproject.toml incident/pyproject.toml \
+		collector/pyproject.toml \
 		replay/pyproject.toml dev/pyproject.toml \
 		setup.py src/agentreplay_otel/_linkhash.pyx src/agentreplay_otel/_content.pyx collector/setup.py collector/src/agentreplay_collector/_otlpwire.pyx  # the compiled modules
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[test]' -e ./client -e ./analysis -e ./collector -e ./replay -e ./dev  # dev: test servers, the demo
+	$(BIN)/pip install -q -e '.[test]' -e ./client -e ./analysis -e ./incident -e ./collector -e ./replay -e ./dev  # dev: test servers, the demo
 	touch $@
 
 venv: $(BIN)/agentreplay

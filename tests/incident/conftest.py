@@ -20,7 +20,7 @@ import pytest
 from agentreplay_analysis import Verdict, detect
 from agentreplay_client.collector import CollectorClient
 from agentreplay_dev.scenario import STORY_REQUEST, FlightWorld, flight_world
-from agentreplay_replay.case import Case
+from agentreplay_incident.case import Case
 from agentreplay_replay.cli._client import case_of
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from agentreplay_dev.scenario import BIN, FIX
+from agentreplay_incident import case as cases
 from agentreplay_otel.core import generate_key, load_public_key, semconv, write_public_key
-from agentreplay_replay import case as cases
 from agentreplay_replay.cli._client import RemoteCollector
 
 pytestmark = pytest.mark.e2e

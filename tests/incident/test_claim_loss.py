@@ -27,10 +27,10 @@ from agentreplay_client.collector import CollectorClient
 from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_dev.scenario import BIN
+from agentreplay_incident.case import UNSIGNED_NOTICE
+from agentreplay_incident.packets import dispute_packet, insurance_packet, render_html
 from agentreplay_otel.core import load_prices, semconv
-from agentreplay_replay.case import UNSIGNED_NOTICE
 from agentreplay_replay.cli._client import case_of
-from agentreplay_replay.packets import dispute_packet, insurance_packet, render_html
 
 pytestmark = pytest.mark.e2e
 

@@ -29,8 +29,8 @@ from agentreplay_client.incidents import INCOMING, IncidentState
 from agentreplay_collector.store import Store
 from agentreplay_dev.collector import CollectorProcess, write_config
 from agentreplay_dev.scenario import BIN, issue_identity
+from agentreplay_incident.packets import VALUE_LIMIT
 from agentreplay_otel.core import semconv
-from agentreplay_replay.packets import VALUE_LIMIT
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""The claim's loss rules one by one (:func:`agentreplay_replay.packets.loss_in`), on charges as the
+"""The claim's loss rules one by one (:func:`agentreplay_incident.packets.loss_in`), on charges as the
 recorded refund and flight runs produce them: held to the request's one amount, lost whole when blamed
 on anything but their amount, and unsure, said so, where the request's amounts cannot be matched."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from agentreplay_analysis.constraints import Kind, mentions
-from agentreplay_replay.narrative import Money, ToldStep
-from agentreplay_replay.packets import _Charged, currency_of, loss_in
+from agentreplay_incident.narrative import Money, ToldStep
+from agentreplay_incident.packets import _Charged, currency_of, loss_in
 
 
 def charge(step: int, tool: str, amount: float, currency: str = "USD", *, blamed: bool = False,

@@ -20,11 +20,11 @@ from agentreplay_analysis import Outcome, detect, run_view
 from agentreplay_client.collector import CollectorClient
 from agentreplay_client.models import TrustScore
 from agentreplay_dev.scenario import BIN, STORY_REQUEST, fixed_agent
+from agentreplay_incident import case as cases
+from agentreplay_incident.packets import CLAIM, DISPUTE, dispute_packet, insurance_packet, render_html
 from agentreplay_otel.core import InclusionProof, load_public_key, semconv, verify_manifest
 from agentreplay_otel.pricing import cost_usd, load_prices
-from agentreplay_replay import case as cases
 from agentreplay_replay.cli._client import case_of
-from agentreplay_replay.packets import CLAIM, DISPUTE, dispute_packet, insurance_packet, render_html
 
 pytestmark = pytest.mark.e2e
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from agentreplay_dev.scenario import AGENT, BIN, fixed_agent
-from agentreplay_replay import case as casefile
+from agentreplay_incident import case as casefile
 from agentreplay_replay.cli._client import RemoteCollector
 
 TIMEOUT_S = 240

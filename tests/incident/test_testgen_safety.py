@@ -8,7 +8,7 @@ texts exactly, and have the generator's shape and nothing else; a few hostile ca
 collected by pytest in a subprocess, which must run none of their payloads.
 
 The case is built in memory from spans, as a store or a case file gives them, and goes through the
-same functions ``agentreplay testgen`` writes with (:func:`agentreplay_replay.testgen.render`).
+same functions ``agentreplay testgen`` writes with (:func:`agentreplay_incident.testgen.render`).
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ from hypothesis import strategies as st
 
 from agentreplay_analysis.verdict import Evidence, ModeHit, Outcome, Verdict
 from agentreplay_client.models import ChainState, ChainStatus, RunSummary
+from agentreplay_incident import case as casefile
+from agentreplay_incident import testgen
 from agentreplay_otel.core import SpanRecord, semconv
-from agentreplay_replay import case as casefile
-from agentreplay_replay import testgen
 
 RUN = "5e" * 16
 MARK = "PWNED-BY-THE-CASE"  # what every payload tries to create, in the folder pytest runs in
@@ -115,7 +115,7 @@ def texts(value: str) -> dict[str, str]:
 
 # --- what a safe module is --------------------------------------------------------------------------------
 HEADER = ["from pathlib import Path", "import pytest"]
-UNSIGNED_HEADER = [*HEADER, "from agentreplay_replay.case import read_unsigned"]
+UNSIGNED_HEADER = [*HEADER, "from agentreplay_incident.case import read_unsigned"]
 CALLABLE = {"Path", "str", "len", "dict", "float", "read_unsigned"}
 STATEMENTS = (ast.Assign, ast.Assert, ast.For, ast.Return)
 

@@ -34,8 +34,8 @@ from agentreplay_dev.scenario import (
     fixed_agent,
     issue_identity,
 )
+from agentreplay_incident.case import read
 from agentreplay_otel.core import semconv
-from agentreplay_replay.case import read
 
 pytestmark = pytest.mark.e2e
 

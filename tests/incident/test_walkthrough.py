@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from agentreplay_dev.scenario import STORY_REQUEST
+from agentreplay_incident.packets import dispute_packet, insurance_packet, render_html
+from agentreplay_incident.walkthrough import CULPRIT_CLASS, HIGHLIGHT, walkthrough_html
 from agentreplay_otel.core import semconv
-from agentreplay_replay.packets import dispute_packet, insurance_packet, render_html
-from agentreplay_replay.walkthrough import CULPRIT_CLASS, HIGHLIGHT, walkthrough_html
 
 pytestmark = pytest.mark.e2e
 

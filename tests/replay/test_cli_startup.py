@@ -22,7 +22,7 @@ from agentreplay_replay.cli._main import COMMANDS, commands_of
 
 BIN = Path(sys.executable).parent
 HEAVY = ("agentreplay_collector.store", "pyarrow", "chdb", "agentreplay_analysis.engine",
-         "agentreplay_replay.replayer", "agentreplay_otel.replay._bundle", "agentreplay_replay.case",
+         "agentreplay_replay.replayer", "agentreplay_otel.replay._bundle", "agentreplay_incident.case",
          "opentelemetry.sdk")
 
 

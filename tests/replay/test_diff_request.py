@@ -19,7 +19,7 @@ import pytest
 import agentreplay_otel
 from agentreplay_dev.llm_server import LLMServer
 from agentreplay_dev.scenario import FIX, FlightWorld, flight_world
-from agentreplay_replay.diffing import first_difference, pair_steps, request_changes
+from agentreplay_incident.diffing import first_difference, pair_steps, request_changes
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -28,6 +28,8 @@ from securitykit import BIN, Org
 import agentreplay_otel
 from agentreplay_client.models import ChainState, ChainStatus, RunSummary
 from agentreplay_dev.collector import CollectorProcess, call_control, export_http, write_config
+from agentreplay_incident import case as casefile
+from agentreplay_incident import testgen
 from agentreplay_otel import identity, semconv
 from agentreplay_otel.canonical import SpanRecord
 from agentreplay_otel.chain import record_from_span
@@ -42,8 +44,6 @@ from agentreplay_otel.core import (
     normal_trace_id,
     verify,
 )
-from agentreplay_replay import case as casefile
-from agentreplay_replay import testgen
 
 RUN = "ab" * 16
 SPAN = "cd" * 8

@@ -1,8 +1,8 @@
 """The CLI installed without the collector (issue 34, item 4): the README's "the CLI alone, to read a
 running collector".
 
-One fresh virtual environment holds the wheels of the SDK, the client, the analysis and the CLI, their
-dependencies from the package index, and not the collector's distribution (no chDB, no Arrow). There
+One fresh virtual environment holds the wheels of the SDK, the client, the analysis, the incident writer and
+the CLI, their dependencies from the package index, and not the collector's distribution (no chDB, no Arrow). There
 the CLI lists and shows a run the world's collector recorded, through its read API; given a store to
 open directly, it says what to install, exits 2 and prints no traceback.
 """
@@ -22,7 +22,7 @@ from userkit import BIN, INSTALL_TIMEOUT_S, UserEnv, World, clean_env, record
 
 pytestmark = pytest.mark.e2e
 
-SLIM = ("agentreplay_otel", "agentreplay_client", "agentreplay_analysis", "agentreplay_replay")
+SLIM = ("agentreplay_otel", "agentreplay_client", "agentreplay_analysis", "agentreplay_incident", "agentreplay_replay")
 SERVICE = "slim-cli-refunds"
 INSTALL_HINT = "the collector distribution is not installed here; install it beside the CLI"
 

@@ -26,6 +26,7 @@ SOURCES = {  # distribution -> what its build needs, relative to the checkout
     "agentreplay_otel": ("pyproject.toml", "setup.py", "README.md", "src"),
     "agentreplay_client": ("client",),
     "agentreplay_analysis": ("analysis",),
+    "agentreplay_incident": ("incident",),
     "agentreplay_collector": ("collector",),
     "agentreplay_replay": ("replay",),
 }

@@ -36,7 +36,7 @@ COMBINED = f"{DETECTORS}+llm"
 
 
 class CaseLike(Protocol):
-    """What the verdict needs of a case (:class:`~agentreplay_replay.case.Case`)."""
+    """What the verdict needs of a case (:class:`~agentreplay_incident.case.Case`)."""
 
     @property
     def run_id(self) -> str: ...

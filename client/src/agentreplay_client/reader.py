@@ -9,7 +9,7 @@ collector without importing the store's engine.
 runs recorded now come to: the one interface the CLI works on. What differs between a store opened
 directly (``agentreplay_collector.reading.StoreReader``) and a collector answering
 (:class:`~agentreplay_client.collector.CollectorClient`) is inside those two; a case file
-(``agentreplay_replay.case.CaseReader``) is a source that keeps nothing beside its one run.
+(``agentreplay_incident.case.CaseReader``) is a source that keeps nothing beside its one run.
 """
 
 from __future__ import annotations

@@ -22,7 +22,8 @@ only a signed one counts as evidence there (a verdict posted to the store by any
 
 With ``incidents`` configured, each halted run it has analysed also gets its incident written (root
 cause, regression test and case, dispute and claim packets, walkthrough) under ``incidents.dir/RUN``,
-by the writer of entry point group :data:`INCIDENT_GROUP`; a run analysed again (its row changed:
+by :func:`agentreplay_incident.writer.for_halted_run` (the distribution below the collector and the CLI
+that makes case files, regression tests, packets and walkthroughs); a run analysed again (its row changed:
 more spans, its decisions in) has its incident written again. The incidents have a backlog of their
 own in the store (:mod:`.incidents`): a run's verdict being stored does not make its incident done,
 so a kill between the two, or a folder that refuses writes for a while, loses nothing: the next
@@ -61,8 +62,6 @@ if TYPE_CHECKING:  # the config may import this module's settings without a cycl
 _log = logging.getLogger(__name__)
 
 ANALYZER_GROUP = "agentreplay_analyzer"
-INCIDENT_GROUP = "agentreplay_incident"
-INCIDENT_WRITER = "default"
 
 
 class Analyzer(Protocol):
@@ -81,7 +80,7 @@ class VerdictSigner(Protocol):
 
 
 class IncidentWriter(Protocol):
-    """What the incident entry point gives: a run in the store in, its incident folder out, whole
+    """What writes a halted run's incident: a run in the store in, its incident folder out, whole
     (written aside and renamed into place). An :class:`OSError` says the folder refused it (retried);
     any other error that the run's incident cannot be written (not retried until the run changes)."""
 
@@ -104,6 +103,12 @@ def load_analyzer(name: str) -> Analyzer | None:
     return loaded
 
 
+def _incident_writer() -> IncidentWriter:
+    from agentreplay_incident.writer import for_halted_run  # loaded only when incidents are configured
+
+    return for_halted_run
+
+
 class AnalysisWorker:
     """One thread that analyses the store's backlog of finished runs (the collector's Stage lifecycle)."""
 
@@ -118,7 +123,7 @@ class AnalysisWorker:
         self._stopping = threading.Event()
         self._idle = threading.Event()
         self._thread: threading.Thread | None = None
-        self.incidents: IncidentWriter | None = _load(INCIDENT_GROUP, INCIDENT_WRITER) if cfg.incidents else None
+        self.incidents: IncidentWriter | None = _incident_writer() if cfg.incidents else None
         self.budget: MemoryBudget | None = None  # a run being rendered counts against its incidents share
         self.analysed_runs = 0
         self.failed_runs = 0  # runs whose analysis raised (logged; retried next round)
@@ -227,8 +232,8 @@ class AnalysisWorker:
         the round: the rest are due next round."""
         if self.incidents is None or settings.org_public_key is None:
             if not self._swept:
-                _log.warning("agentreplay_analysis: no incident writer in entry point group %s (install "
-                             "agentreplay-replay); halted runs' incidents are not written", INCIDENT_GROUP)
+                _log.warning("agentreplay_analysis: no org public key to check cases against "
+                             "(extensions.agentreplay_auth); halted runs' incidents are not written")
                 self._swept = True
             return 0
         if not self._swept:

@@ -50,6 +50,7 @@ from agentreplay_analysis.detectors.task_spec import conflict_with
 from agentreplay_analysis.expected import check as check_expected
 from agentreplay_analysis.taxonomy import BY_ID
 from agentreplay_analysis.transcript import leaves
+from agentreplay_incident import case as casefile
 from agentreplay_otel.core import (
     KIND_TOOL,
     Decision,
@@ -64,7 +65,6 @@ from agentreplay_otel.core import (
     semconv,
 )
 from agentreplay_otel.replay import Divergence, Mode, OnDivergence, Plan, Report
-from agentreplay_replay import case as casefile
 from agentreplay_replay import grants, replayer
 
 ENV_AGENT = "AGENTREPLAY_TEST_AGENT"

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentreplay_analysis.foreign import normalized
+from agentreplay_incident.diffing import clip
 from agentreplay_otel.core import SpanRecord, partition_chain, semconv
-from agentreplay_replay.diffing import clip
 
 NOT_REPLAYABLE = "response not recorded: not replayable"
 """What ``show`` says of an LLM call whose response the recording lacks (a replay cannot answer it)."""

@@ -31,10 +31,10 @@ from agentreplay_replay.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from agentreplay_replay import case as cases
+    from agentreplay_incident import case as cases
     from agentreplay_replay import replayer
 else:
-    cases = lazy_module("agentreplay_replay.case")
+    cases = lazy_module("agentreplay_incident.case")
     replayer = lazy_module("agentreplay_replay.replayer")
 
 PANEL = "Recorded runs"

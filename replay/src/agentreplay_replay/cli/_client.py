@@ -26,7 +26,7 @@ from agentreplay_otel.core import IdentityError, load_public_key, semconv
 from agentreplay_replay.cli._common import CLIError, err
 
 if TYPE_CHECKING:  # case files and replay load when a command needs them: `runs` answers without them
-    from agentreplay_replay.case import Case
+    from agentreplay_incident.case import Case
 
 
 class RemoteCollector(CollectorClient):
@@ -155,7 +155,7 @@ def open_run(arg: str, store: str | None, collector: str | None, *, org_key: Ed2
     """The run a command names: a case file (an existing path) as a read-only reader of its one run,
     else the run (full id or unique prefix) through :func:`reader`.
 
-    A case is checked first (:func:`agentreplay_replay.case.check`, with ``org_key``, the command's
+    A case is checked first (:func:`agentreplay_incident.case.check`, with ``org_key``, the command's
     :func:`org_public_key`): one that does not verify is refused unless ``allow_unverified``, as a run
     whose chain does not verify is refused. With no org key a case
     can only be checked for consistency, which anyone who edits it can keep: it is refused too
@@ -163,9 +163,9 @@ def open_run(arg: str, store: str | None, collector: str | None, *, org_key: Ed2
     from an unsigned case itself (``require_org_key=False``: incident, testgen)."""
     path = Path(arg)
     if path.is_file():
-        from agentreplay_replay.case import CaseError, CaseReader
-        from agentreplay_replay.case import check as check_case
-        from agentreplay_replay.case import read as read_case
+        from agentreplay_incident.case import CaseError, CaseReader
+        from agentreplay_incident.case import check as check_case
+        from agentreplay_incident.case import read as read_case
 
         try:
             case = read_case(path)
@@ -192,8 +192,8 @@ def open_run(arg: str, store: str | None, collector: str | None, *, org_key: Ed2
 def case_of(source: RunSource, run_id: str) -> Case:
     """The run's case: the file's own when ``source`` is one (:func:`open_run`), else collected from the
     collector or the store (its manifests, decisions, verdicts and log: :class:`RunSource`)."""
-    from agentreplay_replay.case import CaseError, CaseReader
-    from agentreplay_replay.case import collect as collect_case
+    from agentreplay_incident.case import CaseError, CaseReader
+    from agentreplay_incident.case import collect as collect_case
 
     if isinstance(source, CaseReader):
         return source.case

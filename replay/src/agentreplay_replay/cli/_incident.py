@@ -1,5 +1,5 @@
 """``agentreplay incident``: one failed run becomes its root cause, a regression test, the dispute and
-insurance-claim packets and a narrated walkthrough, in one folder (:mod:`agentreplay_replay.incident`)."""
+insurance-claim packets and a narrated walkthrough, in one folder (:mod:`agentreplay_incident.writer`)."""
 
 from __future__ import annotations
 
@@ -25,13 +25,13 @@ from agentreplay_replay.cli._common import (
 from agentreplay_replay.cli._testgen import PANEL, OrgKeyOpt
 
 if TYPE_CHECKING:
-    from agentreplay_replay import case as casefile
-    from agentreplay_replay import incident as incidents
-    from agentreplay_replay import narrative
+    from agentreplay_incident import case as casefile
+    from agentreplay_incident import narrative
+    from agentreplay_incident import writer as incidents
 else:
-    casefile = lazy_module("agentreplay_replay.case")
-    incidents = lazy_module("agentreplay_replay.incident")
-    narrative = lazy_module("agentreplay_replay.narrative")
+    casefile = lazy_module("agentreplay_incident.case")
+    incidents = lazy_module("agentreplay_incident.writer")
+    narrative = lazy_module("agentreplay_incident.narrative")
 
 app = typer.Typer()
 

@@ -17,8 +17,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from agentreplay_client.models import ChainState, ChainStatus, RunSummary, TraceSummary
+from agentreplay_incident.diffing import RequestChange, StepPair, answer_text, clip, excerpts, step_label
 from agentreplay_otel.core import ChainReport, RecordedStep, SealStatus
-from agentreplay_replay.diffing import RequestChange, StepPair, answer_text, clip, excerpts, step_label
 from agentreplay_replay.timeline import TimelineNode, first_failure
 
 if TYPE_CHECKING:  # the replay report's types: replay loads only when a replay runs

@@ -12,6 +12,7 @@ import typer
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from agentreplay_client.reader import RunReader
+from agentreplay_incident.diffing import first_difference, pair_steps, request_changes
 from agentreplay_otel.core import recording_from_spans
 from agentreplay_otel.replay import Mode, OnDivergence, Plan
 from agentreplay_replay.cli import _render as render
@@ -31,7 +32,6 @@ from agentreplay_replay.cli._common import (
     out,
     print_json,
 )
-from agentreplay_replay.diffing import first_difference, pair_steps, request_changes
 
 if TYPE_CHECKING:
     from agentreplay_replay import grants, replayer

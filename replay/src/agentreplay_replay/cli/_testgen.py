@@ -21,11 +21,11 @@ from agentreplay_replay.cli._common import (
 from agentreplay_replay.cli._expect import ExpectedFileOpt, ExpectValueOpt, expected_for
 
 if TYPE_CHECKING:
-    from agentreplay_replay import case as casefile
-    from agentreplay_replay import testgen as generator
+    from agentreplay_incident import case as casefile
+    from agentreplay_incident import testgen as generator
 else:
-    casefile = lazy_module("agentreplay_replay.case")
-    generator = lazy_module("agentreplay_replay.testgen")
+    casefile = lazy_module("agentreplay_incident.case")
+    generator = lazy_module("agentreplay_incident.testgen")
 
 PANEL = "Incidents"
 app = typer.Typer()

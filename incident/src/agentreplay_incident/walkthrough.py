@@ -6,7 +6,7 @@ It opens on the culprit step (or the step a ``#step-N`` fragment names); ←/→
 Home and End go to the first and the last. A fragment can also name keys to press once the page
 has loaded (``#step-3&keys=ArrowRight,End``), so a link can show a path through the run.
 
-A recorded value is shown clipped, as in the packets (:func:`~agentreplay_replay.packets.clip_value`):
+A recorded value is shown clipped, as in the packets (:func:`~agentreplay_incident.packets.clip_value`):
 the case file holds it whole. Every recorded string is untrusted (a tool result is whatever the world answered): the page is
 built here with each one escaped, the script carries no recorded data, and the page's content
 security policy lets only its own script run (by hash) and fetch nothing.
@@ -22,12 +22,12 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentreplay_analysis import Verdict
-from agentreplay_replay.case import UNSIGNED_NOTICE
-from agentreplay_replay.narrative import Contradiction, ToldStep, contradictions, request_of, tell, usd
-from agentreplay_replay.packets import clip_value
+from agentreplay_incident.case import UNSIGNED_NOTICE
+from agentreplay_incident.narrative import Contradiction, ToldStep, contradictions, request_of, tell, usd
+from agentreplay_incident.packets import clip_value
 
 if TYPE_CHECKING:
-    from agentreplay_replay.case import Case
+    from agentreplay_incident.case import Case
 
 CULPRIT_CLASS = "culprit"
 ACTIVE_CLASS = "active"

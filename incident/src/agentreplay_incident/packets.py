@@ -2,7 +2,7 @@
 the payment rail) and an insurance-claim packet for the insurer, as JSON documents and as
 self-contained HTML.
 
-Both are pure functions of a case (:mod:`agentreplay_replay.case`: the run's spans, chain, seal,
+Both are pure functions of a case (:mod:`agentreplay_incident.case`: the run's spans, chain, seal,
 certificates, manifest and decisions) and an analysis verdict: no store, no network. Each packet
 carries its proof (the chain head, the seal, the agent key the org certified, the transparency-log
 inclusion when the case has one) and the one command that checks it offline with the org's public
@@ -39,9 +39,8 @@ from agentreplay_analysis import Outcome, Verdict, run_view
 from agentreplay_analysis.constraints import Kind, Mention, argument_values, mentions
 from agentreplay_analysis.transcript import chain_head
 from agentreplay_client.models import TrustScore
-from agentreplay_otel.core import Prices, SpanRecord, cost_usd, json_or, load_prices, semconv
-from agentreplay_replay.case import NOTICE, UNSIGNED_NOTICE
-from agentreplay_replay.narrative import (
+from agentreplay_incident.case import NOTICE, UNSIGNED_NOTICE
+from agentreplay_incident.narrative import (
     Contradiction,
     Money,
     ToldStep,
@@ -52,9 +51,10 @@ from agentreplay_replay.narrative import (
     usd,
     utc,
 )
+from agentreplay_otel.core import Prices, SpanRecord, cost_usd, json_or, load_prices, semconv
 
 if TYPE_CHECKING:
-    from agentreplay_replay.case import Case
+    from agentreplay_incident.case import Case
 
 DISPUTE = "agentreplay-dispute/2"
 CLAIM = "agentreplay-claim/2"

@@ -16,8 +16,8 @@ from typing import Any
 
 from agentreplay_analysis import Evidence, ModeHit, Verdict, run_view
 from agentreplay_analysis.transcript import Decision, Step, key_words
+from agentreplay_incident.diffing import clip
 from agentreplay_otel.core import SpanRecord, semconv
-from agentreplay_replay.diffing import clip
 
 _PAST = {"book": "booked", "buy": "bought", "purchase": "purchased", "pay": "paid", "send": "sent",
          "transfer": "transferred", "order": "ordered", "reserve": "reserved", "schedule": "scheduled",

@@ -1,11 +1,10 @@
 """An incident: everything one failed run becomes, written to one folder by one call.
 
-From a :class:`~agentreplay_replay.case.Case` checked against the org key: the root cause (the
-analysis verdict), the regression test and its case (:mod:`~agentreplay_replay.testgen`), the
-dispute and insurance-claim packets (:mod:`~agentreplay_replay.packets`, JSON and HTML) and the
-narrated walkthrough (:mod:`~agentreplay_replay.walkthrough`). ``agentreplay incident`` calls
-:func:`write_incident`; so does the collector for halted runs (:func:`for_halted_run`, found by
-entry point, so the collector does not import this distribution).
+From a :class:`~agentreplay_incident.case.Case` checked against the org key: the root cause (the
+analysis verdict), the regression test and its case (:mod:`~agentreplay_incident.testgen`), the
+dispute and insurance-claim packets (:mod:`~agentreplay_incident.packets`, JSON and HTML) and the
+narrated walkthrough (:mod:`~agentreplay_incident.walkthrough`). ``agentreplay incident`` calls
+:func:`write_incident`; so does the collector's analysis worker for halted runs (:func:`for_halted_run`).
 
 The folder::
 
@@ -19,7 +18,7 @@ The folder::
     walkthrough.html     one self-contained page, opened on the culprit step
 
 A run recorded without keys (no seal) gets its incident too: the first line of every file says it is
-UNSIGNED and not evidence (:data:`~agentreplay_replay.case.UNSIGNED_NOTICE`).
+UNSIGNED and not evidence (:data:`~agentreplay_incident.case.UNSIGNED_NOTICE`).
 """
 
 from __future__ import annotations
@@ -39,9 +38,9 @@ from agentreplay_analysis import Verdict
 from agentreplay_client.incidents import INCOMING, remove_folder
 from agentreplay_client.models import TrustScore
 from agentreplay_client.reader import RunSource
+from agentreplay_incident import case as casefile
+from agentreplay_incident import packets, testgen, walkthrough
 from agentreplay_otel.core import IdentityError, load_public_key
-from agentreplay_replay import case as casefile
-from agentreplay_replay import packets, testgen, walkthrough
 
 TESTS_DIR = "tests"
 ROOT_CAUSE = "root-cause.json"

@@ -40,8 +40,8 @@ from agentreplay_analysis.expected import parse as parse_expected
 from agentreplay_analysis.taxonomy import BY_ID
 from agentreplay_analysis.transcript import run_view
 from agentreplay_analysis.verdict import ModeHit
+from agentreplay_incident import case as casefile
 from agentreplay_otel.core import KIND_TOOL, TRACE_ID_FORM, RecordedStep, is_trace_id, semconv
-from agentreplay_replay import case as casefile
 
 STEP_BOUND_FACTOR = 2
 """The step bound: this many times the recorded run's steps (an agent that loops is FM-1.5)."""
@@ -340,7 +340,7 @@ def render(case: casefile.Case, case_file: str, verdict: Verdict | None = None, 
         "from pathlib import Path",
         "",
         "import pytest",
-        *([] if case.signed else ["", "from agentreplay_replay.case import read_unsigned"]),
+        *([] if case.signed else ["", "from agentreplay_incident.case import read_unsigned"]),
         "",
         f"CASE = Path(__file__).with_name({_lit(case_file)})",
         "",
@@ -372,7 +372,7 @@ def _unique(name: str, taken: set[str]) -> str:
 
 def generate(case: casefile.Case, out_dir: Path, org_key: Ed25519PublicKey | None, *,
              expected: Any = None) -> Generated:
-    """Check the case (:func:`~agentreplay_replay.case.check_as_recorded`: a signed run against the org
+    """Check the case (:func:`~agentreplay_incident.case.check_as_recorded`: a signed run against the org
     key, an unsigned one for its links), then write the test and the case into ``out_dir``. A run id
     that is not one (:func:`~agentreplay_otel.core.is_trace_id`) is refused first: it names the files.
     ``expected``: what the run should produce (set after it), when not the one it recorded."""
