@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -57,23 +57,9 @@ class LogDamaged(StoreError):
 
 
 # --- reading --------------------------------------------------------------------------------------
-class LogReader(Protocol):
-    """The log as a reader sees it: the same on a store (:class:`LogView`) and through a collector's
-    read API. Nothing it returns is trusted: the reader verifies it against a signed checkpoint."""
-
-    def checkpoint(self, size: int | None = None) -> SignedCheckpoint | None: ...
-
-    def run_proofs(self, run_id: str, size: int) -> list[tuple[LogEntry, list[bytes]]]: ...
-
-    def consistency(self, old: int, new: int) -> list[bytes]: ...
-
-    def subtrees(self, ranges: Sequence[merkle.Range]) -> list[bytes]: ...
-
-    def entries(self, start: int, end: int) -> list[LogEntry]: ...
-
-
 class LogView:
-    """Proofs, leaves and checkpoints from the store's log tables (``Store.log``)."""
+    """Proofs, leaves and checkpoints from the store's log tables (``Store.log``): the
+    :class:`~agentreplay_client.reader.LogReader` of a store opened directly."""
 
     def __init__(self, tables: Log) -> None:
         self.tables = tables
