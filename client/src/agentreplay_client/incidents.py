@@ -1,10 +1,10 @@
 """The incident writer's bookkeeping: what the store says of each halted run's incident folder, the
 caps on what is kept (oldest removed first), and the folder's own housekeeping.
 
-The writer itself (found by entry point, :mod:`agentreplay_incident.writer`) builds an incident in a
-folder whose name starts with :data:`INCOMING` and renames it into place, ``DIR/RUN``, so a folder
-named after a run is always whole: a writer killed mid-write leaves only a dot-folder, which the
-next start sweeps away. The store records each incident once it is in place (table ``incidents``,
+The writer itself (:mod:`agentreplay_incident.writer`, imported by the collector's analysis worker) builds
+an incident in a folder whose name starts with :data:`INCOMING` and renames it into place, ``DIR/RUN``, so a
+folder named after a run is always whole: a writer killed mid-write leaves only a dot-folder, which the next
+start sweeps away. The store records each incident once it is in place (table ``incidents``,
 :class:`StoredIncident`); a halted run with no record as new as its run row is due
 (:meth:`~agentreplay_collector.store.verdicts.Verdicts.incidents_due`), so nothing is lost to a kill, a full
 disk or a folder that refused it for a while: the next round, or the next start, writes it.

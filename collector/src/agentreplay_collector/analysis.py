@@ -25,7 +25,7 @@ cause, regression test and case, dispute and claim packets, walkthrough) under `
 by :func:`agentreplay_incident.writer.for_halted_run` (the distribution below the collector and the CLI
 that makes case files, regression tests, packets and walkthroughs); a run analysed again (its row changed:
 more spans, its decisions in) has its incident written again. The incidents have a backlog of their
-own in the store (:mod:`.incidents`): a run's verdict being stored does not make its incident done,
+own in the store (:mod:`agentreplay_client.incidents`): a run's verdict being stored does not make its incident done,
 so a kill between the two, or a folder that refuses writes for a while, loses nothing: the next
 round (or the next start) writes what is due. What is kept is capped per agent and in all, the
 oldest removed first.

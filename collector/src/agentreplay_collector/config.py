@@ -25,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from agentreplay_analysis import verdict
 from agentreplay_analysis.settings import JudgeSettings
 from agentreplay_client.errors import ConfigError
 from agentreplay_client.incidents import IncidentCaps
@@ -259,8 +260,8 @@ class SecretFile:
     path: Path
 
 
-DETECTORS = "detectors"
-"""The classifier whose verdict marks a run as analysed (its entry point in the analyzer group)."""
+DETECTORS = verdict.DETECTORS
+"""The classifier whose verdict marks a run as analysed: the default analyzer's (:mod:`agentreplay_analysis`)."""
 
 
 JUDGE_PROVIDERS = ("openai", "anthropic")  # the judge's (agentreplay_analysis.judge.PROVIDERS)

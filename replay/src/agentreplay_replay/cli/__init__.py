@@ -6,10 +6,16 @@ One module per command group, over one common module and one client::
     _client     RemoteCollector (every call to the control endpoint) and reader (runs, via collector or store)
     _read       runs, show, verify
     _replay     replay, fork, diff
+    _blame      blame (counterfactual forks at the decision steps)
+    _models     models (a failed run forked onto other models)
+    _analyze    analyze;  _expect  expect
+    _case       export, verify CASE;  _testgen  testgen;  _incident  incident
+    _log        log checkpoint, prove, consistency, audit, certify
     _control    kill, resume, decisions, alerts, trust
     _identity   keys init, manifest sign, identity issue
+    _init       init (a collector set-up), init --validate;  _certs  its private CA
     _render     what a person reads (rich), and the one name of each chain state
-    _main       the app that gathers the groups, and main()
+    _main       the app that gathers the groups (COMMANDS), and main()
 """
 
 from __future__ import annotations
