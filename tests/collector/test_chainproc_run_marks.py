@@ -112,7 +112,7 @@ def copied_in(store: Store, request: Any, *, status: str, agent: str, halted: in
 def test_a_round_of_runs_opened_here_asks_the_store_no_marks(store: SpyStore, recorded) -> None:
     assert store.exclusive
     chain, clock = chain_of(store)
-    owners = RunOwners(store)
+    owners = RunOwners(store.control)
     run_ids = received(store, chain, owners, recorded(runs=5, children=2))
     clock.now += 3
     store.statements.clear()
@@ -139,7 +139,7 @@ def test_a_run_copied_in_with_marks_keeps_them(store: SpyStore, recorded) -> Non
     copied = copied_in(store, recorded(runs=1, children=2), status="pending", agent=AGENT, halted=1,
                        classification="FM-2.3")
     chain, clock = chain_of(store)
-    owners = RunOwners(store)
+    owners = RunOwners(store.control)
     chain.resume(store.runs.pending())  # at start: what a previous process (or the copy) left pending
     mine = received(store, chain, owners, recorded(runs=2, children=1))
     clock.now += 61
@@ -162,7 +162,7 @@ def test_a_pending_row_naming_no_agent_is_not_taken_for_a_run_opened_here(store:
                        classification="FM-1.1")
     chain, clock = chain_of(store)
     chain.resume(store.runs.pending())
-    owners = RunOwners(store)
+    owners = RunOwners(store.control)
     assert [a.run_id for a in owners.claim(AGENT, [copied])] == [copied]  # not stored, as ownership sees it
     store.runs.insert_arrivals([RunArrival(run_id=copied, agent_id=AGENT, received_ns=time.time_ns())])
     clock.now += 61
@@ -175,7 +175,7 @@ def test_a_pending_row_naming_no_agent_is_not_taken_for_a_run_opened_here(store:
 
 def test_marks_this_process_writes_are_remembered(store: SpyStore, recorded) -> None:
     chain, clock = chain_of(store)
-    owners = RunOwners(store)
+    owners = RunOwners(store.control)
     (run_id,) = received(store, chain, owners, recorded(runs=1, children=1))
     clock.now += 3
     chain.tick()

@@ -40,7 +40,7 @@ def test_new_runs_claimed_without_a_query_stored_runs_still_checked(chdb_store: 
     assert chdb_store.exclusive
     theirs = _ids(20)
     _stored(chdb_store, "booker", theirs)
-    owners = RunOwners(chdb_store)  # as after a restart: the memory knows nothing
+    owners = RunOwners(chdb_store.control)  # as after a restart: the memory knows nothing
     fresh = _ids(50)
     arrivals = owners.claim("intruder", fresh)
     assert {a.run_id for a in arrivals} == set(fresh)
@@ -53,7 +53,7 @@ def test_new_runs_claimed_without_a_query_stored_runs_still_checked(chdb_store: 
 
 
 def test_forgotten_claims_stay_in_the_filter(chdb_store: Store) -> None:
-    owners = RunOwners(chdb_store, capacity=4)
+    owners = RunOwners(chdb_store.control, capacity=4)
     first = _ids(1)
     owners.claim("booker", first)
     _stored(chdb_store, "booker", first)  # the writer's insert of its arrival

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 
 from agentreplay_client.errors import PermissionDenied
 from agentreplay_client.models import RunArrival
-from agentreplay_collector.store import Store
 from agentreplay_collector.store.control import Control
 
 CAPACITY = 500_000
@@ -80,8 +79,8 @@ class _Claim:
 class RunOwners:
     """Run id -> the agent that opened it; thread-safe."""
 
-    def __init__(self, store: Store | None, *, capacity: int = CAPACITY) -> None:
-        self.store = store
+    def __init__(self, control: Control | None, *, capacity: int = CAPACITY) -> None:
+        self.control = control  # the store's control tables (run_arrivals), None without a store
         self.capacity = capacity
         self._claims: OrderedDict[str, _Claim] = OrderedDict()
         self._lock = threading.Lock()
@@ -98,7 +97,7 @@ class RunOwners:
     def lookup(self, run_id: str) -> str | None:
         """The opener, from memory or else the store (blocking; what it finds is remembered)."""
         known = self.owner(run_id)
-        if known is not None or self.store is None:
+        if known is not None or self.control is None:
             return known
         found = self._stored_owners([run_id])
         self.remember(found)
@@ -135,23 +134,23 @@ class RunOwners:
 
     def _stored_owners(self, run_ids: list[str]) -> dict[str, str]:
         """The store's owners of runs the memory does not know (only those it may hold are asked for)."""
-        if self.store is None:
+        if self.control is None:
             return {}
-        if self.store.exclusive:
+        if self.control.exclusive:
             known = self._run_filter()
             run_ids = [r for r in run_ids if r in known]
             if not run_ids:
                 return {}
         self.store_lookups += 1
-        return self.store.control.owners(run_ids)
+        return self.control.owners(run_ids)
 
     def _run_filter(self) -> RunFilter:
         """The filter of the exclusive store's runs, read once (the runs claimed since go in as the
         memory forgets them). Claims made before it is read are in memory, so none is missed."""
         with self._filter_lock:
             if self._filter is None:
-                assert self.store is not None
-                loaded = RunFilter.load(self.store.control)
+                assert self.control is not None
+                loaded = RunFilter.load(self.control)
                 with self._lock:
                     self._filter = loaded
             return self._filter
@@ -166,9 +165,9 @@ class RunOwners:
 
     def warm(self) -> None:
         """Open the owners' thread's store connection now, not on an agent's first Authorize."""
-        if self.store is not None:
-            self._pool.submit(self.store.check).result()
-            if self.store.exclusive:
+        if self.control is not None:
+            self._pool.submit(self.control.check).result()
+            if self.control.exclusive:
                 self._run_filter()
 
     def persisted(self, arrivals: Sequence[RunArrival]) -> None:

@@ -148,7 +148,7 @@ def build_app(
     every reader is an operator (tests of the read API alone). ``agent_stats``: one agent's own figures,
     what ``/v1/stats`` tells that agent's token besides the endpoints."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="agentreplay-read")
-    run_owners = owners if owners is not None else RunOwners(store)
+    run_owners = owners if owners is not None else RunOwners(store.control if store else None)
 
     def caller(request: Request) -> Caller:
         return OPERATOR if access is None else access.caller(presented(request))
@@ -652,7 +652,7 @@ def incident_routes(
     """``GET /v1/runs/{run_id}/incident`` (what the incident holds) and ``.../incident/{name}`` (a file of
     it), read as the run is: the admin token, or the token of the agent that opened the run."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentreplay-incidents")
-    run_owners = owners if owners is not None else RunOwners(store)
+    run_owners = owners if owners is not None else RunOwners(store.control if store else None)
     headers = {"X-Content-Type-Options": "nosniff", "Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 
     def error(text: str, status: int) -> JSONResponse:

@@ -159,7 +159,7 @@ class ScopeProcessor:
     ) -> None:
         self.config = config
         self.store = store
-        self.owners = owners if owners is not None else RunOwners(store)
+        self.owners = owners if owners is not None else RunOwners(store.control if store else None)
         self.org_public_key = org_public_key
         self.writer = writer
         self.trust = trust

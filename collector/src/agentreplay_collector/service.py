@@ -88,7 +88,7 @@ class Collector:
         self.batcher = (
             Batcher(config.batch, store.runs, self.chain.observe if self.chain else None) if store else None
         )
-        self.owners = RunOwners(store)
+        self.owners = RunOwners(store.control if store else None)
         self.scope = self._build_scope(config, store, self.owners)
         if self.scope is not None:
             self.scope.replays.budget = self.budget  # replayed spans held for their run span

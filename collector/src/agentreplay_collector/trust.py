@@ -137,7 +137,7 @@ class TrustBook:
     def warm(self) -> None:
         """Open the book's thread's store connection now, not on an agent's first Authorize."""
         if self.control is not None:
-            self._pool.submit(self.control.engine.check).result()
+            self._pool.submit(self.control.check).result()
 
     def _compute_or_prior(self, agent_id: str, *, store_it: bool = True) -> float:
         try:

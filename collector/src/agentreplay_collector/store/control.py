@@ -112,6 +112,15 @@ class Control:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
+    @property
+    def exclusive(self) -> bool:
+        """Whether this process is the store's only writer (an embedded chDB directory)."""
+        return self.engine.exclusive
+
+    def check(self) -> None:
+        """Reach the store now (this thread's connection opened); :class:`StoreUnavailable` if it does not answer."""
+        self.engine.check()
+
     # --- writes -----------------------------------------------------------------------------
     def insert_decisions(self, decisions: Sequence[DecisionRecord]) -> None:
         self.engine.insert(schema.DECISIONS, rows.DECISION_COLUMNS, [rows.decision_row(d) for d in decisions])
