@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import hmac
 import logging
+import math
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -114,32 +115,88 @@ class Authenticated:
             raise Unauthenticated("the proof is for another body: the request was changed on its way")
 
 
-class ProofLedger:
-    """The proofs seen while fresh: each is single use. Bounded: when it is full of fresh proofs the
-    collector answers UNAVAILABLE (the SDK retries) rather than forget one that could then be replayed."""
+RESERVED_PER_AGENT = 100
+"""Fresh proofs each agent may always hold, whatever other agents send (while reserves last: see
+:class:`ProofLedger`): more than an idle agent's exports and Authorize calls in a minute."""
 
-    def __init__(self, size: int, max_age_s: float) -> None:
-        self._seen: OrderedDict[str, float] = OrderedDict()  # jti -> when it stops being fresh
-        self._size = size
+
+class _AgentLedger:
+    """One agent's fresh proofs (jti -> when it stops being fresh), oldest first; ``reserved``: it holds one
+    of the ledger's reserves."""
+
+    __slots__ = ("agent", "reserved", "seen")
+
+    def __init__(self, agent: str, reserved: bool) -> None:
+        self.agent = agent
+        self.reserved = reserved
+        self.seen: OrderedDict[str, float] = OrderedDict()
+
+
+class ProofLedger:
+    """The proofs seen while fresh, a ledger per agent: each proof is single use. Bounded, so that the
+    collector answers UNAVAILABLE (the SDK retries) rather than forget a proof that could then be replayed;
+    shared so that one agent filling its own ledger refuses no other agent.
+
+    * One agent's ledger holds at most ``per_agent`` proofs: what it may legitimately send while a proof
+      is fresh (``proof_rate_per_agent`` times ``proof_max_age``). Past it, that agent alone is refused.
+    * All ledgers together hold at most ``size``. Half is reserved: :data:`RESERVED_PER_AGENT` proofs for
+      each of up to ``size // (2 * RESERVED_PER_AGENT)`` agents at once, which no other agent can take;
+      the other half is shared, first come. An agent past its reserve, or without one (more agents at
+      once than reserves), draws on the shared half.
+    * A ledger goes with its last fresh proof, and its reserve with it.
+    """
+
+    def __init__(self, size: int, max_age_s: float, *, per_agent: int | None = None) -> None:
         self._max_age_s = max_age_s
+        self._reserve = min(RESERVED_PER_AGENT, size // 2)
+        self._reserves = size // (2 * self._reserve) if self._reserve else 0
+        self._shared = size - self._reserves * self._reserve
+        self.per_agent = min(per_agent or size, self._reserve + self._shared)
+        self._agents: dict[str, _AgentLedger] = {}
+        self._order: deque[tuple[float, _AgentLedger]] = deque()  # every proof held, in arrival order
+        self._reserved = 0  # ledgers holding a reserve
+        self._shared_used = 0  # proofs held past their ledger's reserve, or by a ledger without one
         self._lock = threading.Lock()
 
-    def spend(self, jti: str, iat: int, now: float) -> None:
+    def spend(self, agent: str, jti: str, iat: int, now: float) -> None:
+        """Remember ``agent``'s proof ``jti``: Unauthenticated if it was used before; StoreUnavailable when
+        this agent's ledger is full, or it is past its reserve and the shared half is full."""
         with self._lock:
-            while self._seen:
-                oldest, until = next(iter(self._seen.items()))
-                if until > now:
-                    break
-                del self._seen[oldest]
-            if jti in self._seen:
+            self._expire(now)
+            ledger = self._agents.get(agent)
+            if ledger is not None and jti in ledger.seen:
                 raise Unauthenticated("the proof was used before: each request needs a fresh one")
-            if len(self._seen) >= self._size:
+            held = len(ledger.seen) if ledger is not None else 0
+            if held >= self.per_agent:
+                raise StoreUnavailable(f"the collector is busy: this agent sent more than {self.per_agent} requests "
+                                       "within a proof's freshness; retry")
+            reserved = ledger.reserved if ledger is not None else self._reserved < self._reserves
+            shared = not (reserved and held < self._reserve)
+            if shared and self._shared_used >= self._shared:
                 raise StoreUnavailable("the collector is busy: too many fresh proofs to remember; retry")
+            if ledger is None:
+                ledger = self._agents[agent] = _AgentLedger(agent, reserved)
+                self._reserved += reserved
+            self._shared_used += shared
             # Fresh until its iat is older than the max age (its clock may run ahead of ours).
-            self._seen[jti] = max(now, iat) + self._max_age_s
+            until = max(now, iat) + self._max_age_s
+            ledger.seen[jti] = until
+            self._order.append((until, ledger))
+
+    def _expire(self, now: float) -> None:
+        """Forget the proofs no longer fresh in arrival order (one fresh for longer keeps those behind it:
+        longer, never shorter), and the ledgers left empty. An agent's oldest proof is its first in the queue."""
+        while self._order and self._order[0][0] <= now:
+            _, ledger = self._order.popleft()
+            held = len(ledger.seen)
+            ledger.seen.popitem(last=False)
+            self._shared_used -= not (ledger.reserved and held <= self._reserve)
+            if held == 1:
+                del self._agents[ledger.agent]
+                self._reserved -= ledger.reserved
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._order)
 
 
 class AuthProcessor:
@@ -157,7 +214,8 @@ class AuthProcessor:
         self._cache_size = config.token_cache_size
         self._max_age_s = config.proof_max_age_s
         self._covers_body = config.proof_covers_body
-        self._ledger = ProofLedger(config.proof_ledger_size, config.proof_max_age_s)
+        self._ledger = ProofLedger(config.proof_ledger_size, config.proof_max_age_s,
+                                   per_agent=math.ceil(config.proof_rate_per_agent * config.proof_max_age_s))
         self._lock = threading.Lock()
         if self.insecure:
             _log.warning(
@@ -195,7 +253,7 @@ class AuthProcessor:
             )
         except IdentityError as exc:
             raise Unauthenticated(str(exc)) from exc
-        self._ledger.spend(claims.jti, claims.iat, clock)
+        self._ledger.spend(identity.agent_id, claims.jti, claims.iat, clock)
         return Authenticated(identity=identity, body_sha256=claims.body_sha256 if self._covers_body else None)
 
     @staticmethod

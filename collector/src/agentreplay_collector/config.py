@@ -104,7 +104,8 @@ class AuthConfig:
     org_public_key: Path | None = None
     token_cache_size: int = 1024
     proof_max_age_s: float = 60.0  # how old (or how far ahead) an agent's proof of possession may be
-    proof_ledger_size: int = 200_000  # proofs remembered (single use) while they are fresh
+    proof_ledger_size: int = 200_000  # proofs remembered (single use) while they are fresh, all agents together
+    proof_rate_per_agent: int = 100  # requests a second one agent may sustain: its ledger holds this times max age
     proof_covers_body: bool = True  # false behind a gateway that re-encodes exports (otelcol)
 
 
@@ -527,6 +528,7 @@ def _parse_auth(sec: _Section) -> AuthConfig:
     cache = sec.integer("token_cache_size", 1024, minimum=1)
     max_age = sec.duration("proof_max_age", 60.0)
     ledger = sec.integer("proof_ledger_size", 200_000, minimum=1000)
+    rate = sec.integer("proof_rate_per_agent", 100, minimum=1)
     covers_body = sec.boolean("proof_covers_body", True)
     sec.done()
     if not 1.0 <= max_age <= 600.0:
@@ -540,7 +542,8 @@ def _parse_auth(sec: _Section) -> AuthConfig:
     if key is not None and not Path(key).is_file():
         raise ConfigError(sec.at("org_public_key"), "an existing PEM file", key)
     return AuthConfig(insecure=insecure, org_public_key=Path(key) if key else None, token_cache_size=cache,
-                      proof_max_age_s=max_age, proof_ledger_size=ledger, proof_covers_body=covers_body)
+                      proof_max_age_s=max_age, proof_ledger_size=ledger, proof_rate_per_agent=rate,
+                      proof_covers_body=covers_body)
 
 
 def _parse_chain(sec: _Section) -> ChainConfig:
