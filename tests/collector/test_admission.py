@@ -27,17 +27,39 @@ def test_each_consumer_is_held_to_its_share_and_all_to_the_total() -> None:
     assert budget.try_reserve("live", 8 * MIB) and not budget.try_reserve("live", 1)
     assert budget.try_reserve("exports", 32 * MIB) and budget.try_reserve("pending_runs", 16 * MIB)
     assert budget.used() == 56 * MIB
-    assert budget.try_reserve("replay_holds", 4 * MIB)
+    # the others share the total less the control plane's 4 + 2 MiB: 58 MiB
+    assert budget.try_reserve("replay_holds", 2 * MIB)
     with pytest.raises(BudgetExhausted) as info:  # within its share, past the total
         budget.reserve("forwarding", 8 * MIB, "an export to forward")
     assert info.value.http_status == 429 and info.value.grpc_code == "RESOURCE_EXHAUSTED"
     assert "an export to forward of 8388608 bytes" in str(info.value)
+    # the control plane's shares are its own: still free with everything else spent
+    assert budget.try_reserve("control", 4 * MIB) and budget.try_reserve("admin", 2 * MIB)
+    assert not budget.try_reserve("control", 1)
+    budget.release("control", 4 * MIB)
+    budget.release("admin", 2 * MIB)
     budget.release("live", 8 * MIB)
     budget.release("live", 5)  # more than it holds: a bug, never a negative figure
-    assert budget.used("live") == 0 and budget.used() == 52 * MIB
+    assert budget.used("live") == 0 and budget.used() == 50 * MIB
     stats = budget.stats()
     assert stats["consumers"]["live"]["refused"] == 1 and stats["consumers"]["forwarding"]["refused"] == 1
-    assert stats["peak_bytes"] == 60 * MIB and stats["limit_bytes"] == 64 * MIB
+    assert stats["peak_bytes"] == 64 * MIB and stats["limit_bytes"] == 64 * MIB
+
+
+def test_one_owner_holds_at_most_its_part_of_a_share_and_others_keep_theirs() -> None:
+    budget = MemoryBudget(64 * MIB)  # exports: 32 MiB, each owner at most a quarter of it
+    assert budget.owner_cap("exports") == 8 * MIB
+    assert budget.try_reserve("exports", 8 * MIB, "agent:x")
+    assert not budget.try_reserve("exports", 1, "agent:x")  # x's part is spent
+    assert budget.try_reserve("exports", 8 * MIB, "agent:y")  # y's is not
+    with pytest.raises(BudgetExhausted) as info:
+        budget.reserve("exports", MIB, "an export", "agent:x")
+    assert "this sender holds 8388608 of its 8388608" in str(info.value)
+    budget.release("exports", 8 * MIB, "agent:x")
+    assert budget.try_reserve("exports", 8 * MIB, "agent:x")  # given back, taken again
+    with budget.hold("strangers", 100, owner="peer:10.0.0.1") as held:
+        assert held.owner == "peer:10.0.0.1" and budget.used("strangers") == 100
+    assert budget.used("strangers") == 0
 
 
 def test_holds_grow_shrink_and_give_everything_back_once() -> None:

@@ -19,14 +19,16 @@ from dataclasses import dataclass
 from starlette.requests import Request
 
 from agentreplay_client.errors import PermissionDenied, Unauthenticated
+from agentreplay_collector.admission import verified
 from agentreplay_collector.auth import AuthProcessor, Presented
 
 _NEED = "send 'Authorization: Bearer <admin token>', or an agent's identity token and its proof of possession"
 
 
 def presented(request: Request) -> Presented:
-    """What a request to the control endpoint presents, its proof bound to its method and path."""
-    return Presented.from_headers(request.headers.get, request.method, request.url.path)
+    """What a request to the control endpoint presents, its proof bound to its method and path (and
+    what the admission verified of it on the head: a proof is spent once)."""
+    return Presented.from_headers(request.headers.get, request.method, request.url.path, verified(request.scope))
 
 
 @dataclass(frozen=True, kw_only=True)

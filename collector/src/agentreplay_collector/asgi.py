@@ -3,7 +3,8 @@
 The collector runs several servers (OTLP/HTTP, the control API) next to the gRPC server
 in one asyncio loop and handles signals itself, so uvicorn must not install its own
 signal handlers; the bound port is read back so that port 0 works. With ``tls`` it serves HTTPS
-(the listener's ``tls`` settings, loaded into an :class:`ssl.SSLContext`).
+(the listener's ``tls`` settings, loaded into an :class:`ssl.SSLContext`). With ``limits``, strangers'
+connections are capped and every head must come in time (:mod:`.connections`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import uvicorn
 
 from agentreplay_client.tls import ServerTls, server_context
 from agentreplay_collector.config import Endpoint
+from agentreplay_collector.connections import ConnectionLimits, protocol_class
 
 
 class _Server(uvicorn.Server):
@@ -28,8 +30,10 @@ class _Server(uvicorn.Server):
 
 
 class AsgiServer:
-    def __init__(self, app: Any, endpoint: Endpoint, name: str, *, tls: ServerTls | None = None) -> None:
+    def __init__(self, app: Any, endpoint: Endpoint, name: str, *, tls: ServerTls | None = None,
+                 limits: ConnectionLimits | None = None) -> None:
         self.name = name
+        self.limits = limits
         context = server_context(tls) if tls is not None else None
         config = uvicorn.Config(
             app,
@@ -38,7 +42,7 @@ class AsgiServer:
             log_level=logging.WARNING,
             access_log=False,
             lifespan="off",
-            http="h11",
+            http=protocol_class(limits) if limits is not None else "h11",
             loop="none",
             timeout_graceful_shutdown=5,
             server_header=False,

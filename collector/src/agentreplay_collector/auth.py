@@ -97,10 +97,13 @@ class Presented:
     proof: str | None
     method: str
     target: str
+    verified: Authenticated | None = None
+    """What the admission already verified of these headers, on the request's head (its proof is spent)."""
 
     @classmethod
-    def from_headers(cls, get: Callable[[str], str | None], method: str, target: str) -> Presented:
-        return cls(get("authorization"), get(proof.PROOF_HEADER), method, target)
+    def from_headers(cls, get: Callable[[str], str | None], method: str, target: str,
+                     verified: Authenticated | None = None) -> Presented:
+        return cls(get("authorization"), get(proof.PROOF_HEADER), method, target, verified)
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +241,8 @@ class AuthProcessor:
         """
         if self.insecure:
             return None
+        if presented.verified is not None:  # checked on the head already: its proof is spent
+            return presented.verified
         identity = self._identity(presented.authorization)
         if not presented.proof:
             raise Unauthenticated(

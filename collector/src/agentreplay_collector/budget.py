@@ -8,7 +8,10 @@ of client takes what the others need (sixty live viewers cannot refuse an agent'
     exports       1/2   OTLP request bodies (gRPC and HTTP; traces, metrics, logs) from when they are
                         read until they are answered, each counted EXPANSION times: parsed, converted
                         and queued for its insert, an export costs about that much
-    control       1/16  control API bodies (Authorize, manifests, halts, verdicts, model trials)
+    control       1/16  agents' control API bodies (Authorize, manifests)          } the control plane:
+    admin         1/32  the operator's bodies (halts, resume, grants, verdicts)     } never taken by others
+    strangers     1/128 bodies no credential paid for (POST /v1/identity, and every body where
+                        authentication is off)
     pending_runs  1/4   spans of runs waiting for their verdict (agentreplay_chain); past its share the
                         oldest runs are verified from the store instead, as past max_buffered_spans
     replay_holds  1/16  replayed spans held for their run span; past it a claim is judged live at once
@@ -17,6 +20,11 @@ of client takes what the others need (sixty live viewers cannot refuse an agent'
     forwarding    1/8   exports waiting in the forwarding exporters' queues; past it one is dropped
                         (counted), as when a queue is full
     incidents     1/16  runs rendered into incidents, and incident files served
+
+The control plane's two shares are *reserved*: what the others may hold together is the total less
+those two, so no export, viewer or stranger can take the room an Authorize or a kill needs. Within a
+share, each *owner* (an agent, the operator, an unauthenticated peer address) may hold at most
+OWNER_SHARE of it, so that one sender's reservations never stop another's.
 
 A request past its share (or the total) is refused with a status its sender retries before more of it
 is read: HTTP 429 with ``Retry-After``, gRPC RESOURCE_EXHAUSTED with RetryInfo; a buffer that is not a
@@ -47,7 +55,11 @@ from typing import Any
 from agentreplay_client.errors import RequestError
 
 __all__ = [
+    "ADMIN",
+    "CONTROL",
     "EXPANSION",
+    "EXPORTS",
+    "STRANGERS",
     "SHARES",
     "BudgetExhausted",
     "Hold",
@@ -65,6 +77,8 @@ MIN_LIMIT = 32 * MIB
 
 EXPORTS = "exports"
 CONTROL = "control"
+ADMIN = "admin"
+STRANGERS = "strangers"
 PENDING_RUNS = "pending_runs"
 REPLAY_HOLDS = "replay_holds"
 LIVE = "live"
@@ -74,12 +88,19 @@ INCIDENTS = "incidents"
 SHARES: Mapping[str, float] = {
     EXPORTS: 1 / 2,
     CONTROL: 1 / 16,
+    ADMIN: 1 / 32,
+    STRANGERS: 1 / 128,
     PENDING_RUNS: 1 / 4,
     REPLAY_HOLDS: 1 / 16,
     LIVE: 1 / 8,
     FORWARDING: 1 / 8,
     INCIDENTS: 1 / 16,
 }
+
+RESERVED = frozenset({CONTROL, ADMIN})
+"""The control plane's shares: kept out of the total the other consumers share."""
+OWNER_SHARE = 1 / 4
+"""The most of a consumer's share one owner (an agent, the operator, a peer address) may hold."""
 
 EXPANSION = 4
 """An export in flight holds its body, the decoded columns and records, the Arrow table and the store's
@@ -103,6 +124,7 @@ class BudgetExhausted(RequestError):
 @dataclass(slots=True)
 class _Consumer:
     cap: int
+    reserved: bool = False
     used: int = 0
     peak: int = 0
     refused: int = 0  # reservations refused
@@ -112,12 +134,18 @@ class _Consumer:
 class MemoryBudget:
     """Bytes reserved by each consumer against its share and against the total; thread-safe."""
 
-    def __init__(self, limit: int, shares: Mapping[str, float] = SHARES) -> None:
+    def __init__(self, limit: int, shares: Mapping[str, float] = SHARES,
+                 reserved: frozenset[str] = RESERVED, owner_share: float = OWNER_SHARE) -> None:
         if limit < 1:
             raise ValueError(f"a memory budget of {limit} bytes")
         self.limit = limit
-        self._consumers = {name: _Consumer(cap=max(1, int(limit * share))) for name, share in shares.items()}
+        self._consumers = {name: _Consumer(cap=max(1, int(limit * share)), reserved=name in reserved)
+                           for name, share in shares.items()}
+        self._shared_limit = max(1, limit - sum(c.cap for c in self._consumers.values() if c.reserved))
+        self._owner_share = owner_share
+        self._owners: dict[tuple[str, str], int] = {}  # (consumer, owner) -> bytes held
         self._used = 0
+        self._shared_used = 0  # what the consumers outside the reserved shares hold
         self._peak = 0
         self._lock = threading.Lock()
         self._freed = 0  # released since the last trim
@@ -133,40 +161,54 @@ class MemoryBudget:
     def used(self, consumer: str | None = None) -> int:
         return self._used if consumer is None else self._consumers[consumer].used
 
+    def owner_cap(self, consumer: str) -> int:
+        """The most one owner may hold of ``consumer``'s share."""
+        return max(1, int(self._consumers[consumer].cap * self._owner_share))
+
     def fits(self, consumer: str, nbytes: int) -> bool:
         """Whether ``nbytes`` could ever be held by ``consumer`` (its share, the budget empty)."""
         return nbytes <= self._consumers[consumer].cap
 
-    def try_reserve(self, consumer: str, nbytes: int) -> bool:
-        """Reserve ``nbytes`` for ``consumer`` if its share and the total have room; False (and
-        nothing reserved) if not."""
+    def try_reserve(self, consumer: str, nbytes: int, owner: str | None = None) -> bool:
+        """Reserve ``nbytes`` for ``consumer`` (and ``owner``, held to its part of the share) if there is
+        room; False (and nothing reserved) if not."""
         if nbytes <= 0:
             return True
         c = self._consumers[consumer]
         with self._lock:
-            if c.used + nbytes > c.cap or self._used + nbytes > self.limit:
+            held = self._owners.get((consumer, owner), 0) if owner is not None else 0
+            if (c.used + nbytes > c.cap
+                    or (owner is not None and held + nbytes > self.owner_cap(consumer))
+                    or (not c.reserved and self._shared_used + nbytes > self._shared_limit)):
                 c.refused += 1
                 c.refused_bytes += nbytes
                 return False
             c.used += nbytes
             self._used += nbytes
+            if not c.reserved:
+                self._shared_used += nbytes
+            if owner is not None:
+                self._owners[(consumer, owner)] = held + nbytes
             c.peak = max(c.peak, c.used)
             self._peak = max(self._peak, self._used)
             self._high = max(self._high, self._used)
             return True
 
-    def reserve(self, consumer: str, nbytes: int, what: str = "") -> None:
+    def reserve(self, consumer: str, nbytes: int, what: str = "", owner: str | None = None) -> None:
         """As :meth:`try_reserve`, raising :class:`BudgetExhausted` (retryable) when there is no room."""
-        if not self.try_reserve(consumer, nbytes):
-            raise BudgetExhausted(self.refusal(consumer, nbytes, what))
+        if not self.try_reserve(consumer, nbytes, owner):
+            raise BudgetExhausted(self.refusal(consumer, nbytes, what, owner))
 
-    def refusal(self, consumer: str, nbytes: int, what: str = "") -> str:
+    def refusal(self, consumer: str, nbytes: int, what: str = "", owner: str | None = None) -> str:
         c = self._consumers[consumer]
         thing = what or consumer.replace("_", " ")
+        mine = (f"; this sender holds {self._owners.get((consumer, owner), 0)} of its {self.owner_cap(consumer)}"
+                if owner is not None else "")
         return (f"the collector's memory budget is spent: {thing} of {nbytes} bytes does not fit now"
-                f" ({consumer} holds {c.used} of its {c.cap}, all {self._used} of {self.limit}); retry later")
+                f" ({consumer} holds {c.used} of its {c.cap}{mine}, all {self._used} of {self.limit});"
+                " retry later")
 
-    def release(self, consumer: str, nbytes: int) -> None:
+    def release(self, consumer: str, nbytes: int, owner: str | None = None) -> None:
         if nbytes <= 0:
             return
         c = self._consumers[consumer]
@@ -174,11 +216,19 @@ class MemoryBudget:
             taken = min(nbytes, c.used)  # more than was reserved would be a bug: never a negative figure
             c.used -= taken
             self._used -= taken
+            if not c.reserved:
+                self._shared_used = max(0, self._shared_used - taken)
+            if owner is not None:
+                left = self._owners.get((consumer, owner), 0) - taken
+                if left > 0:
+                    self._owners[(consumer, owner)] = left
+                else:
+                    self._owners.pop((consumer, owner), None)
             self._freed += taken
 
-    def hold(self, consumer: str, nbytes: int = 0, what: str = "") -> Hold:
+    def hold(self, consumer: str, nbytes: int = 0, what: str = "", owner: str | None = None) -> Hold:
         """``nbytes`` reserved now (BudgetExhausted if they do not fit), released by :meth:`Hold.close`."""
-        held = Hold(self, consumer)
+        held = Hold(self, consumer, owner)
         held.resize(nbytes, what)
         return held
 
@@ -226,13 +276,15 @@ class MemoryBudget:
 
 
 class Hold:
-    """Bytes one thing holds (a request, a viewer's chunk): grown and shrunk as it goes, released once."""
+    """Bytes one thing holds (a request, a viewer's chunk) for its owner: grown and shrunk as it goes,
+    released once."""
 
-    __slots__ = ("budget", "consumer", "nbytes")
+    __slots__ = ("budget", "consumer", "nbytes", "owner")
 
-    def __init__(self, budget: MemoryBudget | None, consumer: str) -> None:
+    def __init__(self, budget: MemoryBudget | None, consumer: str, owner: str | None = None) -> None:
         self.budget = budget
         self.consumer = consumer
+        self.owner = owner
         self.nbytes = 0
 
     def resize(self, nbytes: int, what: str = "") -> None:
@@ -243,21 +295,21 @@ class Hold:
             return
         delta = nbytes - self.nbytes
         if delta > 0:
-            self.budget.reserve(self.consumer, delta, what)
+            self.budget.reserve(self.consumer, delta, what, self.owner)
         elif delta < 0:
-            self.budget.release(self.consumer, -delta)
+            self.budget.release(self.consumer, -delta, self.owner)
         self.nbytes = nbytes
 
     def try_grow(self, nbytes: int) -> bool:
         """Hold ``nbytes`` more if they fit; False (nothing changed) if not."""
-        if self.budget is not None and not self.budget.try_reserve(self.consumer, nbytes):
+        if self.budget is not None and not self.budget.try_reserve(self.consumer, nbytes, self.owner):
             return False
         self.nbytes += nbytes
         return True
 
     def close(self) -> None:
         if self.budget is not None and self.nbytes:
-            self.budget.release(self.consumer, self.nbytes)
+            self.budget.release(self.consumer, self.nbytes, self.owner)
         self.nbytes = 0
 
     def __enter__(self) -> Hold:

@@ -34,10 +34,12 @@ from agentreplay_collector.auth import AuthProcessor, KeyRing
 from agentreplay_collector.batch import Batcher, Stage
 from agentreplay_collector.chainproc import ChainProcessor
 from agentreplay_collector.config import CollectorConfig
+from agentreplay_collector.connections import ConnectionLimits
 from agentreplay_collector.forward import Fanout
 from agentreplay_collector.live import LiveFeed
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.pipeline import Pipeline, RequestProcessor
+from agentreplay_collector.principal import Gate
 from agentreplay_collector.readapi import build_app as build_read_app
 from agentreplay_collector.receivers.grpc import GrpcReceiver
 from agentreplay_collector.receivers.http import HttpReceiver
@@ -150,8 +152,12 @@ class Collector:
                 access, feed=self.live, store=self.store, incidents=incidents.dir if incidents else None,
                 owners=self.owners))
             app.router.routes.extend(self._identity_routes(config))  # the collector proves itself to the CLI
-            guarded = Admission(app, budget=self.budget, route=control_route(self.budget), priority=self.priority)
-            self._control = AsgiServer(guarded, config.control.endpoint, "control", tls=config.control.tls)
+            limits = ConnectionLimits("control")
+            open_to_all = config.control.insecure or self.auth is None or self.auth.insecure
+            guarded = Admission(app, budget=self.budget, route=control_route(self.budget), priority=self.priority,
+                                gate=Gate(self.auth, admin_token, open_to_all=open_to_all), connections=limits)
+            self._control = AsgiServer(guarded, config.control.endpoint, "control", tls=config.control.tls,
+                                       limits=limits)
         for key, tls, endpoint in self._listeners(config):
             if tls is None and not endpoint.is_loopback:
                 _log.warning("%s listens on %s in plaintext: tokens and runs cross the network readable "

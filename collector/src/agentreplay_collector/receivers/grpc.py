@@ -18,12 +18,13 @@ from grpc import aio
 
 from agentreplay_client.errors import CollectorError, RequestError, StoreUnavailable
 from agentreplay_client.tls import ServerTls
-from agentreplay_collector.admission import grpc_interceptor, off_loop
+from agentreplay_collector.admission import grpc_interceptor, off_loop, verified_call
 from agentreplay_collector.auth import Presented
 from agentreplay_collector.budget import EXPANSION, EXPORTS, MemoryBudget
 from agentreplay_collector.config import GrpcReceiverConfig
 from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
+from agentreplay_collector.principal import Gate
 from agentreplay_collector.signals import SignalPipeline
 from agentreplay_otel.core import proof
 
@@ -68,7 +69,7 @@ class GrpcReceiver:
                 ("grpc.so_reuseport", 0),
             ],
             maximum_concurrent_rpcs=None,
-            interceptors=[grpc_interceptor(self.budget, EXPORTS, EXPANSION)] if self.budget is not None else None,
+            interceptors=[self._interceptor()],
         )
         handler = grpc.unary_unary_rpc_method_handler(self._export)  # raw bytes in and out
         handlers = [grpc.method_handlers_generic_handler(SERVICE, {"Export": handler})]
@@ -85,6 +86,16 @@ class GrpcReceiver:
         if not self.port:
             raise OSError(f"cannot bind the OTLP/gRPC receiver to {address}")
         await self.server.start()
+
+    def _interceptor(self) -> object:
+        """Each call's sender named from its metadata before its message is read, then its message
+        counted against the budget (:func:`..admission.grpc_interceptor`)."""
+        targets = {f"/{SERVICE}/Export": proof.OTLP_TARGETS["traces"]}
+        for signal in self.signals:
+            targets[f"/{signal.signal.grpc_service}/Export"] = proof.OTLP_TARGETS[signal.signal.name]
+        auth = self.pipeline.auth
+        gate = Gate(auth, open_to_all=auth is None or auth.insecure)
+        return grpc_interceptor(self.budget, EXPORTS, EXPANSION, gate=gate, target_of=targets.get)
 
     async def stop(self, grace_s: float = 5.0) -> None:
         if self.server is not None:
@@ -106,7 +117,8 @@ class GrpcReceiver:
         signal = target.signal.name if isinstance(target, SignalPipeline) else "traces"
         metadata = {key: value if isinstance(value, str) else value.decode("latin-1")
                     for key, value in context.invocation_metadata() or ()}
-        presented = Presented.from_headers(metadata.get, "POST", proof.OTLP_TARGETS[signal])
+        presented = Presented.from_headers(metadata.get, "POST", proof.OTLP_TARGETS[signal],
+                                           verified_call())  # the interceptor's, from the metadata
         try:
             who = target.authenticate(presented)
             if who is not None:

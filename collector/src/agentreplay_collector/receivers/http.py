@@ -18,7 +18,8 @@ import json
 import logging
 import math
 import zlib
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
+from typing import Any
 
 from google.rpc import status_pb2
 from starlette.applications import Starlette
@@ -34,13 +35,15 @@ from agentreplay_client.errors import (
     StoreUnavailable,
     UnsupportedMediaType,
 )
-from agentreplay_collector.admission import Admission, hold_of, off_loop, otlp_route
+from agentreplay_collector.admission import Admission, hold_of, off_loop, otlp_route, verified
 from agentreplay_collector.asgi import AsgiServer
 from agentreplay_collector.auth import Authenticated, Presented
 from agentreplay_collector.budget import EXPANSION, MemoryBudget
 from agentreplay_collector.config import HttpReceiverConfig
+from agentreplay_collector.connections import ConnectionLimits
 from agentreplay_collector.forward import Fanout
 from agentreplay_collector.pipeline import Pipeline
+from agentreplay_collector.principal import Gate
 from agentreplay_collector.signals import SignalPipeline
 from agentreplay_otel.core import proof
 
@@ -81,7 +84,8 @@ def build_app(
                     f"content type must be {PROTOBUF} or {JSON}, not {media or 'none'!r}"
                 )
             signal = target.signal.name if isinstance(target, SignalPipeline) else "traces"
-            presented = Presented.from_headers(request.headers.get, request.method, proof.OTLP_TARGETS[signal])
+            presented = Presented.from_headers(request.headers.get, request.method, proof.OTLP_TARGETS[signal],
+                                               verified(request.scope))  # the admission's, on the head
             try:
                 who = target.authenticate(presented)  # before a byte of the body is read
             except RequestError:
@@ -192,6 +196,15 @@ def _decompress(body: bytes, limit: int, encoding: str) -> bytes:
             raise MalformedRequest(f"body is not valid {encoding}: {len(rest)} byte(s) after the stream")
 
 
+def _refusal(scope: MutableMapping[str, Any], error: RequestError) -> tuple[bytes, bytes]:
+    """A refusal the admission answers before the app runs, as a ``google.rpc.Status`` in the request's
+    encoding (what OTLP/HTTP senders read)."""
+    media = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"content-type"), "")
+    media = media.split(";", 1)[0].strip().lower()
+    response = _error(media, error.http_status, error.grpc_code, str(error))
+    return bytes(response.body), (PROTOBUF if media == PROTOBUF else JSON).encode()
+
+
 def _error(
     media: str, http_status: int, grpc_code: str, message: str, headers: dict[str, str] | None = None
 ) -> Response:
@@ -218,9 +231,12 @@ class HttpReceiver:
         budget: MemoryBudget | None = None,
     ) -> None:
         self.config = config
-        app = Admission(build_app(pipeline, config, signals, fanout), budget=budget,
-                        route=otlp_route(config.max_request_body_size))  # bodies counted against the budget
-        self._server = AsgiServer(app, config.endpoint, "otlp-http", tls=config.tls)
+        auth = pipeline.auth
+        self.limits = ConnectionLimits("otlp-http")
+        app = Admission(build_app(pipeline, config, signals, fanout), budget=budget,  # bodies counted against it
+                        route=otlp_route(config.max_request_body_size, _refusal),
+                        gate=Gate(auth, open_to_all=auth is None or auth.insecure), connections=self.limits)
+        self._server = AsgiServer(app, config.endpoint, "otlp-http", tls=config.tls, limits=self.limits)
 
     @property
     def port(self) -> int:
