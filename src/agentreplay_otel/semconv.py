@@ -291,6 +291,9 @@ ENV_START_FAIL_MODE: Final = "AGENTREPLAY_START_FAIL_MODE"
 ENV_AUTHORIZE_DEADLINE_MS: Final = "AGENTREPLAY_AUTHORIZE_DEADLINE_MS"
 ENV_ADMIN_TOKEN: Final = "AGENTREPLAY_ADMIN_TOKEN"
 ENV_ORG_KEY: Final = "AGENTREPLAY_ORG_KEY"  # the org's private key file (CLI only)
+ENV_ADMIN_TOKEN_FILE: Final = "AGENTREPLAY_ADMIN_TOKEN_FILE"  # a file holding the admin token (CLI only)
+# The pipe a CLI that re-executed itself reads its operator settings from (never an agent's).
+ENV_OPERATOR_FD: Final = "AGENTREPLAY_OPERATOR_FD"
 # TLS to the control endpoint (SDK and CLI): the CA file the collector's certificate is checked against
 # (only it: a pinned CA), else OTEL_EXPORTER_OTLP_CERTIFICATE's; a client certificate and key for mTLS,
 # else OTEL_EXPORTER_OTLP_CLIENT_CERTIFICATE's and _CLIENT_KEY's.

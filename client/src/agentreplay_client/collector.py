@@ -27,7 +27,7 @@ from typing import Any, Self
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_client import collectorid
+from agentreplay_client import collectorid, credentials
 from agentreplay_client.errors import StoreError, StoreUnavailable
 from agentreplay_client.models import (
     ChainStatus,
@@ -75,7 +75,8 @@ class CollectorClient:
     """Reads runs through a running collector (at :func:`collector_url` of ``url``), and what it keeps
     beside them: a :class:`~agentreplay_client.reader.RunSource` over the read and control API.
 
-    The read API takes a token: ``token``, else ``$AGENTREPLAY_ADMIN_TOKEN`` (an operator's);
+    The read API takes a token: ``token``, else ``$AGENTREPLAY_ADMIN_TOKEN`` or the file
+    ``$AGENTREPLAY_ADMIN_TOKEN_FILE`` names (an operator's);
     an agent's identity token reads that agent's own runs. None is sent only when neither is set
     (a collector whose reads are open on loopback needs none)."""
 
@@ -83,7 +84,7 @@ class CollectorClient:
                  identity: str | os.PathLike[str] | None = None) -> None:
         self.url = collector_url(url)
         self.timeout_s = timeout_s
-        self.token = token or os.environ.get(semconv.ENV_ADMIN_TOKEN) or None
+        self.token = token or credentials.admin_token()
         pin = identity or os.environ.get(semconv.ENV_COLLECTOR_IDENTITY) or None
         self.identity = Path(pin).expanduser() if pin else None  # the pinned collector (collectorid)
         self._verified = False

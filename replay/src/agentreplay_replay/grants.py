@@ -21,18 +21,22 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from agentreplay_client import credentials
 from agentreplay_client.collector import CollectorClient, collector_url
 from agentreplay_client.errors import StoreError
 from agentreplay_client.grants import MAX_GRANT_TTL_S, sign_grant
 from agentreplay_otel.core import IdentityError, Recording, load_private_key, semconv
 from agentreplay_otel.replay import Mode, Plan
+from agentreplay_replay import isolation
 
 GRANT_MARGIN_S = 300
 """A grant outlives the replay's own time limit by this much (its run span, which presents it, ends last)."""
 
-CREDENTIALS = (semconv.ENV_ADMIN_TOKEN, semconv.ENV_ORG_KEY)
-"""The operator's credentials: a grant is made with them, and they are never handed to the agent."""
+CREDENTIALS = (semconv.ENV_ADMIN_TOKEN, semconv.ENV_ADMIN_TOKEN_FILE, semconv.ENV_ORG_KEY)
+"""The operator's credentials: a grant is made with them, and they are never handed to the agent (nor any
+other operator setting: :data:`agentreplay_replay.isolation.OPERATOR_VARIABLES`)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,12 +65,12 @@ class Granter:
     @classmethod
     def from_environment(cls, env: Mapping[str, str] | None = None, *, collector: str | None = None,
                          admin_token: str | None = None) -> Granter:
-        """The CLI's credentials: the options given, else ``$AGENTREPLAY_ADMIN_TOKEN``,
-        ``$AGENTREPLAY_COLLECTOR`` and ``$AGENTREPLAY_ORG_KEY``."""
+        """The CLI's credentials: the options given, else ``$AGENTREPLAY_ADMIN_TOKEN`` (or the file
+        ``$AGENTREPLAY_ADMIN_TOKEN_FILE`` names), ``$AGENTREPLAY_COLLECTOR`` and ``$AGENTREPLAY_ORG_KEY``."""
         env = os.environ if env is None else env
         return cls(
             collector=collector_url(collector or env.get(semconv.ENV_COLLECTOR) or None),
-            admin_token=admin_token or env.get(semconv.ENV_ADMIN_TOKEN) or None,
+            admin_token=admin_token or credentials.admin_token(env),
             org_key=env.get(semconv.ENV_ORG_KEY) or None,
         )
 
@@ -125,9 +129,11 @@ class GrantRefused(Exception):
     """No grant came from where it was asked for."""
 
 
-def agent_environment(env: Mapping[str, str], grant: Grant) -> dict[str, str]:
-    """The agent's environment: the grant in, the operator's credentials out."""
-    out = {k: v for k, v in env.items() if k not in CREDENTIALS and k != semconv.ENV_REPLAY_GRANT}
+def agent_environment(env: Mapping[str, str], grant: Grant, *, copies: Path | None = None) -> dict[str, str]:
+    """The agent's environment: the grant in; the operator's credentials and settings out, its public files
+    copied into ``copies`` (:func:`agentreplay_replay.isolation.agent_environment`)."""
+    out = isolation.agent_environment(env, copies=copies)
+    out = {k: v for k, v in out.items() if k not in CREDENTIALS and k != semconv.ENV_REPLAY_GRANT}
     if grant.token:
         out[semconv.ENV_REPLAY_GRANT] = grant.token
     return out

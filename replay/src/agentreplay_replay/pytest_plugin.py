@@ -65,7 +65,7 @@ from agentreplay_otel.core import (
     semconv,
 )
 from agentreplay_otel.replay import Divergence, Mode, OnDivergence, Plan, Report
-from agentreplay_replay import grants, replayer
+from agentreplay_replay import grants, isolation, replayer
 
 ENV_AGENT = "AGENTREPLAY_TEST_AGENT"
 ENV_MODEL_URL = "AGENTREPLAY_TEST_MODEL_URL"
@@ -394,6 +394,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"{MARKER}(mode): the MAST failure mode the test guards against (FM-1.1 ...)")
+    _isolate()
+
+
+def _isolate() -> None:
+    """The agents a regression test starts cannot read the operator's settings from this process: a pytest
+    started as a command with them in its environment re-executes itself without them, before it collects
+    anything (:func:`agentreplay_replay.isolation.shed`). A pytest run inside another program
+    (``pytest.main``) is never re-executed: it is marked not dumpable only."""
+    if semconv.ENV_OPERATOR_FD in os.environ:
+        isolation.receive()
+    if not isolation.operator_settings():
+        return
+    main = sys.modules.get("__main__")
+    started_as_pytest = (getattr(getattr(main, "__spec__", None), "name", "") in ("pytest", "pytest.__main__")
+                         or Path(getattr(main, "__file__", "") or "").name in ("pytest", "py.test"))
+    if started_as_pytest:
+        isolation.shed()
+    isolation.undumpable()
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -372,7 +372,7 @@ def run(
     where the replay's run is read back from to say it was stored (the collector behind ``otlp``).
     ``granter``: where the operator's grant for the replay comes from (:mod:`.grants`; default: the
     environment's credentials), when the replay is exported; without one the collector judges it live.
-    The operator's credentials are never handed to the agent.
+    The operator's credentials and settings are never handed to the agent (:mod:`.isolation`).
     :class:`CannotStart` before anything runs, :class:`DidNotStart` when the agent never replayed.
     """
     recording, chain, end = load(source, run_id, allow_unverified=allow_unverified, org_key=org_key)
@@ -391,7 +391,7 @@ def run(
                 (stderr or sys.stderr).write(
                     f"agentreplay: no replay grant ({grant.missing}): a collector that enforces manifests judges "
                     "this replay as a live run of the agent (its tools stay sandboxed)\n")
-        env = grants.agent_environment(env, grant)
+        env = grants.agent_environment(env, grant, copies=Path(tmp))
         env[ENV_REPLAY_SPOOL] = str(Path(tmp) / "spans.jsonl")  # read back: no collector needed
         exit_code, lines = run_passing_through(start.command, env, timeout_s=timeout_s, cwd=start.cwd,
                                                stdout=stdout or sys.stdout, stderr=stderr or sys.stderr)

@@ -29,10 +29,11 @@ from agentreplay_replay.cli._replay import fix_of
 
 if TYPE_CHECKING:
     from agentreplay_replay import blame as blaming
-    from agentreplay_replay import grants, replayer
+    from agentreplay_replay import grants, isolation, replayer
 else:
     blaming = lazy_module("agentreplay_replay.blame")
     grants = lazy_module("agentreplay_replay.grants")
+    isolation = lazy_module("agentreplay_replay.isolation")
     replayer = lazy_module("agentreplay_replay.replayer")
 
 PANEL = "Analysis"
@@ -88,6 +89,7 @@ def blame(
       agentreplay blame 3f2a9c --model gpt-4o --expected tasks.jsonl
       agentreplay blame 3f2a9c --model gpt-4o --expect '{"day": "Friday"}'
     """
+    isolation.shed()  # first: the agents this starts cannot read the operator's settings from this process
     fix = fix_of(system=system, message=message, model=model, temperature=temperature, patch=patch)
     if not fix:
         raise CLIError("give the fix to try: --model (a reference model), --system, --message, --temperature or "

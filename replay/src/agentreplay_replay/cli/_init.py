@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from agentreplay_collector.permissions import Exposed
 
 PANEL = "Keys and identities"
+MIB = 1 << 20
 GRPC_PORT, HTTP_PORT, CONTROL_PORT = 4317, 4318, 4320
 app = typer.Typer()
 
@@ -48,6 +49,20 @@ class Layout:
     @property
     def org_pub(self) -> Path:
         return self.keys / "org.pub"
+
+    @property
+    def public(self) -> Path:
+        """What agents and the CLI are told of: public files only, so that no path they hold points into a
+        folder with a private key (``keys/`` holds the org key, ``tls/`` the CA's)."""
+        return self.root / "public"
+
+    @property
+    def public_org_pub(self) -> Path:
+        return self.public / "org.pub"
+
+    @property
+    def public_ca_cert(self) -> Path:
+        return self.public / "ca.pem"
 
     @property
     def admin_token(self) -> Path:
@@ -92,8 +107,9 @@ class Layout:
     def files(self, production: bool, tls: bool = False) -> list[Path]:
         if not production:
             return [self.config]
-        certs = [self.ca_cert, self.ca_key, self.server_cert, self.server_key] if tls else []
-        return [self.org_key, self.org_pub, self.admin_token, self.log_key, self.log_cert, *certs, self.config]
+        certs = [self.ca_cert, self.ca_key, self.server_cert, self.server_key, self.public_ca_cert] if tls else []
+        return [self.org_key, self.org_pub, self.public_org_pub, self.admin_token, self.log_key, self.log_cert, *certs,
+                self.config]
 
 
 @dataclass(frozen=True)
@@ -127,11 +143,13 @@ def init(
     """Set up a collector in one command, or check a config for anything insecure.
 
     \b
-    --production DIR writes, into DIR: keys/org.key (0600) and keys/org.pub, admin.token (0600),
-    log/log.key (0600) and log/log.cert.json, and otel-collector.yaml; then prints the environment
-    for the CLI and for agents, and the next steps. Existing files are kept unless --force.
-    --tls adds tls/ca.pem, tls/ca.key (0600), tls/server.pem and tls/server.key (0600): the server
-    certificate names --host, --listen, this machine, localhost and 127.0.0.1.
+    --production DIR writes, into DIR: keys/org.key (0600) and keys/org.pub, public/org.pub (what
+    agents and the CLI are told of: no private key beside it), admin.token (0600), log/log.key (0600)
+    and log/log.cert.json, and otel-collector.yaml (a memory budget sized for this machine); then
+    prints the environment for the CLI and for agents, and the next steps. Folders are 0700, whatever
+    the umask. Existing files are kept unless --force.
+    --tls adds tls/ca.pem (and public/ca.pem), tls/ca.key (0600), tls/server.pem and tls/server.key
+    (0600): the server certificate names --host, --listen, this machine, localhost and 127.0.0.1.
     --validate CONFIG: one line per insecure setting, exit 1; exit 0 when there is none.
 
     \b
@@ -164,6 +182,7 @@ def init(
             _write_certificates(layout, names)
         _print_production(layout, listen, host or _machine_name(), tls_names=names)
     else:
+        _private_folder(layout.root)
         _write_owner_first(layout.config, collector_yaml(layout, production=False, listen="127.0.0.1"), mode=0o644)
         _print_development(layout)
 
@@ -189,25 +208,33 @@ def _certificate_names(listen: str, host: str | None) -> list[str]:
 
 
 def _write_certificates(layout: Layout, names: list[str]) -> None:
-    """A private CA (its key 0600) and a server certificate from it for ``names`` (its key 0600)."""
+    """A private CA (its key 0600) and a server certificate from it for ``names`` (its key 0600); the CA's
+    certificate again in ``public/``, for agents and the CLI."""
     from agentreplay_replay.cli import _certs
 
-    layout.ca_cert.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _private_folder(layout.ca_cert.parent)
     ca = _certs.make_ca(f"AgentReplay collector CA ({layout.root.name})")
     ca.write(layout.ca_cert, layout.ca_key)
+    _certs.write_file(layout.public_ca_cert, layout.ca_cert.read_bytes(), 0o644)
     _certs.issue(ca, names[0], names=names).write(layout.server_cert, layout.server_key)
 
 
 def _write_production(layout: Layout, listen: str, *, tls: bool = False) -> None:
-    from agentreplay_otel import core
+    """Every file and folder with its own mode, whatever the umask (``chmod`` after each is made)."""
+    from cryptography.hazmat.primitives import serialization
 
-    for folder in (layout.root, layout.keys, layout.log_key.parent, layout.manifests, layout.store):
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    from agentreplay_otel import core
+    from agentreplay_replay.cli._certs import write_file
+
+    for folder in (layout.root, layout.keys, layout.public, layout.log_key.parent, layout.manifests, layout.store):
+        _private_folder(folder)
     for replaced in layout.files(production=True):  # --force: each written anew, never through an old one
         replaced.unlink(missing_ok=True)
     org = core.generate_key()
     core.write_private_key(org, layout.org_key)
-    core.write_public_key(org.public_key(), layout.org_pub)
+    public = org.public_key().public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+    for path in (layout.org_pub, layout.public_org_pub):  # keys/: the pair `--keys` commands read; public/: agents'
+        write_file(path, public, 0o644)
     import secrets
 
     _write_owner_first(layout.admin_token, secrets.token_urlsafe(32) + "\n", mode=0o600)
@@ -220,13 +247,20 @@ def _write_production(layout: Layout, listen: str, *, tls: bool = False) -> None
 
 def _write_owner_first(path: Path, text: str, *, mode: int) -> None:
     """Write ``text`` created with ``mode`` (a secret is never readable by others, even for a moment)."""
+    from agentreplay_replay.cli._certs import write_file
+
+    write_file(path, text.encode(), mode)
+
+
+def _private_folder(folder: Path) -> None:
+    """``folder`` and any folder above it that is missing, made 0700 whatever the umask (``mkdir``'s mode is
+    masked by it; the umask may even take the owner's own bits)."""
     import os
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.chmod(path, mode)
+    missing = [p for p in (folder, *folder.parents) if not p.exists()]
+    for path in reversed(missing):
+        path.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path, 0o700)
 
 
 def _q(value: str) -> str:
@@ -263,7 +297,13 @@ def collector_yaml(layout: Layout, *, production: bool, listen: str, tls: bool =
             "    checkpoint_interval: 10s\n"
             "    checkpoint_refresh: 1h\n"
         )
-        extensions = "[agentreplay_control, agentreplay_analysis, agentreplay_transparency]"
+        limit = memory_limit()
+        memory = (
+            "  agentreplay_memory:                  # every buffer kept for a sender or a reader, in bytes\n"
+            f"    limit: {limit // MIB}MiB                      # an eighth of this machine's memory, within 128 to 256"
+            " MiB\n"
+        )
+        extensions = "[agentreplay_control, agentreplay_analysis, agentreplay_transparency, agentreplay_memory]"
     else:
         head = (
             "# AgentReplay collector, local development: written by `agentreplay init`.\n"
@@ -276,7 +316,7 @@ def collector_yaml(layout: Layout, *, production: bool, listen: str, tls: bool =
             "    admin_token: ${env:AGENTREPLAY_ADMIN_TOKEN:-}   # empty: kill/resume are refused\n"
         )
         control_insecure = "    insecure: true                        # reads need no token (loopback only)\n"
-        transparency = ""
+        transparency = memory = ""
         extensions = "[agentreplay_control, agentreplay_analysis]"
     store = _q(f"${{env:AGENTREPLAY_STORE_ENDPOINT:-chdb://{layout.store}}}")
 
@@ -312,13 +352,30 @@ def collector_yaml(layout: Layout, *, production: bool, listen: str, tls: bool =
         "      base_url: ${env:AGENTREPLAY_ANALYSIS_BASE_URL:-}\n"
         "      model: ${env:AGENTREPLAY_ANALYSIS_MODEL:-}\n"
         "      api_key: ${env:AGENTREPLAY_ANALYSIS_API_KEY:-}\n"
-        f"{transparency}\n"
+        f"{transparency}{memory}\n"
         f"service:\n  extensions: {extensions}\n"
         "  pipelines:\n    traces:\n      receivers: [otlp]\n"
         "      processors: [agentreplay_auth, agentreplay_chain, agentreplay_scope, batch]\n"
         "      exporters: [clickhouse]\n"
         "  telemetry:\n    logs:\n      level: info\n"
     )
+
+
+def memory_limit(machine: int | None = None) -> int:
+    """The collector's memory budget ``init --production`` writes: an eighth of the machine's memory (its
+    cgroup's limit in a container), within 128 and 256 MiB; 256 MiB when the machine's is not known.
+
+    Why: 128 MiB is the least the receivers need (a 16 MiB export counted 4 times within the exports' half,
+    ``agentreplay_collector.budget``), and the attacks of docs/security.md (Memory budget) were measured and
+    held at 128 and 256 MiB; the collector's default (up to 1 GiB) lets clients make the collector hold far
+    more than the process needs, and an eighth leaves the rest to the store (chDB in the same process) and
+    the machine's other work."""
+    from agentreplay_collector import budget
+
+    found = budget.machine_memory() if machine is None else machine
+    if not found:
+        return 256 * MIB
+    return max(128 * MIB, min(256 * MIB, found // 8 // MIB * MIB))
 
 
 def _bracketed(host: str) -> str:
@@ -346,12 +403,15 @@ def _print_production(layout: Layout, listen: str, host: str, *, tls_names: list
     certs = [
         (layout.ca_cert, "the private CA: agents and the CLI check the collector against it (copy it to them)"),
         (layout.ca_key, "the CA's key (owner-only): keep it offline; it issues the collector's certificates"),
+        (layout.public_ca_cert, "the private CA again, away from its key: for agents"),
         (layout.server_cert, f"the collector's certificate, for {', '.join(tls_names)}" if tls_names else ""),
         (layout.server_key, "its key (owner-only)"),
     ] if tls_names else []
     files = [
         (layout.org_key, "the org's signing key (owner-only): keep it offline once agents are issued"),
-        (layout.org_pub, "the org public key: for agents, the collector and verifiers"),
+        (layout.org_pub, "the org public key, beside it: for the collector and the --keys commands"),
+        (layout.public_org_pub, "the org public key again, away from any private key: for agents, the CLI and "
+                                "verifiers"),
         (layout.admin_token, "the admin token (owner-only)"),
         (layout.log_key, "the collector's transparency-log key (owner-only); it also proves the collector to the CLI"),
         (layout.log_cert, "the org's certificate of the log key: the CLI's pin of this collector"),
@@ -374,8 +434,8 @@ def _print_production(layout: Layout, listen: str, host: str, *, tls_names: list
         f"  export {semconv.ENV_COLLECTOR}={scheme}://{local}:{CONTROL_PORT}",
         *([f"  export {semconv.ENV_CONTROL_CERTIFICATE}={layout.ca_cert}"] if tls_names else []),
         f"  export {semconv.ENV_COLLECTOR_IDENTITY}={layout.log_cert}",
-        f'  export {semconv.ENV_ADMIN_TOKEN}="$(cat {layout.admin_token})"',
-        f"  export {semconv.ENV_ORG_PUBLIC_KEY}={layout.org_pub}",
+        f"  export {semconv.ENV_ADMIN_TOKEN_FILE}={layout.admin_token}",
+        f"  export {semconv.ENV_ORG_PUBLIC_KEY}={layout.public_org_pub}",
         f"  export {semconv.ENV_ORG_KEY}={layout.org_key}",
         f"  export {semconv.ENV_STORE}={layout.store}",
         "",
@@ -385,15 +445,15 @@ def _print_production(layout: Layout, listen: str, host: str, *, tls_names: list
         "",
         "environment for agents (with the lines identity issue prints):",
         f"  export OTEL_EXPORTER_OTLP_ENDPOINT={scheme}://{agent_host}:{GRPC_PORT}",
-        *([f"  export {semconv.ENV_OTLP_CERTIFICATE}={layout.ca_cert}"] if tls_names else []),
+        *([f"  export {semconv.ENV_OTLP_CERTIFICATE}={layout.public_ca_cert}"] if tls_names else []),
         f"  export {semconv.ENV_COLLECTOR}={scheme}://{agent_host}:{CONTROL_PORT}",
-        f"  export {semconv.ENV_ORG_PUBLIC_KEY}={layout.org_pub}",
+        f"  export {semconv.ENV_ORG_PUBLIC_KEY}={layout.public_org_pub}",
         "  opentelemetry-instrument python agent.py",
         "",
         "check it any time: agentreplay init --validate " + str(layout.config),
     )
     if tls_names:
-        _say("", f"TLS: agents check the collector against {layout.ca_cert} (OTEL_EXPORTER_OTLP_CERTIFICATE; the "
+        _say("", f"TLS: agents check the collector against {layout.public_ca_cert} (OTEL_EXPORTER_OTLP_CERTIFICATE; the "
              "control client takes it too), so copy that file to each agent's machine and keep "
              f"{layout.ca_key} offline. For mutual TLS set each listener's tls.client_ca_file (docs/security.md#tls).")
     elif listen not in ("127.0.0.1", "::1", "localhost"):

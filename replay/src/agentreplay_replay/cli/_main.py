@@ -8,6 +8,7 @@ the reading group. ``tests/replay/test_cli_startup.py`` holds :data:`COMMANDS` t
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ import typer
 from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 
+from agentreplay_otel.core import semconv
 from agentreplay_replay.cli._common import CLIError, err
 
 
@@ -136,7 +138,13 @@ def _root() -> None:
 
 
 def main() -> None:
-    """The console script: a :class:`CLIError` is one red line and exit code 2."""
+    """The console script: a :class:`CLIError` is one red line and exit code 2. An image a command
+    re-executed to start an agent (:mod:`agentreplay_replay.isolation`) first takes its operator settings
+    from the pipe it was handed, before any option reads the environment."""
+    if semconv.ENV_OPERATOR_FD in os.environ:
+        from agentreplay_replay import isolation
+
+        isolation.receive()
     try:
         app()
     except CLIError as exc:

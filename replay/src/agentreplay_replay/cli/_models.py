@@ -36,10 +36,11 @@ from agentreplay_replay.cli._common import CLIError, CollectorOpt, StoreOpt, err
 from agentreplay_replay.cli._control import AdminOpt
 
 if TYPE_CHECKING:
-    from agentreplay_replay import grants, replayer
+    from agentreplay_replay import grants, isolation, replayer
     from agentreplay_replay import models as multi
 else:
     grants = lazy_module("agentreplay_replay.grants")
+    isolation = lazy_module("agentreplay_replay.isolation")
     multi = lazy_module("agentreplay_replay.models")
     replayer = lazy_module("agentreplay_replay.replayer")
 
@@ -109,6 +110,7 @@ def models(
         return
     if run_id is None or not model:
         raise CLIError("give a run (or a case file) and at least one --model; or --report")
+    isolation.shed()  # before anything runs: the agents this starts cannot read the operator's settings
     base_urls = {semconv.PROVIDER_OPENAI: openai_base_url, semconv.PROVIDER_ANTHROPIC: anthropic_base_url}
     org = org_public_key(org_key)
     with open_run(run_id, store, collector, allow_unverified=allow_unverified, org_key=org) as (source, full):

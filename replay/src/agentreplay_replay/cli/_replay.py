@@ -34,9 +34,10 @@ from agentreplay_replay.cli._common import (
 )
 
 if TYPE_CHECKING:
-    from agentreplay_replay import grants, replayer
+    from agentreplay_replay import grants, isolation, replayer
 else:
     grants = lazy_module("agentreplay_replay.grants")
+    isolation = lazy_module("agentreplay_replay.isolation")
     replayer = lazy_module("agentreplay_replay.replayer")
 
 PANEL = "Replay"
@@ -127,6 +128,7 @@ def replay(
       agentreplay replay incident.case.json --org-key org.pub -- python agent.py   a case file: no store
       agentreplay replay incident.case.json --recorded-command --org-key org.pub
     """
+    isolation.shed()  # first: the agent this starts cannot read the operator's settings from this process
     if mode not in ("strict", "regression") or on_divergence not in ("fail", "live"):
         raise CLIError("--mode is strict or regression; --on-divergence is fail or live")
     if on_divergence == "live" and mode != "regression":
@@ -193,6 +195,7 @@ def fork(
       agentreplay fork 3f2a9c --at 2 --patch fix.json
       agentreplay fork incident.case.json --org-key org.pub --at 3 --system "Book the day asked for." -- python agent.py
     """
+    isolation.shed()  # first: the agent this starts cannot read the operator's settings from this process
     fix = fix_of(system=system, message=message, model=model, temperature=temperature, patch=patch)
     if not fix:
         raise CLIError("give a fix: --system, --message, --model, --temperature or --patch")
