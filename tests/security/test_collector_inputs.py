@@ -322,6 +322,40 @@ def test_authorize_refuses_numbers_that_are_not_finite_or_whole(world: World, bo
     check(status, answer, body)
 
 
+def classification(**fields: Any) -> bytes:
+    return json.dumps({"classifications": [{"run_id": "ab" * 16, "classifier": "detectors", "verdict": "ok",
+                                            **fields}]}).encode()
+
+
+def trial(**fields: Any) -> bytes:
+    return json.dumps({"trials": [{"run_id": "ab" * 16, "task": "t", "step": 1, "model": "m",
+                                   "outcome": "fixed", **fields}]}).encode()
+
+
+INT_CASES = [  # (route, body, the field named): integers past their column's range (answered 503 "try again")
+    ("/v1/classifications", classification(time_ns=10**30), "classifications[0].time_ns"),
+    ("/v1/classifications", classification(time_ns=str(2**63)), "classifications[0].time_ns"),
+    ("/v1/classifications", classification(time_ns=-1), "classifications[0].time_ns"),
+    ("/v1/classifications", classification(culprit_step=2**31), "classifications[0].culprit_step"),
+    ("/v1/model-trials", trial(step=10**30), "trials[0].step"),
+    ("/v1/model-trials", trial(time_ns="١٢"), "trials[0].time_ns"),
+]
+
+
+@pytest.mark.parametrize("route, body, name", INT_CASES)
+def test_integers_past_their_columns_range_are_400_naming_the_field(
+    world: World, route: str, body: bytes, name: str
+) -> None:
+    status, answer = call(world, "POST", route, token=ADMIN, body=body)
+    assert status == 400 and name in json.loads(answer)["error"], (status, answer)
+
+
+def test_integers_at_their_columns_bounds_are_stored(world: World) -> None:
+    edge = {"time_ns": str(inputs.MAX_NS), "culprit_step": 2**31 - 1}
+    assert call(world, "POST", "/v1/classifications", token=ADMIN, body=classification(**edge))[0] == 200
+    assert call(world, "POST", "/v1/model-trials", token=ADMIN, body=trial(step=-(2**31), time_ns=0))[0] == 200
+
+
 OPEN_POSTS = {"/v1/identity"}  # the collector proves itself to a CLI that has not sent a token yet
 
 

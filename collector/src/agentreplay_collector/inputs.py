@@ -5,6 +5,9 @@ what was expected, never a 500 and never a statement the store refuses.
   ``str.isdigit()`` take ``²``, ``①`` or Arabic-Indic digits: a superscript two passes
   ``isdigit`` and then fails ``int``; ``"١٢"`` is twelve to ``int``);
 - times are those integers (nanoseconds since the epoch) or an ASCII ISO 8601 time from 1970 on;
+- an integer in a body is checked against the range of the column it is stored in (:data:`COLUMN_RANGES`,
+  the one table of them): past it the store refuses the insert, which would answer 503 "try again" for a
+  request that can never succeed;
 - JSON bodies are read with their nesting bounded before they are parsed (the standard parser
   recurses once a level: 100,000 levels blow its stack), and with every number finite
   (``1e999`` parses as infinity, ``NaN`` and ``Infinity`` are taken by Python's parser).
@@ -25,6 +28,16 @@ from typing import Any
 from agentreplay_client.errors import MalformedRequest
 
 MAX_NS = 2**63 - 1  # the store's times are Int64/UInt64 nanoseconds; past this no time is stored
+COLUMN_RANGES: dict[str, tuple[int, int]] = {
+    "UInt8": (0, 2**8 - 1),
+    "Int32": (-(2**31), 2**31 - 1),
+    "UInt32": (0, 2**32 - 1),
+    "Int64": (-(2**63), 2**63 - 1),
+    "UInt64": (0, 2**64 - 1),
+    "DateTime64(9)": (0, MAX_NS),  # nanoseconds from 1970 to 2262, as every time the API takes
+}
+"""The integers each store column type holds (``store/schema.py`` names each column's type): the one place
+the API's integer bounds come from."""
 MAX_JSON_DEPTH = 64
 """How deep a control or read API body may nest: the deepest body the SDK or CLI sends is a handful of
 levels (a manifest's rules, a verdict's evidence), far below what the parser's recursion survives."""
@@ -140,4 +153,23 @@ def count_field(doc: Mapping[str, Any], name: str, *, high: int = 2**31 - 1) -> 
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
         raise BadInput(f"{name} must be an integer from 0 to {high}")
+    return value
+
+
+def column_int(
+    doc: Mapping[str, Any], name: str, column: str, *, digits: bool = False, label: str | None = None
+) -> int | None:
+    """A body's integer field ``name`` stored in a column of type ``column`` (:data:`COLUMN_RANGES`):
+    a JSON integer (not a bool, a float or text), or with ``digits`` also ASCII digits in a string (times
+    travel as strings: JSON numbers lose precision past 2^53); None when absent or null. Else
+    :class:`BadInput` naming the field (``label``, else ``name``) and its range."""
+    value = doc.get(name)
+    if value is None:
+        return None
+    low, high = COLUMN_RANGES[column]
+    if digits and isinstance(value, str) and _DIGITS.fullmatch(value):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise BadInput(f"{label or name} must be an integer from {low} to {high}"
+                       + (" (a JSON integer or ASCII digits in a string)" if digits else " (a JSON integer)"))
     return value

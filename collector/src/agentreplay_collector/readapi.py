@@ -51,7 +51,7 @@ import logging
 import os
 import re
 import stat
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -71,7 +71,15 @@ from agentreplay_client.models import (
     verdict_filter,
 )
 from agentreplay_collector.access import OPERATOR, Caller, ReadAccess, presented
-from agentreplay_collector.inputs import MAX_NS, BadInput, ascii_int, json_object, query_int, time_ns
+from agentreplay_collector.inputs import (
+    MAX_NS,
+    BadInput,
+    ascii_int,
+    column_int,
+    json_object,
+    query_int,
+    time_ns,
+)
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_collector.translog import LogDamaged, LogView
@@ -448,9 +456,26 @@ def build_app(
     return app
 
 
+CLASSIFICATION_INTS = {"culprit_step": "Int32", "time_ns": "DateTime64(9)"}
+"""A stored classification's integer fields and their columns' types (``classifications``: CulpritStep, CreatedAt)."""
+TRIAL_INTS = {"step": "Int32", "time_ns": "DateTime64(9)"}
+"""A model trial's integer fields and their columns' types (``model_trials``: Step, CreatedAt)."""
+
+
+def _integers_fit(doc: Mapping[str, Any], key: str, columns: Mapping[str, str]) -> None:
+    """Every integer field of each record in ``doc[key]`` within its column's range (:func:`.inputs.column_int`):
+    else a 400 naming the record and field, before the store would refuse the insert with a 503."""
+    items = doc.get(key)
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if isinstance(item, Mapping):
+            for name, column in columns.items():
+                column_int(item, name, column, digits=name == "time_ns", label=f"{key}[{i}].{name}")
+
+
 def _classifications_in(body: bytes) -> list[StoredClassification]:
     """``{"classifications": [StoredClassification...]}``, each for a run id; else :class:`BadQuery`."""
     doc = json_object(body, what='{"classifications": [...]}')
+    _integers_fit(doc, "classifications", CLASSIFICATION_INTS)
     try:
         records = [StoredClassification.from_json(c) for c in doc["classifications"]]
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
@@ -491,6 +516,7 @@ def _expected_in(body: bytes) -> Any:
 def _model_trials_in(body: bytes) -> list[ModelTrial]:
     """``{"trials": [ModelTrial...]}``, each for a run id; else :class:`BadQuery`."""
     doc = json_object(body, what='{"trials": [...]}')
+    _integers_fit(doc, "trials", TRIAL_INTS)
     try:
         trials = [ModelTrial.from_json(t) for t in doc["trials"]]
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as exc:
