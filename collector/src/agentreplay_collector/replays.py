@@ -21,6 +21,12 @@ only when all of this holds:
 Anything else is judged as live. Only the spans that say they were replayed are exempt: a tool
 span in a verified replay without ``agentreplay.replay.source`` ran its body, and is enforced.
 
+A grant is bound to its replay, not to its trace: the exemption opens with the verdict and closes
+when the replay is over, that is when the run's chain verdict is in (read from the store when a
+replayed span arrives) or the grant expires, whichever comes first. A span that arrives in that
+trace later is judged as the agent's live call. Each is judged by the collector's clock when it
+arrived (:attr:`Held.arrived_ns`), never by the times the span gives.
+
 The run span ends last, so a replayed call's span usually arrives before the span that says
 what the run replays: such spans are held (in memory) until it comes, and judged live if it does
 not come within :data:`CLAIM_WAIT_S`. A live run's spans never carry the replay source, so they
@@ -56,6 +62,7 @@ from agentreplay_client.models import (
     REPLAY_RUN_KINDS,
     RULE_REPLAY_UNVERIFIED,
     RULE_REPLAY_VERIFIED,
+    ChainState,
     GrantEvent,
 )
 from agentreplay_collector.budget import REPLAY_HOLDS, MemoryBudget
@@ -88,12 +95,14 @@ _SPAN_OVERHEAD = 256  # what a held span costs beyond its texts (ids, times, the
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """A span as the scope processor judges it: with its agent, the manifest and the spend day."""
+    """A span as the scope processor judges it: with its agent, the manifest, the spend day and when
+    the collector received it (a held span is judged later, by what held when it arrived)."""
 
     record: SpanRecord
     agent: str
     manifest: Manifest | None
     day: str
+    arrived_ns: int = field(default_factory=time.time_ns)
 
 
 @dataclass
@@ -107,6 +116,18 @@ class _Pending:
 class _Hold:
     spans: int = 0
     weight: int = 0
+
+
+@dataclass
+class _Exemption:
+    """A verified replay's exemption: open from its verdict until its grant expires or its run's chain
+    verdict is in. ``ended_ns``: when that verdict was found (0: not yet); ``noted``: the end is stored
+    as a decision already (once a run)."""
+
+    opened_ns: int
+    expires_at_s: int
+    ended_ns: int = 0
+    noted: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +218,7 @@ class ReplayClaims:
         self._pending: OrderedDict[Key, _Pending] = OrderedDict()  # oldest claim first
         self._holds: dict[str, _Hold] = {}  # agent -> what it has held
         self._verdicts: _PerAgent[Decision] = _PerAgent()
+        self._exemptions: _PerAgent[_Exemption] = _PerAgent()  # verified replays, by run: written under _lock
         self._replayed: _PerAgent[_Replayed] = _PerAgent()
         self._grants: OrderedDict[str, ReplayGrant] = OrderedDict()  # token -> the grant it verified as
         self._used: OrderedDict[str, str] = OrderedDict()  # grant id -> the run that used it
@@ -235,18 +257,44 @@ class ReplayClaims:
     # --- off the event loop ----------------------------------------------------------------
     def lookup(self, records: Iterable[SpanRecord], agent: str | None = None) -> None:
         """Read what the store says of each run a replay run span here names, and of the grant it
-        presents (blocking). ``agent``: the token's agent (else each span's resource says)."""
+        presents, and whether the verified replays these spans fall in are over (blocking).
+        ``agent``: the token's agent (else each span's resource says)."""
+        ended: set[Key] = set()
         for record in records:
             kind = run_kind(record)
+            who = agent if agent is not None else record.resource.get(semconv.AGENT_ID, "")
+            if kind is not None or says_replayed(record):
+                self._look_up_end(who, record.trace_id, ended)
             if kind not in REPLAY_RUN_KINDS:
                 continue
-            who = agent if agent is not None else record.resource.get(semconv.AGENT_ID, "")
             named = record.attributes.get(semconv.REPLAY_OF, "").lower()
             if named:
                 self._look_up_run(who, named)
             token = record.attributes.get(semconv.REPLAY_GRANT, "")
             if token:
                 self._look_up_grant(token)
+
+    def _look_up_end(self, agent: str, run_id: str, looked: set[Key]) -> None:
+        """Close the run's exemption if its chain verdict came after the exemption opened (once an export)."""
+        if (agent, run_id) in looked:
+            return
+        looked.add((agent, run_id))
+        with self._lock:
+            exemption = self._exemptions.get(agent, run_id)
+            if exemption is None or exemption.ended_ns:
+                return
+            opened = exemption.opened_ns
+        if self.store is None:
+            return
+        try:
+            chain = self.store.runs.get_chain_status(run_id)
+        except StoreError as exc:  # the next span asks again; the grant's expiry still closes it
+            _log.warning("replay %s: its chain verdict was not read: %s", run_id, exc)
+            return
+        if chain is None or chain.status is ChainState.PENDING or chain.verified_at_ns < opened:
+            return
+        with self._lock:
+            exemption.ended_ns = exemption.ended_ns or time.time_ns()
 
     def _look_up_run(self, agent: str, named: str) -> None:
         with self._lock:
@@ -347,6 +395,7 @@ class ReplayClaims:
         named = run_span.attributes.get(semconv.REPLAY_OF, "").lower()
         if why is None:
             assert grant is not None
+            self._open(agent, run_span.trace_id, grant)
             verdict = Decision(
                 allowed=True,
                 rule=RULE_REPLAY_VERIFIED,
@@ -404,6 +453,33 @@ class ReplayClaims:
         if user is not None and user != run_span.trace_id:
             return f"its replay grant {found.grant_id} was used already, by run {user}", grant
         return None, grant
+
+    def _open(self, agent: str, run_id: str, grant: ReplayGrant) -> None:
+        """The replay's exemption opens now, and lasts no longer than its grant."""
+        with self._lock:
+            self._exemptions.put(agent, run_id, _Exemption(opened_ns=time.time_ns(), expires_at_s=grant.expires_at))
+
+    def over(self, agent: str, run_id: str, arrived_ns: int) -> str | None:
+        """Why a verified replay's exemption no longer covers a span that arrived at ``arrived_ns``;
+        None while it does."""
+        with self._lock:
+            exemption = self._exemptions.get(agent, run_id)
+        if exemption is None:
+            return "its replay exemption is no longer remembered"
+        if exemption.ended_ns and arrived_ns >= exemption.ended_ns:
+            return "the replay is over: its run's chain verdict is in"
+        if arrived_ns // 1_000_000_000 >= exemption.expires_at_s:
+            return "the replay is over: its grant has expired"
+        return None
+
+    def note_once(self, agent: str, run_id: str) -> bool:
+        """True the first time a verified replay's span is judged live (its decision is stored once)."""
+        with self._lock:
+            exemption = self._exemptions.get(agent, run_id)
+            if exemption is None or exemption.noted:
+                return False
+            exemption.noted = True
+            return True
 
     def _use(self, grant: ReplayGrant, run_id: str, verdict: Decision) -> None:
         """The grant is used by this run if no other has used it; either way the presentation is stored."""

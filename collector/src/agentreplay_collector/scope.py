@@ -13,7 +13,12 @@ run's spans are still written whole. ``Authorize`` answers from the same state.
 
 A replay acts on nothing: once :mod:`agentreplay_collector.replays` has verified a run's claim
 to be one, the calls it replayed are judged and stored as replayed, and change nothing (no
-halt, alert, spend or violation). A claim that does not hold is judged as live.
+halt, alert, spend or violation). A claim that does not hold is judged as live, and so is a
+span that arrives once the replay is over (its chain verdict in, or its grant expired) or once
+the agent or the run is halted: a replay is exempt from the manifest, never from a halt.
+
+Halts are compared with when the collector received a span, never with the times the span
+gives: a kill holds for every call that arrives after it.
 
 All state changes happen on the collector's event loop (the pipeline and the control API
 both run there); the rebuild at start runs before the receivers take exports.
@@ -97,7 +102,6 @@ ACTOR_COLLECTOR = "collector"  # the source of the collector's own decisions
 @dataclass
 class RunUsage:
     agent_id: str
-    opened_ns: int = 0  # when this process first heard of the run (0: rebuilt from the store at start)
     seen: dict[str, int] = field(default_factory=dict)  # tool calls whose spans arrived
     authorized: dict[str, int] = field(default_factory=dict)  # tool calls Authorize allowed
     spend_usd: float = 0.0
@@ -219,12 +223,10 @@ class ScopeProcessor:
         return self.manifests.get(digest) if digest else None
 
     # --- state ---------------------------------------------------------------------------
-    def _run(self, run_id: str, agent_id: str, *, opened_ns: int | None = None) -> RunUsage:
+    def _run(self, run_id: str, agent_id: str) -> RunUsage:
         run = self._runs.get(run_id)
         if run is None:
-            run = self._runs[run_id] = RunUsage(
-                agent_id=agent_id, opened_ns=time.time_ns() if opened_ns is None else opened_ns
-            )
+            run = self._runs[run_id] = RunUsage(agent_id=agent_id)
             while len(self._runs) > _RUN_MEMORY:
                 self._runs.popitem(last=False)
         return run
@@ -349,9 +351,9 @@ class ScopeProcessor:
             m = manifest or self.manifest_for(None, attrs.get(semconv.MANIFEST_SHA256, ""))
             if attrs.get(semconv.RUN_KIND) is None and not attrs.get(semconv.REPLAY_SOURCE):
                 # Neither a run span nor a replayed call (most spans): live, whatever its run's verdict.
-                self._count(record, agent, m, day, replayed=False, multipliers=multipliers)
+                self._count(record, agent, m, day, replayed=False, arrived_ns=now, multipliers=multipliers)
             else:
-                self._judge(Held(record=record, agent=agent, manifest=m, day=day))
+                self._judge(Held(record=record, agent=agent, manifest=m, day=day, arrived_ns=now))
         self._arm_claim_timer()
 
     # --- replays ------------------------------------------------------------------------------
@@ -372,7 +374,7 @@ class ScopeProcessor:
                 f"agent {span.agent!r} has {self.replays.held_by(span.agent)} replayed span(s) awaiting their run "
                 "span already: no more are held", _digest(span.manifest)))
         replayed = verdict is not None and verdict.rule == RULE_REPLAY_VERIFIED
-        self._observe(span, replayed=replayed and (says_replayed(record) or kind is not None))
+        self._observe(span, replayed=replayed and (says_replayed(record) or kind is not None) and self._exempt(span))
 
     def _settle(self, span: Held, verdict: Decision) -> Decision:
         """Store the run's verdict (the decision says why) and judge the spans held for it by it."""
@@ -380,8 +382,25 @@ class ScopeProcessor:
         self._record_decision(span.record, span.agent, "", verdict, ACTOR_COLLECTOR, span.record.end_ns,
                               replayed=replayed)
         for held in self.replays.settle(span.agent, span.record.trace_id, verdict):
-            self._observe(held, replayed=replayed)
+            self._observe(held, replayed=replayed and self._exempt(held))
         return verdict
+
+    def _exempt(self, span: Held) -> bool:
+        """Whether a verified replay's span is still exempt when it arrived: not once the agent or the
+        run was halted, nor once the replay is over (its chain verdict in, its grant expired). The first
+        span judged live for it stores a ``replay.unverified`` decision saying why."""
+        run_id = span.record.trace_id
+        halt = self.halted(run_id, span.agent)
+        if halt is not None and halt.time_ns <= span.arrived_ns:
+            why: str | None = f"{halt.scope} {halt.target} is halted ({halt.reason})"
+        else:
+            why = self.replays.over(span.agent, run_id, span.arrived_ns)
+        if why is None:
+            return True
+        if self.replays.note_once(span.agent, run_id):
+            self._record_decision(span.record, span.agent, "", unverified(why, _digest(span.manifest)),
+                                  ACTOR_COLLECTOR, span.arrived_ns)
+        return False
 
     def settle_overdue(self, now_ns: int, *, wait_s: float | None = None) -> None:
         """Runs whose replayed spans waited too long for their run span are judged as live (on each
@@ -426,7 +445,7 @@ class ScopeProcessor:
         marked replayed, but nothing follows from them: no halt, no alert, no violation, and its
         cost is not the agent's day's spend.
         """
-        self._count(span.record, span.agent, span.manifest, span.day, replayed=replayed)
+        self._count(span.record, span.agent, span.manifest, span.day, replayed=replayed, arrived_ns=span.arrived_ns)
 
     def _count(
         self,
@@ -436,10 +455,11 @@ class ScopeProcessor:
         day: str,
         *,
         replayed: bool,
+        arrived_ns: int,
         multipliers: dict[str, float] | None = None,
     ) -> None:
-        """:meth:`_observe` of one span (``multipliers``: the agents' spend multipliers read so far in
-        this export, so that each is read once an export)."""
+        """:meth:`_observe` of one span that the collector received at ``arrived_ns`` (``multipliers``: the
+        agents' spend multipliers read so far in this export, so that each is read once an export)."""
         run = self._run(record.trace_id, agent)
         fingerprint = _fingerprint(record)
         if fingerprint in run.spans:
@@ -451,10 +471,11 @@ class ScopeProcessor:
         if admitted is False and tool is not None and self.halted(record.trace_id, agent) is not None:
             tool = None  # refused while halted, and the collector has it halted: the call never ran
         cost = _cost(attrs.get(semconv.COST_USD))
-        if not replayed and (SCOPE_AGENT, agent) in self.halts and (
+        killed = self.halts.get((SCOPE_AGENT, agent))
+        if killed is not None and killed.time_ns <= arrived_ns and (
             tool is not None or cost or _llm_call(attrs) or semconv.COST_AMOUNT in attrs
         ):
-            self._halted_agent_call(record, agent, tool, run, m)
+            self._halted_agent_call(record, agent, tool, killed, m)
         if cost is None:
             verdict = Decision(
                 allowed=False,
@@ -562,16 +583,12 @@ class ScopeProcessor:
         )
 
     def _halted_agent_call(
-        self, record: SpanRecord, agent: str, tool: str | None, run: RunUsage, m: Manifest | None
+        self, record: SpanRecord, agent: str, tool: str | None, halt: Halt, m: Manifest | None
     ) -> None:
-        """A call (a tool's, a model's, or anything that cost) made while the operator has the whole agent
-        halted: refused (a denial by ``agent.halted``), and its run halted and alerted once. The kill holds
-        for every run of the agent the collector hears of after it, and for any call that says it ended
-        after it; a call of a run already under way that ended before the kill reached the agent is not
-        refused (the agent could not have known)."""
-        halt = self.halts[(SCOPE_AGENT, agent)]
-        if run.opened_ns < halt.time_ns and record.end_ns < halt.time_ns:
-            return
+        """A call (a tool's, a model's, or anything that cost) received while the operator has the whole
+        agent halted: refused (a denial by ``agent.halted``), and its run halted and alerted once. The kill
+        holds for every call that arrives after it, in any run (one opened before it, a replay, a fork),
+        whatever times the span gives: an agent sets those, so a call dated before the kill proves nothing."""
         what = f"tool {tool!r}" if tool else ("a tool" if tool is not None else "an LLM call")
         decision = Decision(
             allowed=False,
@@ -768,7 +785,7 @@ class ScopeProcessor:
         today = utc_day(time.time_ns())
         for totals in control.recent_spend(days=2):
             self.owners.remember({totals.run_id: totals.agent_id})
-            run = self._run(totals.run_id, totals.agent_id, opened_ns=0)
+            run = self._run(totals.run_id, totals.agent_id)
             run.spend_usd += totals.cost_usd
             if totals.currency and totals.amount:  # charged in another currency, kept as charged
                 run.spend[totals.currency] = run.spend.get(totals.currency, 0.0) + totals.amount
