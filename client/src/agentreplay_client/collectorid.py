@@ -9,6 +9,13 @@ signature against the pinned key: a process squatting on the collector's port wh
 any other server there, holds no such key, so it never receives the token. Over TLS the pinned CA
 proves the same thing during the handshake; the challenge is asked for as well when a pin is given.
 
+The challenge names the address the client connects to (``address``: scheme, host and port, as
+:func:`address_of` writes it), and the answer signs it: the collector signs only an address it serves the
+request on (in plaintext, the host and port the connection reached; over TLS the scheme, since the CA
+already binds the channel and a port may be forwarded), and the client checks the answer names its own.
+Without this, a relay on another loopback port that forwards the challenge to the real collector got a
+valid answer, and the pinned CLI sent it the admin token in plaintext.
+
 What is signed is domain-separated canonical JSON (``type`` is this module's own), so a signed
 challenge is never a checkpoint or a verdict the same key signs. The challenge is the client's
 (16 to 128 URL-safe characters); the answer says nothing that is not public.
@@ -20,9 +27,11 @@ route that gives it (:mod:`agentreplay_collector.identityapi`).
 from __future__ import annotations
 
 import base64
+import ipaddress
 import json
 import re
 import secrets
+import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -45,22 +54,42 @@ def new_challenge() -> str:
     return secrets.token_urlsafe(32)
 
 
-def payload(challenge: str, kid: str) -> bytes:
-    """What the collector's log key signs for a challenge."""
-    return canonical_json({"type": IDENTITY_TYPE, "challenge": challenge, "kid": kid})
+def address_of(url: str) -> str:
+    """``scheme://host:port`` of ``url``, as a challenge names it: lower case, the port always written,
+    an IPv6 host in brackets and in its short form. ValueError for a URL that is not http or https."""
+    parts = urllib.parse.urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"not an http or https URL: {url!r}")
+    host = parts.hostname.lower()
+    try:
+        ip = ipaddress.ip_address(host)
+        host = f"[{ip.compressed}]" if ip.version == 6 else ip.compressed
+    except ValueError:
+        pass
+    return f"{scheme}://{host}:{parts.port or (443 if scheme == 'https' else 80)}"
+
+
+def payload(challenge: str, kid: str, address: str | None = None) -> bytes:
+    """What the collector's log key signs for a challenge (and the address it was asked at, when named)."""
+    signed = {"type": IDENTITY_TYPE, "challenge": challenge, "kid": kid}
+    return canonical_json(signed if address is None else signed | {"address": address})
 
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
-def answer(challenge: Any, key: Ed25519PrivateKey, certificate: Mapping[str, Any]) -> dict[str, Any]:
-    """The collector's answer to ``challenge`` (ValueError for one that is not 16 to 128 URL-safe characters)."""
+def answer(challenge: Any, key: Ed25519PrivateKey, certificate: Mapping[str, Any],
+           address: str | None = None) -> dict[str, Any]:
+    """The collector's answer to ``challenge`` asked at ``address`` (checked by the caller: one it serves);
+    ValueError for a challenge that is not 16 to 128 URL-safe characters."""
     if not isinstance(challenge, str) or not _CHALLENGE.fullmatch(challenge):
         raise ValueError("challenge must be 16 to 128 URL-safe characters (A-Z a-z 0-9 _ -)")
     kid = key_id(key)
-    return {"type": IDENTITY_TYPE, "kid": kid, "challenge": challenge,
-            "signature": _b64url(key.sign(payload(challenge, kid))), "certificate": dict(certificate)}
+    named = {} if address is None else {"address": address}
+    return {"type": IDENTITY_TYPE, "kid": kid, "challenge": challenge, **named,
+            "signature": _b64url(key.sign(payload(challenge, kid, address))), "certificate": dict(certificate)}
 
 
 # --- the client's side -------------------------------------------------------------------------------
@@ -83,8 +112,9 @@ def load_pin(path: Path) -> Ed25519PublicKey:
     return load_public_key(path)
 
 
-def verify(doc: Any, challenge: str, pinned: Ed25519PublicKey) -> None:
-    """:class:`IdentityMismatch` unless ``doc`` is the pinned key's signature of ``challenge``."""
+def verify(doc: Any, challenge: str, pinned: Ed25519PublicKey, address: str | None = None) -> None:
+    """:class:`IdentityMismatch` unless ``doc`` is the pinned key's signature of ``challenge`` (and, given
+    ``address``, of that address: the one the client connected to, not a relay's collector's)."""
     if not isinstance(doc, Mapping) or doc.get("type") != IDENTITY_TYPE:
         raise IdentityMismatch("the answer is not a collector's proof of identity")
     kid = key_id(pinned)
@@ -92,8 +122,15 @@ def verify(doc: Any, challenge: str, pinned: Ed25519PublicKey) -> None:
         raise IdentityMismatch(f"it proves key {doc.get('kid')!r}, not the pinned {kid}")
     if doc.get("challenge") != challenge:
         raise IdentityMismatch("it answers another challenge than the one sent")
+    named = doc.get("address")
+    if address is not None and named != address:
+        raise IdentityMismatch(f"it proves the collector at {named!r}, not at {address}: a relay forwarded the "
+                               "challenge to it" if named else f"it does not say it serves {address}")
+    if named is not None and not isinstance(named, str):
+        raise IdentityMismatch("the address it names is not text")
     signature = str(doc.get("signature", ""))
     try:
-        pinned.verify(base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)), payload(challenge, kid))
+        pinned.verify(base64.urlsafe_b64decode(signature + "=" * (-len(signature) % 4)),
+                      payload(challenge, kid, named))
     except (InvalidSignature, ValueError) as exc:  # ValueError: a signature that is not base64
         raise IdentityMismatch("its signature does not verify against the pinned key") from exc
