@@ -56,7 +56,8 @@ def test_one_owner_holds_at_most_its_part_of_a_share_and_others_keep_theirs() ->
         budget.reserve("exports", MIB, "an export", "agent:x")
     assert "this sender holds 8388608 of its 8388608" in str(info.value)
     budget.release("exports", 8 * MIB, "agent:x")
-    assert budget.try_reserve("exports", 8 * MIB, "agent:x")  # given back, taken again
+    assert budget.try_reserve("exports", 12 * MIB, "agent:x")  # holding nothing: one reservation past its part
+    assert not budget.try_reserve("exports", 1, "agent:x")
     with budget.hold("strangers", 100, owner="peer:10.0.0.1") as held:
         assert held.owner == "peer:10.0.0.1" and budget.used("strangers") == 100
     assert budget.used("strangers") == 0

@@ -15,7 +15,6 @@ line, exit 2, and the impostor never sees the admin token.
 from __future__ import annotations
 
 import json
-import os
 import ssl
 import stat
 import subprocess
@@ -34,13 +33,13 @@ import grpc
 import pytest
 import yaml
 from cryptography import x509
+from production import Deployment, clean_env, deploy, port, sh
 
 from agentreplay_client.errors import ConfigError
 from agentreplay_collector.config import parse_config
 from agentreplay_dev.collector import (
     EXPORT_METHOD,
     CollectorProcess,
-    init_section,
     record_request,
     write_config,
 )
@@ -50,78 +49,10 @@ from agentreplay_replay.cli import _certs
 pytestmark = pytest.mark.e2e
 BIN = Path(sys.executable).parent
 AGENT = Path(__file__).parent / "agents" / "tls_agent.py"
-MANIFEST: dict[str, Any] = {"version": 1, "tools": {"book": {"max_per_run": 5, "side_effect": True}},
-                            "unlisted_tools": "deny"}
-FREE_PORTS = {
-    "AGENTREPLAY_OTLP_GRPC_ENDPOINT": "127.0.0.1:0",
-    "AGENTREPLAY_OTLP_HTTP_ENDPOINT": "127.0.0.1:0",
-    "AGENTREPLAY_CONTROL_ENDPOINT": "127.0.0.1:0",
-}
-
-
-def clean_env() -> dict[str, str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "AGENTREPLAY_", "OPENAI_"))}
-    return base | {"PATH": f"{BIN}{os.pathsep}{base.get('PATH', '')}"}
-
-
-def sh(script: str, *, cwd: Path, extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["bash", "-ec", script], cwd=cwd, env=clean_env() | (extra or {}), capture_output=True,
-                          text=True, timeout=180)
-
-
-def port(endpoint: str) -> str:
-    return endpoint.rsplit(":", 1)[1]
-
-
-@dataclass
-class Deployment:
-    dir: Path
-    printed: str
-    collector: CollectorProcess
-    cli_env: str  # the printed export lines for the CLI, with the collector's ports
-    agent_env: str  # the printed export lines for agents, with the collector's ports and the agent's identity
-    work: Path
-
-    @property
-    def admin_token(self) -> str:
-        return (self.dir / "admin.token").read_text().strip()
-
-    @property
-    def ca(self) -> Path:
-        return self.dir / "tls" / "ca.pem"
-
-    def cli(self, command: str, *, extra: str = "") -> subprocess.CompletedProcess[str]:
-        return sh(f"{self.cli_env}\n{extra}\n{command}", cwd=self.work)
-
-    def agent(self, ledger: Path, llm: LLMServer, *, extra: str = "") -> subprocess.CompletedProcess[str]:
-        return sh(f"{self.agent_env}\n{extra}\nopentelemetry-instrument {sys.executable} {AGENT}", cwd=self.work,
-                  extra={"LEDGER": str(ledger), "OPENAI_BASE_URL": llm.base_url_openai, "OTEL_BSP_SCHEDULE_DELAY": "100"})
-
-
-def deploy(work: Path, *args: str) -> Iterator[Deployment]:
-    """``init --production`` (with ``args``), the collector it configures on free ports, one agent issued."""
-    done = subprocess.run([str(BIN / "agentreplay"), "init", "--production", str(work / "agentreplay"),
-                           "--host", "127.0.0.1", *args], env=clean_env(), capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    printed = done.stdout
-    with CollectorProcess(work / "agentreplay" / "otel-collector.yaml", env=FREE_PORTS) as collector:
-        ports = {":4317": f":{port(collector.grpc)}", ":4318": f":{port(collector.http)}",
-                 ":4320": f":{port(collector.control)}"}
-
-        def with_ports(lines: list[str]) -> str:
-            text = "\n".join(line for line in lines if line.startswith("export "))
-            for default, actual in ports.items():
-                text = text.replace(default, actual)
-            return text
-
-        cli_env = with_ports(init_section(printed, "environment for the CLI"))
-        (work / "tls_agent.manifest.json").write_text(json.dumps(MANIFEST))
-        commands = [c.replace("AGENT", "tls_agent") for c in init_section(printed, "next, for each agent")]
-        issued = sh("\n".join([cli_env, *commands]), cwd=work)
-        assert issued.returncode == 0, issued.stderr
-        identity = "\n".join(line for line in issued.stdout.splitlines() if line.startswith("export "))
-        agent_env = with_ports(init_section(printed, "environment for agents")) + "\n" + identity
-        yield Deployment(work / "agentreplay", printed, collector, cli_env, agent_env, work)
+def run_agent(deployment: Deployment, ledger: Path, llm: LLMServer, *, extra: str = "") -> subprocess.CompletedProcess[str]:
+    """The TLS test agent (the real openai client) under the launcher, with the printed lines."""
+    return deployment.run_agent(AGENT, {"LEDGER": str(ledger), "OPENAI_BASE_URL": llm.base_url_openai,
+                                        "OTEL_BSP_SCHEDULE_DELAY": "100"}, extra=extra)
 
 
 @pytest.fixture(scope="module")
@@ -307,7 +238,7 @@ def test_an_openai_agent_records_over_tls_and_is_authorized_over_tls(
         extra = (f"export OTEL_EXPORTER_OTLP_PROTOCOL={protocol}\n"
                  f"export OTEL_EXPORTER_OTLP_ENDPOINT={tls.collector.http}")
     ledger = tmp_path / "ledger.txt"
-    run_id = run_of(tls.agent(ledger, llm, extra=extra))
+    run_id = run_of(run_agent(tls, ledger, llm, extra=extra))
     assert ledger.read_text() == "TP123\n"  # Authorize (over TLS) allowed the booking
     context = ssl.create_default_context(cafile=str(tls.ca))
     verdict = wait_for_verdict(tls.collector.control, run_id, tls.admin_token, context)
@@ -329,7 +260,7 @@ def test_a_client_that_trusts_another_ca_is_refused(
     assert isinstance(refused.value.reason, ssl.SSLCertVerificationError)
     # the agent, told to trust another CA: its Authorize finds no collector it trusts, so the booking is refused
     ledger = tmp_path / "ledger.txt"
-    agent = tls.agent(ledger, llm, extra=f"export OTEL_EXPORTER_OTLP_CERTIFICATE={other_ca}")
+    agent = run_agent(tls, ledger, llm, extra=f"export OTEL_EXPORTER_OTLP_CERTIFICATE={other_ca}")
     assert not ledger.exists(), agent.stdout
     # the CLI, told to trust another CA: one line, exit 2
     cli = tls.cli("agentreplay kill --agent tls_agent", extra=f"export AGENTREPLAY_CONTROL_CERTIFICATE={other_ca}")
@@ -499,7 +430,7 @@ def test_a_replay_is_recorded_over_tls_too(tls: Deployment, llm: LLMServer, tmp_
     """``agentreplay replay`` with the CLI's lines and the agent's own: the replayed agent exports to the
     https endpoint the collector reports, checked against the CA the CLI is pinned to."""
     ledger = tmp_path / "ledger.txt"
-    run_id = run_of(tls.agent(ledger, llm))
+    run_id = run_of(run_agent(tls, ledger, llm))
     context = ssl.create_default_context(cafile=str(tls.ca))
     wait_for_verdict(tls.collector.control, run_id, tls.admin_token, context)
     identity = "\n".join(line for line in tls.agent_env.splitlines()

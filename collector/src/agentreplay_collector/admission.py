@@ -44,7 +44,9 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from agentreplay_client.errors import RequestError, RequestTooLarge, Unauthenticated
+from starlette.requests import ClientDisconnect
+
+from agentreplay_client.errors import RequestError, RequestTooLarge, StoreUnavailable, Unauthenticated
 from agentreplay_collector.auth import Authenticated, Presented
 from agentreplay_collector.budget import (
     ADMIN,
@@ -100,7 +102,7 @@ class Route:
     open: bool = False
     operator_consumer: str | None = None
     stranger_consumer: str | None = None
-    refusal: Callable[[Scope, RequestError], tuple[bytes, bytes]] | None = None
+    refusal: Callable[[Scope, RequestError | StoreUnavailable], tuple[bytes, bytes]] | None = None
 
     def consumer_for(self, who: Principal) -> str:
         if who.operator and self.operator_consumer is not None:
@@ -147,7 +149,7 @@ def control_route(budget: MemoryBudget | None) -> Callable[[str, str], Route | N
     return route
 
 
-def otlp_route(limit: int, refusal: Callable[[Scope, RequestError], tuple[bytes, bytes]] | None = None
+def otlp_route(limit: int, refusal: Callable[[Scope, RequestError | StoreUnavailable], tuple[bytes, bytes]] | None = None
                ) -> Callable[[str, str], Route | None]:
     """What an OTLP/HTTP export may cost: its body ``EXPANSION`` times against ``exports``; a body over
     ``limit`` is the receiver's to refuse (413 in the request's encoding), and is not counted."""
@@ -268,6 +270,7 @@ class Admission:
         self.connections = connections
         self.refused = 0
         self.cut_off = 0
+        self.disconnected = 0
         uvicorn_errors = logging.getLogger("uvicorn.error")
         if _QUIET not in uvicorn_errors.filters:
             uvicorn_errors.addFilter(_QUIET)
@@ -301,7 +304,7 @@ class Admission:
         declared = _content_length(scope)
         try:
             who = self._sender(scope, route)
-        except Unauthenticated as exc:
+        except (Unauthenticated, StoreUnavailable) as exc:  # a wrong credential; a full proof ledger
             self.refused += 1
             await _drain(receive, declared)
             await _refuse(send, scope, route, exc)
@@ -384,6 +387,8 @@ class Admission:
             self.priority.begin()
         try:
             await self.app(scope, counted_receive, guarded_send)
+        except ClientDisconnect:
+            self.disconnected += 1  # the sender left mid-request: nobody to answer, no traceback to log
         except Exception as exc:
             if _stalled(exc):
                 self.cut_off += 1
@@ -466,9 +471,9 @@ async def _drain(receive: Receive, declared: int | None) -> None:
         return
 
 
-async def _refuse(send: Send, scope: Scope, route: Route | None, error: RequestError) -> None:
+async def _refuse(send: Send, scope: Scope, route: Route | None, error: RequestError | StoreUnavailable) -> None:
     """The refusal in the route's own encoding (OTLP's Status), else JSON; the connection closed."""
-    retry = isinstance(error, BudgetExhausted)
+    retry = isinstance(error, BudgetExhausted | StoreUnavailable)
     if route is None or route.refusal is None:
         await _answer(send, error.http_status, str(error), retry=retry)
         return
@@ -535,9 +540,9 @@ def grpc_interceptor(budget: MemoryBudget | None, consumer: str, factor: int, *,
 
     trailing = retry_info()
 
-    def refusal(error: Unauthenticated) -> Any:
+    def refusal(error: Unauthenticated | StoreUnavailable) -> Any:
         async def refuse(_requests: Any, context: Any) -> Any:
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(error))
+            await context.abort(getattr(grpc.StatusCode, error.grpc_code), str(error))
 
         return grpc.stream_unary_rpc_method_handler(refuse)  # its message is never read
 
@@ -553,7 +558,7 @@ def grpc_interceptor(budget: MemoryBudget | None, consumer: str, factor: int, *,
                             for key, value in details.invocation_metadata or ()}
                 try:
                     who = gate.identify(Presented.from_headers(metadata.get, "POST", target), "")
-                except Unauthenticated as exc:
+                except (Unauthenticated, StoreUnavailable) as exc:  # a wrong credential; a full proof ledger
                     return refusal(exc)
                 if who.stranger and not gate.open_to_all:
                     return refusal(Unauthenticated(f"an export needs a credential: {NEED}"))

@@ -24,7 +24,8 @@ of client takes what the others need (sixty live viewers cannot refuse an agent'
 The control plane's two shares are *reserved*: what the others may hold together is the total less
 those two, so no export, viewer or stranger can take the room an Authorize or a kill needs. Within a
 share, each *owner* (an agent, the operator, an unauthenticated peer address) may hold at most
-OWNER_SHARE of it, so that one sender's reservations never stop another's.
+OWNER_SHARE of it, so that one sender's reservations never stop another's; an owner that holds nothing
+may take one reservation past that (a single export larger than its part would otherwise never fit).
 
 A request past its share (or the total) is refused with a status its sender retries before more of it
 is read: HTTP 429 with ``Retry-After``, gRPC RESOURCE_EXHAUSTED with RetryInfo; a buffer that is not a
@@ -170,15 +171,15 @@ class MemoryBudget:
         return nbytes <= self._consumers[consumer].cap
 
     def try_reserve(self, consumer: str, nbytes: int, owner: str | None = None) -> bool:
-        """Reserve ``nbytes`` for ``consumer`` (and ``owner``, held to its part of the share) if there is
-        room; False (and nothing reserved) if not."""
+        """Reserve ``nbytes`` for ``consumer`` (and ``owner``, held to its part of the share once it holds
+        anything) if there is room; False (and nothing reserved) if not."""
         if nbytes <= 0:
             return True
         c = self._consumers[consumer]
         with self._lock:
             held = self._owners.get((consumer, owner), 0) if owner is not None else 0
             if (c.used + nbytes > c.cap
-                    or (owner is not None and held + nbytes > self.owner_cap(consumer))
+                    or (owner is not None and held and held + nbytes > self.owner_cap(consumer))
                     or (not c.reserved and self._shared_used + nbytes > self._shared_limit)):
                 c.refused += 1
                 c.refused_bytes += nbytes

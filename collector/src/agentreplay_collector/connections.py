@@ -28,9 +28,11 @@ __all__ = ["ConnectionLimits", "QuietLog", "protocol_class"]
 
 _log = logging.getLogger("agentreplay_collector")
 
-PER_PEER = 32
-"""Strangers' connections one address may hold open at once (an SDK keeps one or two)."""
-TOTAL = 512
+PER_PEER = 128
+"""Strangers' connections one address may hold open at once: a connection is a stranger's only until
+its first head is read, but a busy host of many agents opens many at once (a hundred live viewers of
+one agent were seen pending together on a loaded collector)."""
+TOTAL = 1024
 """Strangers' connections all addresses together may hold open at once."""
 HEAD_TIMEOUT_S = 10.0
 """Time a connection has to send a whole request head."""
@@ -139,7 +141,11 @@ def protocol_class(limits: ConnectionLimits) -> type[H11Protocol]:
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if self.transport.is_closing():
+                # answered and closing: no longer a stranger's open connection, though a TLS close may
+                # wait up to its timeout for a peer that never reads its close_notify
+                limits.forget(self.client)
+            else:
                 self._await_head()  # the next request's head, on a kept-alive connection
 
         def _await_head(self) -> None:

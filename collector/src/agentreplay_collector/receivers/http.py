@@ -23,7 +23,7 @@ from typing import Any
 
 from google.rpc import status_pb2
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
@@ -108,6 +108,8 @@ def build_app(
             return _error(media, exc.http_status, exc.grpc_code, str(exc))
         except CollectorError as exc:
             return _error(media, 500, "INTERNAL", str(exc))
+        except ClientDisconnect:  # the sender left mid-body: nobody to answer, nothing to log
+            return Response(b"", status_code=400)
         except Exception as exc:  # a bug: answer, log, keep serving
             _log.exception("OTLP/HTTP export failed")
             return _error(media, 500, "INTERNAL", f"internal error: {type(exc).__name__}")
@@ -196,7 +198,7 @@ def _decompress(body: bytes, limit: int, encoding: str) -> bytes:
             raise MalformedRequest(f"body is not valid {encoding}: {len(rest)} byte(s) after the stream")
 
 
-def _refusal(scope: MutableMapping[str, Any], error: RequestError) -> tuple[bytes, bytes]:
+def _refusal(scope: MutableMapping[str, Any], error: RequestError | StoreUnavailable) -> tuple[bytes, bytes]:
     """A refusal the admission answers before the app runs, as a ``google.rpc.Status`` in the request's
     encoding (what OTLP/HTTP senders read)."""
     media = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k.lower() == b"content-type"), "")
