@@ -290,3 +290,21 @@ def test_bulk_work_waits_for_urgent_requests_but_never_long() -> None:
 
     assert 0.03 < asyncio.run(loop_side()) < 0.19
     assert priority.waits == 3
+
+
+def test_what_the_process_holds_beyond_the_reservations_counts_against_the_shared_total() -> None:
+    budget = MemoryBudget(64 * MIB)  # the others share 58 MiB
+    budget.observe(300 * MIB, now=0.0)  # the interpreter and the store: the floor
+    assert budget.try_reserve("exports", 16 * MIB)
+    budget.observe(300 * MIB + 16 * MIB + 40 * MIB, now=1.0)  # the estimates undercount by 40 MiB
+    assert budget.stats()["unaccounted_bytes"] == 29 * MIB  # at most half the shared total
+    assert not budget.try_reserve("pending_runs", 16 * MIB)  # 16 + 29 + 16 is past 58; 16 + 16 was not
+    assert budget.try_reserve("control", MIB)  # the control plane's own share is never taken
+    budget.release("control", MIB)
+    budget.release("exports", 16 * MIB)
+    budget.observe(300 * MIB, now=2.0)  # the burst is over: nothing unaccounted
+    assert budget.stats()["unaccounted_bytes"] == 0 and budget.try_reserve("pending_runs", 16 * MIB)
+    # growth for good (the store's caches) becomes the floor within two windows, nothing refused for it
+    for second in range(3, 200, 10):
+        budget.observe(316 * MIB + 50 * MIB, now=float(second))
+    assert budget.stats()["unaccounted_bytes"] == 0

@@ -27,6 +27,13 @@ share, each *owner* (an agent, the operator, an unauthenticated peer address) ma
 OWNER_SHARE of it, so that one sender's reservations never stop another's; an owner that holds nothing
 may take one reservation past that (a single export larger than its part would otherwise never fit).
 
+Reservations are estimates, and the heap is what counts: a thread reads the process's resident size
+every WATCH_EVERY_S and counts what it holds beyond its *floor* (its size less what is reserved, at its
+lowest over the last two minutes: the interpreter, the store's own caches) and beyond the reservations
+as *unaccounted*, against the total the others share (at most half of it, so that an estimate too low
+slows intake rather than stops it). A flood the estimates undercount is then refused when the process
+has really grown by the limit, not twice that.
+
 A request past its share (or the total) is refused with a status its sender retries before more of it
 is read: HTTP 429 with ``Retry-After``, gRPC RESOURCE_EXHAUSTED with RetryInfo; a buffer that is not a
 request sheds (pending runs) or drops (a live viewer, a forwarded export) instead of growing.
@@ -48,6 +55,7 @@ import ctypes.util
 import os
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -111,6 +119,10 @@ RETRY_AFTER_S = 1
 TRIM_AFTER = 16 * MIB
 """Bytes released since the last trim past which the allocator may be asked to return its free pages."""
 TRIM_EVERY_S = 1.0
+WATCH_EVERY_S = 0.2
+"""How often the resident size is read (a few microseconds from /proc/self/statm)."""
+FLOOR_WINDOW_S = 60.0
+"""The floor is the lowest size less reservations over this window and the one before it."""
 
 
 class BudgetExhausted(RequestError):
@@ -149,6 +161,9 @@ class MemoryBudget:
         self._shared_used = 0  # what the consumers outside the reserved shares hold
         self._peak = 0
         self._lock = threading.Lock()
+        self._unaccounted = 0  # resident bytes beyond the floor and the reservations (the watch thread's)
+        self._rss = 0
+        self._floor = Floor()
         self._freed = 0  # released since the last trim
         self._high = 0  # the most held since the last trim
         self._stop = threading.Event()
@@ -180,7 +195,7 @@ class MemoryBudget:
             held = self._owners.get((consumer, owner), 0) if owner is not None else 0
             if (c.used + nbytes > c.cap
                     or (owner is not None and held and held + nbytes > self.owner_cap(consumer))
-                    or (not c.reserved and self._shared_used + nbytes > self._shared_limit)):
+                    or (not c.reserved and self._shared_used + self._unaccounted + nbytes > self._shared_limit)):
                 c.refused += 1
                 c.refused_bytes += nbytes
                 return False
@@ -235,11 +250,19 @@ class MemoryBudget:
 
     # --- giving memory back to the system -------------------------------------------------------------
     def start(self) -> None:
-        """Start the thread that returns freed memory to the system (where the C library can)."""
-        if _malloc_trim is None or self._trimmer is not None:
+        """Start the thread that watches the resident size and returns freed memory to the system."""
+        if self._trimmer is not None or (_malloc_trim is None and resident_bytes() is None):
             return
         self._trimmer = threading.Thread(target=self._trim_loop, name="agentreplay-trim", daemon=True)
         self._trimmer.start()
+
+    def observe(self, rss: int, now: float) -> None:
+        """The process holds ``rss`` bytes now: what it holds beyond its floor and the reservations is
+        counted against the shared total (at most half of it)."""
+        with self._lock:
+            floor = self._floor.add(rss - self._used, now)
+            self._rss = rss
+            self._unaccounted = min(max(0, rss - floor - self._used), self._shared_limit // 2)
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -247,7 +270,15 @@ class MemoryBudget:
             self._trimmer.join(5)
 
     def _trim_loop(self) -> None:
-        while not self._stop.wait(TRIM_EVERY_S):
+        last_trim = time.monotonic()
+        while not self._stop.wait(WATCH_EVERY_S):
+            now = time.monotonic()
+            rss = resident_bytes()
+            if rss is not None:
+                self.observe(rss, now)
+            if now - last_trim < TRIM_EVERY_S:
+                continue
+            last_trim = now
             with self._lock:
                 due = self._freed >= TRIM_AFTER and self._used <= self._high // 2  # a burst is over
                 if due:
@@ -266,6 +297,8 @@ class MemoryBudget:
             return {
                 "limit_bytes": self.limit,
                 "used_bytes": self._used,
+                "resident_bytes": self._rss,
+                "unaccounted_bytes": self._unaccounted,
                 "peak_bytes": self._peak,
                 "trims": self.trims,
                 "consumers": {
@@ -274,6 +307,38 @@ class MemoryBudget:
                     for name, c in self._consumers.items()
                 },
             }
+
+
+class Floor:
+    """The lowest of a series over the current window and the one before it: rises within two windows
+    when the process grows for good (the store's caches), but not during a burst of seconds."""
+
+    __slots__ = ("_current", "_previous", "_started", "window_s")
+
+    def __init__(self, window_s: float = FLOOR_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._current: int | None = None
+        self._previous: int | None = None
+        self._started = 0.0
+
+    def add(self, value: int, now: float) -> int:
+        if self._current is None or now - self._started >= self.window_s:
+            self._previous, self._current, self._started = self._current, value, now
+        else:
+            self._current = min(self._current, value)
+        return min(self._current, self._previous) if self._previous is not None else self._current
+
+
+def resident_bytes() -> int | None:
+    """This process's resident size (Linux: /proc/self/statm), or None where it cannot be read."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class Hold:
