@@ -50,6 +50,13 @@ class World:
     url: str
     grpc: str
     org: Ed25519PrivateKey
+    collector: CollectorProcess
+
+    def restart(self) -> None:
+        """Stop the collector (it writes and judges what it took) and start it again on the same store."""
+        self.collector.stop()
+        self.collector.start()
+        self.url, self.grpc = self.collector.control, self.collector.grpc
 
     def agent(self, agent_id: str) -> IssuedAgent:
         return IssuedAgent.issue(self.org, agent_id, MANIFEST)
@@ -210,7 +217,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
         scope={"admin_token": ADMIN, "manifests_dir": str(tmp / "manifests")}, open_reads=False,
     )
     with CollectorProcess(config) as collector:
-        yield World(url=collector.control, grpc=collector.grpc, org=org)
+        yield World(url=collector.control, grpc=collector.grpc, org=org, collector=collector)
 
 
 # --- a grant is bound to its replay -----------------------------------------------------------------
@@ -284,3 +291,27 @@ def test_a_kill_refuses_the_calls_of_a_replay_granted_and_verified_before_it(wor
     assert_killed(world, run_id, 3)
     answer = world.authorize(agent, run_id)
     assert answer["decision"] == "deny" and answer["rule"] == "halted" and answer["halted"], answer
+
+
+# --- a replay is over once, across restarts ------------------------------------------------------------
+def test_a_replays_run_span_sent_again_after_a_restart_exempts_nothing(world: World) -> None:
+    """A restart forgets which replays were verified; the grant, used by that same run, is still
+    unexpired. The run span sent again, with six replay-marked bookings, finds its run judged by the
+    chain already: the replay is over, and the bookings are the agent's live calls. (Last: it restarts
+    the module's collector.)"""
+    agent = world.agent("edges-after-restart")
+    forge = agent.forge()
+    run = replay(world, agent, forge, world.grant)
+    run_id = run_id_of(run)
+    assert eventually(lambda: world.chain_judged(run_id))
+    marks = dict(run.attributes)  # its grant among them
+    world.restart()
+    spend = world.day_spend(agent)
+    forge.trace_id = run.get_span_context().trace_id
+    with forge.tracer.start_as_current_span("invoke_agent book", attributes=marks):
+        for n in range(6):
+            with forge.tracer.start_as_current_span("execute_tool book_flight", attributes=booking(n)):
+                pass
+    world.send(agent, forge)
+    assert_judged_live(world, agent, run_id, spend, 6)
+    assert any("the replay is over" in d["detail"] for d in world.decisions(run_id)), world.decisions(run_id)

@@ -219,6 +219,7 @@ class ReplayClaims:
         self._holds: dict[str, _Hold] = {}  # agent -> what it has held
         self._verdicts: _PerAgent[Decision] = _PerAgent()
         self._exemptions: _PerAgent[_Exemption] = _PerAgent()  # verified replays, by run: written under _lock
+        self._over: _PerAgent[int] = _PerAgent()  # runs judged by the chain before their replay claim: under _lock
         self._replayed: _PerAgent[_Replayed] = _PerAgent()
         self._grants: OrderedDict[str, ReplayGrant] = OrderedDict()  # token -> the grant it verified as
         self._used: OrderedDict[str, str] = OrderedDict()  # grant id -> the run that used it
@@ -259,12 +260,13 @@ class ReplayClaims:
         """Read what the store says of each run a replay run span here names, and of the grant it
         presents, and whether the verified replays these spans fall in are over (blocking).
         ``agent``: the token's agent (else each span's resource says)."""
-        ended: set[Key] = set()
+        claims: dict[Key, bool] = {}  # the runs these spans claim are replays: True if a replay run span is here
         for record in records:
             kind = run_kind(record)
             who = agent if agent is not None else record.resource.get(semconv.AGENT_ID, "")
             if kind is not None or says_replayed(record):
-                self._look_up_end(who, record.trace_id, ended)
+                key = (who, record.trace_id)
+                claims[key] = claims.get(key, False) or kind in REPLAY_RUN_KINDS
             if kind not in REPLAY_RUN_KINDS:
                 continue
             named = record.attributes.get(semconv.REPLAY_OF, "").lower()
@@ -273,17 +275,20 @@ class ReplayClaims:
             token = record.attributes.get(semconv.REPLAY_GRANT, "")
             if token:
                 self._look_up_grant(token)
+        for (who, run_id), run_span in claims.items():
+            self._look_up_end(who, run_id, run_span=run_span)
 
-    def _look_up_end(self, agent: str, run_id: str, looked: set[Key]) -> None:
-        """Close the run's exemption if its chain verdict came after the exemption opened (once an export)."""
-        if (agent, run_id) in looked:
-            return
-        looked.add((agent, run_id))
+    def _look_up_end(self, agent: str, run_id: str, *, run_span: bool) -> None:
+        """Whether the replay is over: its chain verdict is in. For a verified replay, a verdict given
+        after it was verified closes its exemption; for a replay run span not judged yet (``run_span``),
+        a verdict on the run with its run span (any but ``incomplete``) means that span was sent before:
+        the replay is over before it is judged again (after a restart, which forgets verdicts)."""
         with self._lock:
             exemption = self._exemptions.get(agent, run_id)
-            if exemption is None or exemption.ended_ns:
+            if exemption is not None and exemption.ended_ns:
                 return
-            opened = exemption.opened_ns
+            if exemption is None and (not run_span or self._verdicts.get(agent, run_id) is not None):
+                return
         if self.store is None:
             return
         try:
@@ -291,10 +296,14 @@ class ReplayClaims:
         except StoreError as exc:  # the next span asks again; the grant's expiry still closes it
             _log.warning("replay %s: its chain verdict was not read: %s", run_id, exc)
             return
-        if chain is None or chain.status is ChainState.PENDING or chain.verified_at_ns < opened:
+        if chain is None or chain.status is ChainState.PENDING:
             return
         with self._lock:
-            exemption.ended_ns = exemption.ended_ns or time.time_ns()
+            if exemption is not None:
+                if chain.verified_at_ns >= exemption.opened_ns:
+                    exemption.ended_ns = exemption.ended_ns or time.time_ns()
+            elif chain.status is not ChainState.INCOMPLETE:  # incomplete: judged before its run span came
+                self._over.put(agent, run_id, chain.verified_at_ns)
 
     def _look_up_run(self, agent: str, named: str) -> None:
         with self._lock:
@@ -422,6 +431,11 @@ class ReplayClaims:
         grant = found if isinstance(found, ReplayGrant) and found.agent_id == agent else None
         if not named or named == run_span.trace_id:
             return "its run span names no other run it replays", grant
+        with self._lock:
+            over = self._over.get(agent, run_span.trace_id)
+        if over is not None:
+            return ("the replay is over: its run has a chain verdict already, so its run span was sent "
+                    "before"), grant
         with self._lock:
             stored = self._replayed.get(agent, named)
         if stored is None:
