@@ -108,8 +108,10 @@ class CollectorClient:
 
     def verify_collector(self) -> None:
         """Make sure the collector at :attr:`url` is the one this client may send a token to (once per
-        client): no plaintext off loopback, and the pinned identity proved when one is given.
-        :class:`CollectorNotTrusted` if not, :class:`StoreUnavailable` when nothing answers."""
+        client): no plaintext off loopback, and the pinned identity proved *for the address this client
+        connects to* when one is given (:mod:`.collectorid`), so that a relay forwarding the challenge to
+        the real collector (on another loopback port, say) gets no answer this client takes, and never the
+        token. :class:`CollectorNotTrusted` if not, :class:`StoreUnavailable` when nothing answers."""
         if self._verified:
             return
         parts = urllib.parse.urlsplit(self.url)
@@ -118,28 +120,37 @@ class CollectorClient:
                 f"refusing to send a token in plaintext to {parts.hostname} ({self.url}): use https "
                 "(agentreplay init --production --tls) or a loopback address")
         if self.identity is not None:
-            try:
-                pinned = collectorid.load_pin(self.identity)
-            except IdentityError as exc:
-                raise CollectorNotTrusted(f"{semconv.ENV_COLLECTOR_IDENTITY}: {exc}") from exc
-            challenge = collectorid.new_challenge()
-            try:
-                doc = self._request("POST", collectorid.PATH, body={"challenge": challenge}, token=False)
-            except urllib.error.HTTPError as exc:
-                raise CollectorNotTrusted(
-                    f"the server at {self.url} is not the pinned collector: it proves no identity ({exc.code} "
-                    f"{_error_text(exc)}); another process may hold the collector's port. No token was sent") from exc
-            except ValueError as exc:
-                raise CollectorNotTrusted(f"the server at {self.url} is not the pinned collector: its answer is not "
-                                          "JSON; another process may hold the collector's port. No token was sent") from exc
-            try:
-                collectorid.verify(doc, challenge, pinned)
-            except collectorid.IdentityMismatch as exc:
-                raise CollectorNotTrusted(
-                    f"the server at {self.url} is not the pinned collector ({semconv.ENV_COLLECTOR_IDENTITY}="
-                    f"{self.identity}): {exc}; another process may hold the collector's port. No token was sent"
-                ) from exc
+            self._prove_identity(self.identity)
         self._verified = True
+
+    def _prove_identity(self, pin: Path) -> None:
+        """The collector signs a fresh challenge naming this client's address with the pinned key."""
+        try:
+            pinned = collectorid.load_pin(pin)
+        except IdentityError as exc:
+            raise CollectorNotTrusted(f"{semconv.ENV_COLLECTOR_IDENTITY}: {exc}") from exc
+        try:
+            address = collectorid.address_of(self.url)
+        except ValueError as exc:
+            raise CollectorNotTrusted(f"the collector's URL {self.url}: {exc}") from exc
+        challenge = collectorid.new_challenge()
+        not_pinned = f"the server at {self.url} is not the pinned collector"
+        try:
+            doc = self._request("POST", collectorid.PATH, body={"challenge": challenge, "address": address},
+                                token=False)
+        except urllib.error.HTTPError as exc:
+            raise CollectorNotTrusted(
+                f"{not_pinned}: it proves no identity for {address} ({exc.code} {_error_text(exc)}); another "
+                "process may hold the collector's port, or relay it. No token was sent") from exc
+        except ValueError as exc:
+            raise CollectorNotTrusted(f"{not_pinned}: its answer is not JSON; another process may hold the "
+                                      "collector's port. No token was sent") from exc
+        try:
+            collectorid.verify(doc, challenge, pinned, address)
+        except collectorid.IdentityMismatch as exc:
+            raise CollectorNotTrusted(
+                f"{not_pinned} ({semconv.ENV_COLLECTOR_IDENTITY}={pin}): {exc}; another process may hold the "
+                "collector's port, or relay it. No token was sent") from exc
 
     def _request(self, method: str, path: str, *, body: Any = None, token: bool = True,
               timeout_s: float | None = None) -> Any:

@@ -21,12 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentreplay_client import collectorid
-from agentreplay_client.collector import CollectorClient, CollectorNotTrusted, StoreMismatch, reads_through
+from agentreplay_client.collector import CollectorClient, StoreMismatch, reads_through
 from agentreplay_client.errors import StoreError
 from agentreplay_client.models import RunSummary
 from agentreplay_client.reader import DEFAULT_STORE, RunReader, RunSource, normalize_store
-from agentreplay_client.tls import is_loopback_host
 from agentreplay_otel.core import IdentityError, load_public_key, semconv
 from agentreplay_replay.cli._common import CLIError, err
 
@@ -41,48 +39,6 @@ class RemoteCollector(CollectorClient):
 
     def __init__(self, url: str | None = None, *, admin_token: str | None = None) -> None:
         super().__init__(url, token=admin_token)  # reads need it too (else $AGENTREPLAY_ADMIN_TOKEN)
-
-    def verify_collector(self) -> None:
-        """The pinned collector proves itself for the address this CLI connects to (:mod:`.collectorid`), so
-        a relay that forwards the challenge to it (on another loopback port, say) gets no answer this CLI
-        takes, and never the token; without a pin, the client's own checks (no plaintext off loopback)."""
-        if self._verified or self.identity is None:
-            super().verify_collector()
-            return
-        parts = urllib.parse.urlsplit(self.url)
-        if parts.scheme != "https" and not is_loopback_host(parts.hostname or ""):
-            super().verify_collector()  # refuses plaintext off loopback, saying so
-        pinned = self._pinned()
-        try:
-            address = collectorid.address_of(self.url)
-        except ValueError as exc:
-            raise CollectorNotTrusted(f"the collector's URL {self.url}: {exc}") from exc
-        challenge = collectorid.new_challenge()
-        not_pinned = f"the server at {self.url} is not the pinned collector"
-        try:
-            doc = self._request("POST", collectorid.PATH, body={"challenge": challenge, "address": address},
-                                token=False)
-        except urllib.error.HTTPError as exc:
-            raise CollectorNotTrusted(
-                f"{not_pinned}: it proves no identity for {address} ({exc.code} {_error_text(exc)}); another "
-                "process may hold the collector's port, or relay it. No token was sent") from exc
-        except ValueError as exc:
-            raise CollectorNotTrusted(f"{not_pinned}: its answer is not JSON; another process may hold the "
-                                      "collector's port. No token was sent") from exc
-        try:
-            collectorid.verify(doc, challenge, pinned, address)
-        except collectorid.IdentityMismatch as exc:
-            raise CollectorNotTrusted(
-                f"{not_pinned} ({semconv.ENV_COLLECTOR_IDENTITY}={self.identity}): {exc}; another process may "
-                "hold the collector's port, or relay it. No token was sent") from exc
-        self._verified = True
-
-    def _pinned(self) -> Ed25519PublicKey:
-        assert self.identity is not None
-        try:
-            return collectorid.load_pin(self.identity)
-        except IdentityError as exc:
-            raise CollectorNotTrusted(f"{semconv.ENV_COLLECTOR_IDENTITY}: {exc}") from exc
 
     def otlp_endpoint(self) -> str | None:
         """Where the collector takes OTLP/gRPC (so a replay is recorded too); None when none answers."""
