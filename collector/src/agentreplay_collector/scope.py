@@ -390,8 +390,9 @@ class ScopeProcessor:
         run was halted, nor once the replay is over (its chain verdict in, its grant expired). The first
         span judged live for it stores a ``replay.unverified`` decision saying why."""
         run_id = span.record.trace_id
-        halt = self.halted(run_id, span.agent)
-        if halt is not None and halt.time_ns <= span.arrived_ns:
+        halts = (self.halts.get((SCOPE_AGENT, span.agent)), self.halts.get((SCOPE_RUN, run_id)))
+        halt = next((h for h in halts if h is not None and h.time_ns <= span.arrived_ns), None)
+        if halt is not None:
             why: str | None = f"{halt.scope} {halt.target} is halted ({halt.reason})"
         else:
             why = self.replays.over(span.agent, run_id, span.arrived_ns)
@@ -594,7 +595,7 @@ class ScopeProcessor:
             allowed=False,
             rule=RULE_AGENT_HALTED,
             manifest_sha256=m.sha256 if m else "",
-            detail=f"agent {agent!r} is halted ({halt.reason}), and {what} ran anyway",
+            detail=f"agent {agent!r} is halted ({halt.reason}), and {what} ran anyway (received after the kill)",
         )
         self._record_decision(record, agent, tool or "", decision, ACTOR_COLLECTOR, record.end_ns)
         if (SCOPE_RUN, record.trace_id) in self.halts:
