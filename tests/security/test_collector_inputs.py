@@ -356,6 +356,12 @@ def test_integers_at_their_columns_bounds_are_stored(world: World) -> None:
     assert call(world, "POST", "/v1/model-trials", token=ADMIN, body=trial(step=-(2**31), time_ns=0))[0] == 200
 
 
+def test_a_grants_fork_step_past_its_column_is_400_naming_it(world: World) -> None:
+    body = json.dumps({"run_id": world.run_id, "kind": "fork", "fork_at": 2**40}).encode()
+    status, answer = call(world, "POST", "/v1/replays/grants", token=ADMIN, body=body)
+    assert status == 400 and "fork_at must be an integer from -2147483648" in json.loads(answer)["error"], answer
+
+
 OPEN_POSTS = {"/v1/identity"}  # the collector proves itself to a CLI that has not sent a token yet
 
 

@@ -66,6 +66,7 @@ from agentreplay_client.models import (
     GrantEvent,
 )
 from agentreplay_collector.budget import REPLAY_HOLDS, MemoryBudget
+from agentreplay_collector.inputs import column_int
 from agentreplay_collector.ownership import RunOwners
 from agentreplay_collector.store import Store
 from agentreplay_otel.core import Decision, IdentityError, Manifest, SpanRecord, semconv
@@ -238,10 +239,8 @@ class ReplayClaims:
         if named not in (None, "", owner):
             raise ValueError(f"run {run_id} was opened by agent {owner!r}, not {named!r}")
         kind = str(request.get("kind") or semconv.RUN_KIND_REPLAY)
-        fork_at = request.get("fork_at")
+        fork_at = column_int(request, "fork_at", "Int32")  # a step, stored as one: 400 past its range
         ttl = request.get("ttl_s", DEFAULT_GRANT_TTL_S)
-        if fork_at is not None and (isinstance(fork_at, bool) or not isinstance(fork_at, int)):
-            raise ValueError(f"fork_at is a step number, not {fork_at!r}")
         if isinstance(ttl, bool) or not isinstance(ttl, int):
             raise ValueError(f"ttl_s is a whole number of seconds, not {ttl!r}")
         token = sign_grant(run_id=run_id, agent_id=owner, kind=kind, fork_at=fork_at, secret=self._secret,
