@@ -26,6 +26,20 @@ def test_private_key_file_is_owner_only_and_round_trips(tmp_path):
     assert identity.key_id(identity.load_private_key(path)) == identity.key_id(key)
 
 
+def test_public_key_file_is_not_writable_by_others_whatever_the_umask(tmp_path):
+    import os
+
+    key = identity.generate_key()
+    path = tmp_path / "org.pub"
+    old = os.umask(0)
+    try:
+        identity.write_public_key(key.public_key(), path)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert identity.key_id(identity.load_public_key(path)) == identity.key_id(key)
+
+
 def test_loading_a_bad_key_names_the_file(tmp_path):
     path = tmp_path / "junk.pem"
     path.write_text("not a key")

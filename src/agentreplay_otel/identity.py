@@ -59,8 +59,11 @@ def write_private_key(key: Ed25519PrivateKey, path: Path) -> None:
 
 
 def write_public_key(key: Ed25519PublicKey, path: Path) -> None:
+    """Write a SubjectPublicKeyInfo PEM readable by all and writable by its owner only, whatever the
+    umask (0666 under umask 000 let anyone swap the key others verify against)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(key.public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    os.chmod(path, 0o644)
 
 
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:
