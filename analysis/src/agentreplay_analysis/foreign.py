@@ -49,6 +49,8 @@ _ROLE_EVENTS = {
     semconv.LEGACY_EVENT_ASSISTANT_MESSAGE: "assistant",
     semconv.LEGACY_EVENT_TOOL_MESSAGE: "tool",
 }
+_MESSAGE_EVENTS = frozenset({semconv.LEGACY_EVENT_CHOICE, semconv.LEGACY_EVENT_INFERENCE_DETAILS,
+                             semconv.LEGACY_EVENT_CONTENT_PROMPT, semconv.LEGACY_EVENT_CONTENT_COMPLETION})
 
 
 def step_kind(span: SpanRecord) -> str | None:
@@ -72,19 +74,78 @@ def step_kind(span: SpanRecord) -> str | None:
     return None
 
 
+def is_agent(span: SpanRecord) -> bool:
+    """Whether a span is an agent's (``invoke_agent``, OpenInference's ``AGENT``, OpenLLMetry's agent entity)."""
+    a = span.attributes
+    op = a.get(semconv.GEN_AI_OPERATION_NAME)
+    if op is not None:
+        return op == semconv.OP_INVOKE_AGENT
+    oi = a.get(semconv.OI_SPAN_KIND, "").upper()
+    if oi:
+        return oi == semconv.OI_KIND_AGENT
+    return a.get(semconv.TRACELOOP_SPAN_KIND) == semconv.TRACELOOP_KIND_AGENT
+
+
+def carries_messages(span: SpanRecord) -> bool:
+    """Whether a span carries a conversation in any shape the model calls' are read from (the conventions'
+    message lists, flattened prompts and completions, message events)."""
+    a = span.attributes
+    if _valid_messages(a.get(semconv.GEN_AI_INPUT_MESSAGES)) or _valid_messages(a.get(semconv.GEN_AI_OUTPUT_MESSAGES)):
+        return True
+    if any(k.startswith((_PROMPT, _COMPLETION, _OI_INPUT, _OI_OUTPUT)) for k in a):
+        return True
+    return any(e.name in _ROLE_EVENTS or e.name in _MESSAGE_EVENTS for e in span.events)
+
+
+def agent_turns(spans: Iterable[SpanRecord]) -> set[str]:
+    """The agent spans that are turns: an agent span that carries messages and has no model call, nor
+    another such agent span, below it is what that agent said (the framework's own instrumentation, its
+    model client not instrumented). An agent span with a model call below it is not: the call is the turn."""
+    spans = list(spans)
+    by_id = {s.span_id: s for s in spans}
+    candidates = {s.span_id for s in spans if is_agent(s) and carries_messages(s)}
+    spoken_below: set[str] = set()  # spans with a model call or a candidate turn below them
+    for s in spans:
+        if s.span_id not in candidates and step_kind(s) != KIND_LLM:
+            continue
+        parent = by_id.get(s.parent_span_id) if s.parent_span_id else None
+        for _ in range(64):  # a trace's depth; a cycle in forged parents ends here too
+            if parent is None or parent.span_id in spoken_below:
+                break
+            spoken_below.add(parent.span_id)
+            parent = by_id.get(parent.parent_span_id) if parent.parent_span_id else None
+    return candidates - spoken_below
+
+
+def step_kinds(spans: Sequence[SpanRecord]) -> dict[str, str]:
+    """Each step's kind by span id: model calls and agent turns (``llm``), tool calls (``tool``)."""
+    turns = agent_turns(spans)
+    kinds: dict[str, str] = {}
+    for s in spans:
+        kind = KIND_LLM if s.span_id in turns else step_kind(s)
+        if kind is not None:
+            kinds[s.span_id] = kind
+    return kinds
+
+
 def step_numbers(spans: Iterable[SpanRecord]) -> dict[str, int]:
-    """Each model and tool call's step in a foreign run, from 0 in the order they started (then span id)."""
-    steps = sorted((s for s in spans if step_kind(s) is not None), key=lambda s: (s.start_ns, s.span_id))
+    """Each step's number in a foreign run (a model call, an agent's turn, a tool call: :func:`step_kinds`),
+    from 0 in the order they started (then span id)."""
+    spans = list(spans)
+    kinds = step_kinds(spans)
+    steps = sorted((s for s in spans if s.span_id in kinds), key=lambda s: (s.start_ns, s.span_id))
     return {s.span_id: i for i, s in enumerate(steps)}
 
 
 def normalized(spans: Sequence[SpanRecord]) -> list[SpanRecord]:
     """A foreign run's spans with the attributes the transcript reads (see the module's text); spans
     that are no step keep theirs, with their agent's name and the run's input where another shape says so."""
-    numbers = step_numbers(spans)
+    kinds = step_kinds(spans)
+    order = sorted((s for s in spans if s.span_id in kinds), key=lambda s: (s.start_ns, s.span_id))
+    numbers = {s.span_id: i for i, s in enumerate(order)}
     out: list[SpanRecord] = []
     for span in spans:
-        kind = step_kind(span) if span.span_id in numbers else None
+        kind = kinds.get(span.span_id)
         attrs = dict(span.attributes)
         agent = _agent_name(attrs)
         if agent:
