@@ -7,7 +7,12 @@ import argparse
 import asyncio
 import gc
 import logging
+import os
 import sys
+
+# grpcio's core logs each failed TLS handshake at info level, one line a stranger's connection: errors
+# only (the operator may still ask for more), so that strangers cannot fill the log.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 from agentreplay_client.errors import ConfigError
 from agentreplay_collector.config import load_config, parse_duration

@@ -79,12 +79,15 @@ class GrpcReceiver:
             handlers.append(grpc.method_handlers_generic_handler(service, {"Export": export}))
         self.server.add_generic_rpc_handlers(tuple(handlers))
         address = str(self.config.endpoint)
-        if self.config.tls is None:
-            self.port = self.server.add_insecure_port(address)
-        else:  # TLS (a client certificate required with client_ca_file)
-            self.port = self.server.add_secure_port(address, grpc_server_credentials(self.config.tls))
+        try:
+            if self.config.tls is None:
+                self.port = self.server.add_insecure_port(address)
+            else:  # TLS (a client certificate required with client_ca_file)
+                self.port = self.server.add_secure_port(address, grpc_server_credentials(self.config.tls))
+        except RuntimeError:  # grpcio's "Failed to bind": the port is taken or the address not ours
+            self.port = 0
         if not self.port:
-            raise OSError(f"cannot bind the OTLP/gRPC receiver to {address}")
+            raise OSError(f"otlp-grpc: cannot listen on {address} (is the port taken?)")
         await self.server.start()
 
     def _interceptor(self) -> object:
