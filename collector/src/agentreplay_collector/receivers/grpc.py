@@ -31,6 +31,9 @@ from agentreplay_otel.core import proof
 _log = logging.getLogger(__name__)
 
 SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+HANDSHAKE_TIMEOUT_MS = 10_000
+IDLE_CONNECTION_MS = 300_000
+MAX_STREAMS = 100
 _EMPTY_RESPONSE = b""  # ExportTraceServiceResponse with no partial_success: zero bytes on the wire
 
 
@@ -67,6 +70,11 @@ class GrpcReceiver:
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", 4 * 1024 * 1024),
                 ("grpc.so_reuseport", 0),
+                # a stranger's connection: its TLS and HTTP/2 handshake within 10 s, gone when idle 5 min,
+                # at most 100 calls in flight on it (grpcio has no per-address cap: :mod:`..connections`)
+                ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_MS),
+                ("grpc.max_connection_idle_ms", IDLE_CONNECTION_MS),
+                ("grpc.max_concurrent_streams", MAX_STREAMS),
             ],
             maximum_concurrent_rpcs=None,
             interceptors=[self._interceptor()],
