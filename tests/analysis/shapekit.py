@@ -87,17 +87,23 @@ NOTE = "Hand-off: patient P-2231 (Ana Ruiz), a follow-up with Dr. Okafor on Tues
 INTAKE = Agent(name="intake", system="You are the clinic's intake agent: read the patient's record and write a "
                                      "hand-off note for the scheduling agent.", tools=("patient_record",),
                replies=(reply(call("patient_record", patient_id="P-2231")), reply(text=NOTE)))
-SCHEDULER = Agent(name="scheduler", system="You are the scheduling agent: book what the intake agent's note says.",
-                  tools=("book_appointment",),
-                  replies=(reply(call("book_appointment", patient_id="P-2231", doctor="Okafor", day="Wednesday",
-                                      time="09:00")),
-                           reply(text="Booked APT-7781 for Ana Ruiz with Dr. Okafor.")))
-AGENTS = (INTAKE, SCHEDULER)
+FAILING_DAY = "Wednesday"
+"""The day the scheduler books in the failing chat (asked for, and handed on: Tuesday)."""
+
+
+def agents(day: str = FAILING_DAY) -> tuple[Agent, Agent]:
+    """The chat's two agents; the scheduler books ``day`` (Tuesday: the healthy twin)."""
+    scheduler = Agent(name="scheduler", system="You are the scheduling agent: book what the intake agent's note says.",
+                      tools=("book_appointment",),
+                      replies=(reply(call("book_appointment", patient_id="P-2231", doctor="Okafor", day=day,
+                                          time="09:00")),
+                               reply(text="Booked APT-7781 for Ana Ruiz with Dr. Okafor.")))
+    return INTAKE, scheduler
 
 
 def system_of(agent: Agent, note: str) -> str:
     """The agent's system prompt: the second agent is handed the first one's note in it."""
-    return agent.system if agent is AGENTS[0] else f"{agent.system}\nHand-off note from the intake agent:\n{note}"
+    return agent.system if agent is INTAKE else f"{agent.system}\nHand-off note from the intake agent:\n{note}"
 
 
 # --- shape A: the SDK's recording ------------------------------------------------------------------------
@@ -120,15 +126,16 @@ def _sdk_loop(client: openai.OpenAI, agent: Agent, system: str) -> str:
     return "stopped"
 
 
-def record_sdk(rec: Recorder) -> list[ReadableSpan]:
+def record_sdk(rec: Recorder, day: str = FAILING_DAY) -> list[ReadableSpan]:
     """Shape A: the chat recorded through the SDK's recording path; the finished spans as exported."""
     rec.exporter.clear()
-    script = [r for agent in AGENTS for r in agent.replies]
+    team = agents(day)
+    script = [r for agent in team for r in agent.replies]
     with LLMServer(script) as server:
         client = openai.OpenAI(base_url=server.base_url_openai, api_key="t", max_retries=0)
         with agentreplay_otel.run("clinic", input=REQUEST) as handle:
             note = ""
-            for agent in AGENTS:
+            for agent in team:
                 with trace.get_tracer("shapekit").start_as_current_span(
                         f"invoke_agent {agent.name}", attributes={
                             semconv.GEN_AI_OPERATION_NAME: semconv.OP_INVOKE_AGENT,
@@ -171,7 +178,7 @@ def _output(r: ScriptedReply, ids: Sequence[str]) -> list[dict[str, Any]]:
     return [{"role": "assistant", "parts": parts, "finish_reason": "tool_call" if r.tool_calls else "stop"}]
 
 
-def emit_framework(tp: TracerProvider, shape: str) -> str:
+def emit_framework(tp: TracerProvider, shape: str, day: str = FAILING_DAY) -> str:
     """Shape ``agents`` (B) or ``agents_and_chats`` (C) of the chat through ``tp``; returns the trace id."""
     assert shape in ("agents", "agents_and_chats")
     tracer = tp.get_tracer("clinic-framework")
@@ -181,7 +188,7 @@ def emit_framework(tp: TracerProvider, shape: str) -> str:
     n = 0
     with _span(tracer, clock, "invoke_agent clinic", {**agent_attrs, semconv.GEN_AI_AGENT_NAME: "clinic"}) as root:
         note = ""
-        for agent in AGENTS:
+        for agent in agents(day):
             conversation = [_text("system", system_of(agent, note)), _text("user", REQUEST)]
             per_agent = (_span(tracer, clock, f"invoke_agent {agent.name}", {
                 **agent_attrs, semconv.GEN_AI_AGENT_NAME: agent.name}) if shape == "agents_and_chats" else None)
@@ -237,12 +244,12 @@ def _tools(tracer: trace.Tracer, clock: _Clock, r: ScriptedReply, ids: Sequence[
     return out
 
 
-def framework_spans(shape: str) -> tuple[list[ReadableSpan], list[SpanRecord]]:
+def framework_spans(shape: str, day: str = FAILING_DAY) -> tuple[list[ReadableSpan], list[SpanRecord]]:
     """Shape B or C in memory: the finished spans, and their stored form."""
     exporter = InMemorySpanExporter()
     tp = TracerProvider()
     tp.add_span_processor(SimpleSpanProcessor(exporter))
-    emit_framework(tp, shape)
+    emit_framework(tp, shape, day)
     tp.force_flush()
     spans = list(exporter.get_finished_spans())
     tp.shutdown()
