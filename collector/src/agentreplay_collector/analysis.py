@@ -50,6 +50,7 @@ from agentreplay_client.errors import StoreError
 from agentreplay_client.incidents import IncidentDue, IncidentState, StoredIncident
 from agentreplay_client.models import ChainStatus, StoredClassification
 from agentreplay_client.reader import RunSource
+from agentreplay_collector import otlp_logs
 from agentreplay_collector._threads import name_os_thread
 from agentreplay_collector.budget import INCIDENTS, BudgetExhausted, Hold, MemoryBudget, record_bytes
 from agentreplay_collector.config import DETECTORS, AnalysisConfig, IncidentSettings
@@ -202,6 +203,8 @@ class AnalysisWorker:
     def _analyse(self, run_id: str) -> None:
         assert self.analyzer is not None
         spans = self.store.runs.get_run_spans(run_id)
+        # messages sent as GenAI events on the logs signal join their spans (read only for the analysis)
+        spans = otlp_logs.with_log_events(spans, otlp_logs.log_events(self.store.telemetry, run_id))
         chain = self.store.runs.get_chain_status(run_id)
         given = self.store.verdicts.expected_outcome(run_id)  # set after the run: wins over its run span's own
         held = {} if given is None else {"expected": given.expected}

@@ -79,3 +79,17 @@ class Telemetry:
         )
         found = self.engine.rows("log read", sql, {"service": service_name, "limit": limit})
         return [rows.log_from_row(r) for r in found]
+
+    def trace_events(self, trace_id: str, *, prefix: str, limit: int) -> list[rows.StoredLog]:
+        """A trace's log records that are events named ``prefix...`` (``EventName``, else the ``event.name``
+        attribute) and name a span, in time order: the GenAI conventions' message events sent on the logs
+        signal, which the analysis joins to their spans. ``TraceId`` has a bloom filter index."""
+        sql = (
+            f"SELECT {_LOG_READ_COLUMNS} FROM {self.engine.database}.{schema.LOGS}"
+            " WHERE TraceId = {trace:String} AND SpanId != ''"
+            " AND (startsWith(EventName, {prefix:String})"
+            " OR (EventName = '' AND startsWith(LogAttributes['event.name'], {prefix:String})))"
+            " ORDER BY Timestamp LIMIT {limit:UInt32}"
+        )
+        found = self.engine.rows("log events read", sql, {"trace": trace_id, "prefix": prefix, "limit": limit})
+        return [rows.log_from_row(r) for r in found]
