@@ -56,6 +56,7 @@ class RecordedStep:
     stream: list[str] | None = None  # LLM: each streamed event's JSON, in order
     http: dict[str, Any] | None = None  # LLM: the response's status and kept headers
     result: str | None = None  # tool: the result JSON
+    result_type: str | None = None  # tool: the result's type tag (JSON, codec.typed): what a replay rebuilds
     failed: bool = False
     error: str = ""  # the span's status message
     error_type: str = ""  # error.type: the exception's class name
@@ -110,7 +111,7 @@ def step_from_span(span: SpanRecord) -> RecordedStep | None:
         args = json_or(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS), {})
         return RecordedStep(kind=KIND_TOOL, name=a.get(semconv.GEN_AI_TOOL_NAME, ""), request=args,
                             fingerprint=request_fingerprint(args), result=a.get(semconv.GEN_AI_TOOL_CALL_RESULT),
-                            **common)
+                            result_type=a.get(semconv.TOOL_RESULT_TYPE), **common)
     request = json_or(a.get(semconv.REQUEST), {})
     return RecordedStep(
         kind=KIND_LLM, name=a.get(semconv.GEN_AI_REQUEST_MODEL, ""), provider=a.get(semconv.GEN_AI_PROVIDER_NAME, ""),

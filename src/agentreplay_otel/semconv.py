@@ -204,6 +204,11 @@ COST_CURRENCY: Final = "agentreplay.cost.currency"
 CURRENCY_USD: Final = "USD"
 TOOL_SIDE_EFFECT: Final = "agentreplay.tool.side_effect"
 TOOL_FUNCTION: Final = "agentreplay.tool.function"
+# What a tool call ran on, by type, never by value (JSON {parameter: "module:Class"}): a method's self or
+# cls and the objects a framework injects (a run context, a kernel); they are not its arguments.
+TOOL_OWNER: Final = "agentreplay.tool.owner"
+# The result's type tag (codec.typed, JSON): what a replay rebuilds the result as from its JSON.
+TOOL_RESULT_TYPE: Final = "agentreplay.tool.result.type"
 GRAPH_NODE: Final = "agentreplay.graph.node"
 # The graph's name, as runs recorded before gen_ai.workflow.name carry it (workflow and node spans).
 GRAPH_NAME: Final = "agentreplay.graph.name"

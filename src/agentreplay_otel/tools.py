@@ -33,10 +33,14 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import json
 import logging
-from collections.abc import Awaitable, Callable, Iterator
+import re
+import sys
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
@@ -44,7 +48,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from agentreplay_otel import intercept, semconv, settings
+from agentreplay_otel import codec, intercept, semconv, settings
 from agentreplay_otel.content import to_json
 from agentreplay_otel.errors import ReplayedToolError
 from agentreplay_otel.runs import start_step_span
@@ -75,6 +79,7 @@ class ToolInvocation:
     arguments: dict[str, Any]
     func: Callable[..., Any]  # the body; a replay with nothing recorded mocks its return type
     call_id: str | None = None
+    owners: dict[str, Any] = field(default_factory=dict)  # self, cls, injected objects: recorded by type only
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,7 +172,7 @@ def _decide(call: ToolInvocation, span: Span) -> Replayed | None:
     """Before the body, the interceptor's verdict: the guard raises ScopeViolation / RunHalted or
     lets the body run (None); a replay answers in its place (the body never runs)."""
     interceptor = intercept.current()
-    cost = _cost(call.spec.cost, call.arguments) if interceptor.acts else None
+    cost = _cost(call.spec.cost, call.arguments, call.owners) if interceptor.acts else None
     in_usd = call.spec.currency == semconv.CURRENCY_USD
     try:
         sandboxed = interceptor.before_tool(intercept.ToolCall(
@@ -184,7 +189,7 @@ def _charge(call: ToolInvocation, span: Span) -> None:
     interceptor = intercept.current()
     if not interceptor.acts:
         return
-    cost = _cost(call.spec.cost, call.arguments)
+    cost = _cost(call.spec.cost, call.arguments, call.owners)
     if cost is None:
         return
     span.set_attribute(semconv.COST_AMOUNT, cost)
@@ -210,8 +215,14 @@ def _start(call: ToolInvocation, tracer: trace.Tracer | None) -> Span:
         attributes[semconv.GEN_AI_TOOL_DESCRIPTION] = spec.description
     if call.call_id:
         attributes[semconv.GEN_AI_TOOL_CALL_ID] = call.call_id
+    if call.owners:
+        attributes[semconv.TOOL_OWNER] = json.dumps({k: _type_name(v) for k, v in call.owners.items()})
     if settings.current().capture_content:
-        attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = to_json(call.arguments)
+        text, addressed = recorded_arguments(call.arguments)
+        attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = text
+        if addressed:
+            _say_once(spec.name, "arguments", f"agentreplay: tool {spec.name!r}: argument(s) {', '.join(addressed)} "
+                      "recorded only as a repr holding a memory address; a replay matches them by type")
     return start_step_span(f"{semconv.OP_EXECUTE_TOOL} {spec.name}", kind=SpanKind.INTERNAL,
                            attributes=attributes, tracer=tracer)
 
@@ -219,12 +230,38 @@ def _start(call: ToolInvocation, tracer: trace.Tracer | None) -> Span:
 def _finish(span: Span, call: ToolInvocation, recorded: Callable[[Any], Any], result: Any) -> None:
     try:
         if settings.current().capture_content:
-            span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, to_json(recorded(result)))
+            _record_result(span, call.spec.name, recorded(result))
         _charge(call, span)
     except Exception:  # recording must never break the agent
         _log.exception("agentreplay: could not record the result of tool %r", call.spec.name)
     finally:
         span.end()
+
+
+def _record_result(span: Span, tool: str, result: Any) -> None:
+    """The result as JSON, and its type tag when it is more than JSON (what a replay rebuilds it as);
+    a type a replay cannot rebuild is said once (one line on stderr)."""
+    typed = codec.typed(result)
+    span.set_attribute(semconv.GEN_AI_TOOL_CALL_RESULT, to_json(typed.plain))
+    if typed.tag is not None:
+        span.set_attribute(semconv.TOOL_RESULT_TYPE, json.dumps(typed.tag, separators=(",", ":")))
+    for path in typed.opaque:
+        _say_once(tool, path, f"agentreplay: tool {tool!r} returns {path}, which a replay cannot rebuild "
+                  "(not an importable pydantic model, dataclass, attrs class, enum or named tuple): "
+                  "a replay returns its recorded JSON in its place")
+
+
+# Said once per process: a tool's arguments or result types that a replay cannot match or rebuild.
+_said: set[tuple[str, str]] = set()
+_said_lock = threading.Lock()
+
+
+def _say_once(tool: str, what: str, line: str) -> None:
+    with _said_lock:
+        if (tool, what) in _said:
+            return
+        _said.add((tool, what))
+    sys.stderr.write(line + "\n")
 
 
 def _fail(span: Span, exc: BaseException) -> None:
@@ -270,6 +307,8 @@ def tool(
     code = currency_code(currency)
 
     def decorate(func: F) -> F:
+        if isinstance(func, (classmethod, staticmethod)):  # @tool above @classmethod: wrap the function inside
+            return type(func)(decorate(func.__func__))  # type: ignore[return-value]
         spec = ToolSpec(
             name=name or func.__name__,
             side_effect=side_effect,
@@ -285,6 +324,7 @@ def tool(
 
 def _wrap(func: F, spec: ToolSpec) -> F:
     signature = inspect.signature(func)
+    owners = owner_parameters(signature)
 
     if inspect.iscoroutinefunction(func):
 
@@ -293,7 +333,7 @@ def _wrap(func: F, spec: ToolSpec) -> F:
             if _recorded_outside.get() is async_wrapper:
                 with recorded_by_caller(None):
                     return await func(*args, **kwargs)
-            call = ToolInvocation(spec=spec, arguments=_arguments(signature, args, kwargs), func=func)
+            call = _invocation(spec, func, signature, owners, args, kwargs)
             return await acall_tool(call, lambda: func(*args, **kwargs))
 
         async_wrapper.__agentreplay_tool__ = spec  # type: ignore[attr-defined]
@@ -304,7 +344,7 @@ def _wrap(func: F, spec: ToolSpec) -> F:
         if _recorded_outside.get() is wrapper:
             with recorded_by_caller(None):
                 return func(*args, **kwargs)
-        call = ToolInvocation(spec=spec, arguments=_arguments(signature, args, kwargs), func=func)
+        call = _invocation(spec, func, signature, owners, args, kwargs)
         return call_tool(call, lambda: func(*args, **kwargs))
 
     wrapper.__agentreplay_tool__ = spec  # type: ignore[attr-defined]
@@ -324,6 +364,14 @@ def _first_line(text: str | None) -> str:
     return text.strip().split("\n", 1)[0].strip() if text else ""
 
 
+def _invocation(spec: ToolSpec, func: Callable[..., Any], signature: inspect.Signature, owners: frozenset[str],
+                args: tuple, kwargs: dict) -> ToolInvocation:
+    arguments = _arguments(signature, args, kwargs)
+    found = {k: v for k, v in arguments.items() if k in owners or _injected_value(v)}
+    return ToolInvocation(spec=spec, arguments={k: v for k, v in arguments.items() if k not in found}, func=func,
+                          owners=found)
+
+
 def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any]:
     try:
         bound = signature.bind(*args, **kwargs)
@@ -333,13 +381,128 @@ def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[
     return dict(bound.arguments)
 
 
-def _cost(cost: Cost, arguments: dict[str, Any]) -> float | None:
+# --- what a tool runs on, not what it is asked --------------------------------------------------
+# A method's self or cls, and what a framework hands a tool besides the model's arguments (a run
+# context, a kernel, callbacks), are the tool's *owner*: recorded by type (semconv.TOOL_OWNER), never
+# matched by value, since their value (an address, a live connection) differs in every process.
+_OWNER_NAMES = frozenset({"self", "cls"})  # the first parameter of a method or classmethod
+# Annotations that name an injected object, wherever the framework defines it (pydantic-ai, the OpenAI
+# Agents SDK, Semantic Kernel, LangChain / LangGraph).
+_INJECTED_ANNOTATIONS = frozenset({
+    "RunContext", "RunContextWrapper", "ToolContext", "Kernel", "KernelArguments", "PromptExecutionSettings",
+    "AIServiceClientBase", "RunnableConfig", "CallbackManagerForToolRun", "AsyncCallbackManagerForToolRun",
+    "ToolRuntime", "InjectedToolArg", "InjectedState", "InjectedStore",
+})
+# Classes known by their package too, where the name alone is too common (MCP's and FastMCP's Context).
+_INJECTED_CLASSES = frozenset({
+    ("mcp", "Context"), ("fastmcp", "Context"), ("pydantic_ai", "RunContext"), ("agents", "RunContextWrapper"),
+    ("agents", "ToolContext"), ("semantic_kernel", "Kernel"), ("semantic_kernel", "KernelArguments"),
+    ("langchain_core", "BaseCallbackManager"), ("langgraph", "ToolRuntime"),
+})
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def owner_parameters(signature: inspect.Signature) -> frozenset[str]:
+    """The parameters that are the tool's owner by their name or annotation (``self``, ``cls`` first;
+    ``ctx: RunContext[Deps]``, ``kernel: Kernel``, ``config: RunnableConfig`` anywhere)."""
+    found = set()
+    for index, p in enumerate(signature.parameters.values()):
+        if index == 0 and p.name in _OWNER_NAMES:
+            found.add(p.name)
+        elif p.annotation is not inspect.Parameter.empty and _names_injected(p.annotation):
+            found.add(p.name)
+    return frozenset(found)
+
+
+def _names_injected(annotation: Any) -> bool:
+    text = annotation if isinstance(annotation, str) else repr(annotation)
+    return not _INJECTED_ANNOTATIONS.isdisjoint(_WORD.findall(text))
+
+
+def _injected_value(value: Any) -> bool:
+    """Whether ``value`` is an object a framework injects (by its class's package and name)."""
+    kind = type(value)
+    if kind in (str, int, float, bool, list, dict, type(None)):
+        return False
+    return any((c.__module__.partition(".")[0], c.__name__) in _INJECTED_CLASSES for c in kind.__mro__)
+
+
+def _type_name(value: Any) -> str:
+    """An owner as recorded: its class (``module:QualName``), the class itself for ``cls``."""
+    return codec.class_path(value if isinstance(value, type) else type(value))
+
+
+_ADDRESS = re.compile(r"^<(.*?)\s+at\s+0x[0-9a-fA-F]+>$", re.DOTALL)
+
+
+def recorded_arguments(arguments: Mapping[str, Any]) -> tuple[str, list[str]]:
+    """A call's arguments as recorded (JSON), and the names of those held only as a repr with a memory
+    address (``<Client object at 0x7f...>``): each is recorded by its type (``<module:Client>``), so the
+    same call in another process (another address) records the same text and a replay matches it."""
+    addressed: list[str] = []
+    plain = {name: _unaddressed(value, name, addressed) for name, value in arguments.items()}
+    text = to_json(plain)
+    if " at 0x" in text:  # an address deeper inside (a repr within a model or a container's items)
+        stripped = _strip_addresses(json.loads(text), addressed, "")
+        text = to_json(stripped)
+    return text, list(dict.fromkeys(addressed))
+
+
+def arguments_as_recorded(arguments: Mapping[str, Any]) -> Any:
+    """The arguments as the recording holds them (decoded): what a replay matches a call by."""
+    return json.loads(recorded_arguments(arguments)[0])
+
+
+def _unaddressed(value: Any, name: str, addressed: list[str]) -> Any:
+    kind = type(value)
+    if kind in (str, int, float, bool, type(None)):
+        return value
+    if kind in (list, tuple):
+        return [_unaddressed(v, name, addressed) for v in value]
+    if kind is dict:
+        return {k: _unaddressed(v, name, addressed) for k, v in value.items()}
+    if codec.class_kind(kind) is not None or callable(getattr(value, "model_dump", None)) \
+            or hasattr(value, "isoformat") or isinstance(value, (set, frozenset, bytes)):
+        return value  # the content encoder writes its fields or text
+    if _ADDRESS.match(repr(value)):
+        addressed.append(name)
+        return f"<{codec.class_path(kind)}>"
+    return value
+
+
+def _strip_addresses(value: Any, addressed: list[str], name: str) -> Any:
+    if isinstance(value, str):
+        found = _ADDRESS.match(value)
+        if found is None:
+            return value
+        addressed.append(name or "?")
+        return f"<{found.group(1)}>"
+    if isinstance(value, list):
+        return [_strip_addresses(v, addressed, name) for v in value]
+    if isinstance(value, dict):
+        return {k: _strip_addresses(v, addressed, name or k) for k, v in value.items()}
+    return value
+
+
+def _cost(cost: Cost, arguments: dict[str, Any], owners: Mapping[str, Any] | None = None) -> float | None:
+    """What one call charges: ``cost`` itself, or ``cost(**arguments)`` (with ``self`` too for a cost
+    function that names it)."""
     if cost is None:
         return None
     if callable(cost):
         try:
-            return float(cost(**arguments))
+            return float(cost(**_cost_arguments(cost, arguments, owners or {})))
         except Exception:  # noqa: BLE001 - a faulty cost function must not break the tool
             _log.exception("agentreplay: cost function of a tool failed")
             return None
     return float(cost)
+
+
+def _cost_arguments(cost: Callable[..., float], arguments: dict[str, Any], owners: Mapping[str, Any]) -> dict[str, Any]:
+    if not owners:
+        return arguments
+    try:
+        named = inspect.signature(cost).parameters
+    except (TypeError, ValueError):
+        return arguments
+    return {**{k: v for k, v in owners.items() if k in named}, **arguments}

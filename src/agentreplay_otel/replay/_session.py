@@ -13,6 +13,8 @@ the agent's own) first. A call that no pending step asks is a divergence at its 
 
 from __future__ import annotations
 
+import json
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -22,7 +24,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.trace import Span
 
-from agentreplay_otel import semconv
+from agentreplay_otel import codec, semconv
 from agentreplay_otel.errors import (
     ForkComplete,
     ReplayDivergence,
@@ -46,6 +48,7 @@ from agentreplay_otel.replay._model import (
     kind_differs,
 )
 from agentreplay_otel.replay._sandbox import stand_in
+from agentreplay_otel.tools import arguments_as_recorded
 
 
 def _step_of(span: Span) -> int | None:
@@ -116,6 +119,10 @@ class ReplaySession:
         self.live_after_divergence = plan.mode is Mode.REGRESSION and plan.on_divergence is OnDivergence.LIVE
         self.forked = False
         self._forked_call: ForkedCall | None = None  # the fork's call, whose later calls the fix reaches too
+        # Requests refused so far, by (kind, model or tool, fingerprint): a framework that retries one
+        # (Griptape's tenacity) gets the same refusal, not a second divergence at the next step.
+        self._refused: dict[tuple[str, str, str], Divergence] = {}
+        self._unbuilt: set[tuple[str, str]] = set()  # (tool, class) whose recorded result was not rebuilt: said once
 
     @property
     def run_kind(self) -> str:
@@ -207,22 +214,25 @@ class ReplaySession:
         printed = request_fingerprint(body)
         parent = self._lineage_of()
         with self._lock:
+            again = self._refused_before(KIND_LLM, name, printed)
+            if again is not None:
+                return Answer(live=False, error=ReplayDivergence(again))
             step = self._take(step, KIND_LLM, name, "" if self._is_live() else printed, parent)
             recorded = self.recording.steps[step] if step < len(self.recording.steps) else None
             if self._is_live():
                 return self._live(body, step, provider)
             if recorded is None:
                 return self._diverge(body, Divergence(step=step, reason=Reason.EXTRA_CALL, kind=KIND_LLM, name=name),
-                                     step, provider)
+                                     step, provider, printed)
             if recorded.kind != KIND_LLM:
-                return self._diverge(body, _kind_differs(step, KIND_LLM, name, recorded), step, provider)
+                return self._diverge(body, _kind_differs(step, KIND_LLM, name, recorded), step, provider, printed)
             if self.plan.mode is Mode.FORK and step == self.plan.fork_at:
                 self.forked = True
                 self._forked_call = forked_call(self.recording, step, provider, body)
                 return self._live(apply_fix(body, self.plan.fix, provider), step, provider)
             if printed != recorded.fingerprint:
                 return self._diverge(body, self._request_divergence(step, KIND_LLM, name, body, recorded),
-                                     step, provider)
+                                     step, provider, printed)
             self.matched += 1
             return Answer(recorded=recorded, live=False)
 
@@ -246,13 +256,22 @@ class ReplaySession:
             body = {**body, "temperature": 0}
         return Answer(live=True, body=body, route=route)
 
-    def _diverge(self, body: dict[str, Any], divergence: Divergence, step: int, provider: str) -> Answer:
+    def _diverge(self, body: dict[str, Any], divergence: Divergence, step: int, provider: str,
+                 printed: str) -> Answer:
         first = self.divergence is None
         if first:
             self.divergence = divergence
         if first and self.live_after_divergence:
             return self._live(body, step, provider)
+        self._refused[(KIND_LLM, divergence.name, printed)] = divergence
         return Answer(live=False, error=ReplayDivergence(divergence))
+
+    def _refused_before(self, kind: str, name: str, printed: str) -> Divergence | None:
+        """The divergence an identical request was refused with, when it was: a retry of it (a framework's
+        backoff) is refused alike and takes no step, so the log shows one error, the real one."""
+        if not self._refused or self._is_live():
+            return None
+        return self._refused.get((kind, name, printed))
 
     def _request_divergence(self, step: int, kind: str, name: str, request: Mapping[str, Any],
                             recorded: RecordedStep) -> Divergence:
@@ -285,53 +304,75 @@ class ReplaySession:
 
     def on_tool_call(self, name: str, arguments: Mapping[str, Any], func: Any,
                      step: int | None = None, *, span: Span | None = None) -> tuple[Any, str]:
-        printed = request_fingerprint(dict(arguments))
+        as_recorded = arguments_as_recorded(arguments)  # by type where only an address was recorded
+        printed = request_fingerprint(as_recorded)
         parent = self._lineage_of(span)
         with self._lock:
+            again = self._refused_before(KIND_TOOL, name, printed)
+            if again is not None:
+                raise ReplayDivergence(again)
             step = self._take(step, KIND_TOOL, name, "" if self._is_live() else printed, parent)
             self.tools_sandboxed += 1
             recorded = self.recording.steps[step] if step < len(self.recording.steps) else None
             if not self._is_live():
-                problem = self._tool_problem(step, name, arguments, recorded)
+                problem = self._tool_problem(step, name, as_recorded, printed, recorded)
                 if problem is not None:
                     first = self.divergence is None
                     if first:
                         self.divergence = problem
                     if not (first and self.live_after_divergence):
+                        self._refused[(KIND_TOOL, name, printed)] = problem
                         raise ReplayDivergence(problem)
                 else:
                     self.matched += 1
                     assert recorded is not None
                     if recorded.failed:
                         raise recorded_failure(recorded)
-                    return decode(recorded.result), "recorded"
-            return self._sandboxed(name, arguments, func, recorded)
+                    return self._result(recorded), "recorded"
+            return self._sandboxed(name, printed, func, recorded)
 
-    def _tool_problem(self, step: int, name: str, arguments: Mapping[str, Any],
+    def _result(self, recorded: RecordedStep) -> Any:
+        """A recorded tool result as the tool returned it: its JSON, rebuilt as its type tag says
+        (:func:`codec.rebuild`); a class this process cannot build is said once, and its JSON returned."""
+        plain = decode(recorded.result)
+        if not recorded.result_type:
+            return plain
+        try:
+            tag = json.loads(recorded.result_type)
+        except ValueError:
+            return plain
+        rebuilt = codec.rebuild(plain, tag)
+        for path in rebuilt.refused:
+            if (recorded.name, path) not in self._unbuilt:
+                self._unbuilt.add((recorded.name, path))
+                sys.stderr.write(f"agentreplay: replay: tool {recorded.name!r} returned {path} when recorded; this "
+                                 "process has no such class loaded that is safe to build (a pydantic model, "
+                                 "dataclass, attrs class, enum or named tuple), so its recorded JSON comes back\n")
+        return rebuilt.value
+
+    def _tool_problem(self, step: int, name: str, as_recorded: Any, printed: str,
                       recorded: RecordedStep | None) -> Divergence | None:
         if recorded is None:
             return Divergence(step=step, reason=Reason.EXTRA_CALL, kind=KIND_TOOL, name=name)
         if recorded.kind != KIND_TOOL or recorded.name != name:
             return _kind_differs(step, KIND_TOOL, name, recorded)
-        if request_fingerprint(dict(arguments)) != recorded.fingerprint:
-            return self._request_divergence(step, KIND_TOOL, name, arguments, recorded)
+        if printed != recorded.fingerprint:
+            return self._request_divergence(step, KIND_TOOL, name, as_recorded, recorded)
         return None
 
-    def _sandboxed(self, name: str, arguments: Mapping[str, Any], func: Any,
-                   recorded: RecordedStep | None) -> tuple[Any, str]:
+    def _sandboxed(self, name: str, printed: str, func: Any, recorded: RecordedStep | None) -> tuple[Any, str]:
         """Recorded result by position (same tool, same arguments), else by arguments, else an
         empty value of the shape the tool's recorded results had (:func:`stand_in`).
 
         A recorded result for other arguments is never returned: after a fork, the booking
         of another flight must not come back as the original booking's confirmation.
         """
-        printed = request_fingerprint(dict(arguments))
         if recorded is not None and recorded.kind == KIND_TOOL and recorded.name == name \
                 and recorded.fingerprint == printed:
-            return decode(recorded.result), "recorded-by-position"
+            return self._result(recorded), "recorded-by-position"
         for s in self.recording.steps:
             if s.kind == KIND_TOOL and s.name == name and s.fingerprint == printed:
-                return decode(s.result), "recorded-by-arguments"
+                return self._result(s), "recorded-by-arguments"
         results = [decode(s.result) for s in self.recording.steps
                    if s.kind == KIND_TOOL and s.name == name and not s.failed and s.result is not None]
         return stand_in(results, func), "mock"
