@@ -3,6 +3,8 @@
 The tee passes the raw bytes on untouched and keeps them decoded (content-encoding undone),
 so what is stored is what the library parsed; a stream's events are kept as sent. A raw or
 streaming-response wrapper whose body the caller reads later ends its call when it is read.
+The first bytes' arrival is stamped on the call's clock: a stream read from the wire (no proxy
+stamps its chunks) has its time to first chunk too.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
@@ -107,6 +110,8 @@ class _Keeper:
         self.decoder = _decoder(header(response.headers, b"content-encoding"), _package(response))
 
     def add(self, chunk: bytes) -> None:
+        if chunk and self.call.exchange.first_chunk is None:
+            self.call.exchange.first_chunk = time.perf_counter()
         try:
             self.chunks.append(self.decoder.decode(chunk) if self.decoder else chunk)
         except Exception:  # noqa: BLE001 - a body we cannot decode is recorded as it came

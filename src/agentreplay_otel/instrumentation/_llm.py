@@ -3,6 +3,10 @@
 Provider packages extract attributes (pure functions) and hand them to :class:`LLMCall`,
 which owns everything the providers share: the step-numbered span, the canonical request,
 cost, metrics, error status, and ending the span exactly once.
+
+Its timings are one clock from one start (:class:`CallClock`): ``time.perf_counter`` read at
+the span's own ``start_time``. The span's end, its duration metric and a stream's time to first
+chunk are offsets on that clock, so a first chunk can never be recorded after the call ended.
 """
 
 from __future__ import annotations
@@ -85,6 +89,56 @@ class LLMResult:
     chunk_times: list[float] | None = None  # a stream: time.perf_counter() as each chunk arrived
 
 
+class CallClock:
+    """A call's one clock: ``perf_counter`` read at the span's own start (``start_ns``, epoch ns).
+
+    Chunks are stamped with ``perf_counter``; every timing of the call (its span's end, duration,
+    time to first chunk) is an offset from ``started`` on that clock, never a second reading of the
+    wall clock, so none can exceed the span.
+    """
+
+    __slots__ = ("start_ns", "started")
+
+    def __init__(self, start_ns: int, started: float) -> None:
+        self.start_ns = start_ns
+        self.started = started
+
+    @classmethod
+    def around(cls, start: Callable[[], Span]) -> tuple[CallClock, Span]:
+        """The span ``start()`` begins and the clock anchored at its ``start_time``: the wall clock and
+        ``perf_counter`` are read just before, so the span's start (stamped inside, after a sampler
+        that may take its time) maps onto ``perf_counter`` however long starting it took."""
+        wall, before = time.time_ns(), time.perf_counter()
+        span = start()
+        after = time.perf_counter()
+        start_ns = getattr(span, "start_time", None)
+        if not isinstance(start_ns, int):  # not the SDK's span: it started as start() returned
+            return cls(time.time_ns(), after), span
+        lag = min(max(start_ns - wall, 0) / 1e9, after - before)  # a wall clock stepped back: clamped
+        return cls(start_ns, before + lag), span
+
+    def offset_ns(self, at: float) -> int:
+        """``at`` (a ``perf_counter`` reading) as nanoseconds since the span's start, never negative."""
+        return max(0, round((at - self.started) * 1e9))
+
+
+@dataclass(frozen=True, slots=True)
+class CallTimes:
+    """A finished call's timings on its :class:`CallClock`: ``first_ns <= end_ns`` by construction."""
+
+    end_ns: int  # since the span's start: its duration
+    first_ns: int | None  # a stream's first chunk, since the span's start
+
+    @classmethod
+    def of(cls, clock: CallClock, chunk_times: list[float] | None) -> CallTimes:
+        """The call ended now, or at its last chunk's stamp if that reads later (a chunk stamped on
+        another thread as the call was closed)."""
+        ended = time.perf_counter()
+        if not chunk_times:
+            return cls(end_ns=clock.offset_ns(ended), first_ns=None)
+        return cls(end_ns=clock.offset_ns(max(ended, chunk_times[-1])), first_ns=clock.offset_ns(chunk_times[0]))
+
+
 @dataclass(slots=True)
 class Exchange:
     """The HTTP request and response of a call, as the client library's transport saw them.
@@ -99,6 +153,7 @@ class Exchange:
     headers: dict[str, str] | None = None
     body: str | None = None  # a JSON response body
     events: list[str] | None = None  # a streamed response: each event's data
+    first_chunk: float | None = None  # a stream read from the wire: perf_counter() as its first bytes came
 
 
 class LLMCall:
@@ -126,7 +181,6 @@ class LLMCall:
         self.charged = intercept.current().acts  # a replay's answers cost nothing, live ones are counted
         self.exchange = Exchange()
         self.refusal: AgentReplayError | None = None  # why the transport refused to send (a replay)
-        self._started = time.perf_counter()
         self.model = model
         self.metric_attributes = {
             semconv.GEN_AI_OPERATION_NAME: operation,
@@ -145,8 +199,9 @@ class LLMCall:
         # Where nothing reads them as it starts (head_unread_at_start), they go in with the rest, first.
         head: dict[str, Any] = dict(self.metric_attributes)
         late = head_unread_at_start(tracer)
-        self.span: Span = start_step_span(name, kind=SpanKind.CLIENT, attributes=head, tracer=tracer,
-                                          provider=provider, run=run, at_start=not late)
+        self._clock, self.span = CallClock.around(lambda: start_step_span(
+            name, kind=SpanKind.CLIENT, attributes=head, tracer=tracer, provider=provider, run=run,
+            at_start=not late))
         self.step: int | None = head.get(semconv.STEP)  # its place in the run, as the call began
         rest = {k: v for k, v in attributes.items() if k not in head}
         if settings.current().capture_content:
@@ -171,17 +226,31 @@ class LLMCall:
             self._ended = True
             return True
 
+    def _times(self, result: LLMResult | None) -> CallTimes:
+        """When the call ended and its first chunk came, on the span's clock. A stream read from the
+        wire (no proxy stamped its chunks) has its first bytes' arrival."""
+        chunk_times = result.chunk_times if result is not None else None
+        if not chunk_times and self.exchange.first_chunk is not None and self.exchange.events is not None:
+            chunk_times = [self.exchange.first_chunk]
+            if result is not None:
+                result.chunk_times = chunk_times
+        return CallTimes.of(self._clock, chunk_times)
+
+    def _end(self, times: CallTimes) -> None:
+        self.span.end(end_time=self._clock.start_ns + times.end_ns)
+
     def finish(self, result: LLMResult) -> None:
         if not self._claim_end():
             return
+        times = self._times(result)
         try:
-            self._set_result(result)
+            self._set_result(result, times)
         except Exception:  # recording must never break the agent
             _log.exception("agentreplay: could not record an LLM response")
         finally:
-            self.span.end()
+            self._end(times)
 
-    def _set_result(self, result: LLMResult, *, error: str | None = None) -> None:
+    def _set_result(self, result: LLMResult, times: CallTimes, *, error: str | None = None) -> None:
         attrs = dict(result.attributes)  # set in one call: the span takes its lock once
         if result.response_model:
             attrs[semconv.GEN_AI_RESPONSE_MODEL] = result.response_model
@@ -189,8 +258,8 @@ class LLMCall:
             attrs[semconv.GEN_AI_USAGE_INPUT_TOKENS] = result.input_tokens
         if result.output_tokens is not None:
             attrs[semconv.GEN_AI_USAGE_OUTPUT_TOKENS] = result.output_tokens
-        if result.chunk_times:
-            attrs[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = result.chunk_times[0] - self._started
+        if times.first_ns is not None:  # on the span's clock, from its start: never past its end
+            attrs[semconv.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = times.first_ns / 1e9
         cost = cost_usd(result.response_model or self.model, result.input_tokens, result.output_tokens)
         if cost is not None and self.charged:
             attrs[semconv.COST_USD] = cost
@@ -202,7 +271,7 @@ class LLMCall:
                 attrs[semconv.GEN_AI_OUTPUT_MESSAGES] = view_json(result.output_messages)
             attrs.update(self._response_attributes(result))
         set_built(self.span, attrs)
-        self._record_metrics(result, error=error)
+        self._record_metrics(result, times, error=error)
 
     def _response_attributes(self, result: LLMResult) -> dict[str, Any]:
         """The response as replay needs it: what the transport saw, else what the library parsed."""
@@ -229,37 +298,39 @@ class LLMCall:
         """End the span as failed; what arrived before the failure (a partial stream) is kept."""
         if not self._claim_end():
             return
+        times = self._times(partial)
         try:
             error = type(exc).__qualname__
             if partial is not None:  # what arrived is recorded, and counted as a failed operation
-                self._set_result(partial, error=error)
+                self._set_result(partial, times, error=error)
             elif settings.current().capture_content:  # an API error's body replays as the same error
                 set_built(self.span, self._response_attributes(LLMResult()))
-            self.span.record_exception(exc)
+            self.span.record_exception(exc, timestamp=self._clock.start_ns + times.end_ns)
             self.span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
             self.span.set_attribute(semconv.ERROR_TYPE, error)
             if partial is None:
-                self._record_metrics(LLMResult(), error=error)
+                self._record_metrics(LLMResult(), times, error=error)
         except Exception:
             _log.exception("agentreplay: could not record an LLM failure")
         finally:
-            self.span.end()
+            self._end(times)
 
-    def _record_metrics(self, result: LLMResult, *, error: str | None) -> None:
+    def _record_metrics(self, result: LLMResult, times: CallTimes, *, error: str | None) -> None:
         if self._metrics is None or not self._metrics.active:  # no reader: no work for nobody
             return
         attrs = dict(self.metric_attributes)
         if result.response_model:
             attrs[semconv.GEN_AI_RESPONSE_MODEL] = result.response_model
         if result.chunk_times:  # a stream's timings: the conventions' metric attributes, no error
-            self._metrics.record_chunks(started=self._started, chunk_times=result.chunk_times, attributes=attrs)
+            self._metrics.record_chunks(started=self._clock.started, chunk_times=result.chunk_times,
+                                        attributes=attrs)
         for key in _METRIC_RESPONSE_ATTRIBUTES:
             if key in result.attributes:
                 attrs[key] = result.attributes[key]
         if error:
             attrs[semconv.ERROR_TYPE] = error
         self._metrics.record(
-            duration_s=time.perf_counter() - self._started,
+            duration_s=times.end_ns / 1e9,
             attributes=attrs,
             input_tokens=result.input_tokens,
             output_tokens=result.output_tokens,

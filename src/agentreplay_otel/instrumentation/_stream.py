@@ -14,7 +14,7 @@ is no async generator left for the event loop to close later.
 The first chunk's arrival is stamped (``time.perf_counter``), and every chunk's while a metric
 reader exists; once the stream ends the call turns the stamps into
 ``gen_ai.response.time_to_first_chunk`` and the time-to-first-chunk and time-per-output-chunk
-metrics.
+metrics, all offsets from the span's own start on its clock (``_llm.CallClock``).
 
 :func:`tap_sse` keeps each server-sent event's raw JSON as the client library decodes
 it, which is what replay needs to rebuild the stream byte for byte and costs no
