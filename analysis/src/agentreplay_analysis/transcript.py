@@ -405,11 +405,11 @@ def _step(span: SpanRecord, by_id: Mapping[str, SpanRecord]) -> Step | None:
         halted=a.get(semconv.HALTED) == "true", agent=_agent_of(span, by_id),
     )
     if a.get(semconv.GEN_AI_OPERATION_NAME) == semconv.OP_EXECUTE_TOOL:
-        raw_args = a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, "")
+        raw_args = json_text(a.get(semconv.GEN_AI_TOOL_CALL_ARGUMENTS, ""))
         args = json_or(raw_args, {})
         effect = a.get(semconv.TOOL_SIDE_EFFECT)
         return Step(kind=KIND_TOOL, name=a.get(semconv.GEN_AI_TOOL_NAME, ""), arguments=args if isinstance(args, dict)
-                    else {"input": args}, arguments_raw=raw_args, result=a.get(semconv.GEN_AI_TOOL_CALL_RESULT, ""),
+                    else {"input": args}, arguments_raw=raw_args, result=json_text(a.get(semconv.GEN_AI_TOOL_CALL_RESULT, "")),
                     call_id=a.get(semconv.GEN_AI_TOOL_CALL_ID, ""), description=a.get(semconv.GEN_AI_TOOL_DESCRIPTION, ""),
                     side_effect=None if effect is None else effect == "true", **common)
     output = json_or(a.get(semconv.GEN_AI_OUTPUT_MESSAGES), [])
@@ -427,6 +427,18 @@ def _step(span: SpanRecord, by_id: Mapping[str, SpanRecord]) -> Step | None:
         finish_reason=str(reasons[0]) if isinstance(reasons, list) and reasons else "",
         **common,
     )
+
+
+def json_text(raw: str) -> str:
+    """A tool's arguments or result as stored, with JSON sent as JSON text unwrapped: a framework that hands
+    its tool's answer on as a chat API's tool message carries it as a string (``"{\\"status\\": 504}"``), which
+    is the object it holds, not a sentence. Anything else is kept as it is."""
+    if not raw.startswith('"') or not raw.endswith('"') or len(raw) < 4:
+        return raw
+    inner = json_or(raw, None)
+    if isinstance(inner, str) and inner.lstrip()[:1] in ("{", "[") and isinstance(json_or(inner, None), dict | list):
+        return inner
+    return raw
 
 
 def _decisions(span: SpanRecord) -> tuple[Decision, ...]:

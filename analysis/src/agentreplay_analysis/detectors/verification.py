@@ -140,19 +140,34 @@ def _claims(text: str) -> bool:
 def _sees(llm: Step, tool: Step) -> bool:
     if tool.call_id and llm.sees(tool.call_id):
         return True
-    return any(llm.sees(piece) for piece in _distinctive(tool.result))
+    return any(llm.sees(form) for piece in _distinctive(tool.result) for form in _written(piece))
 
 
 def _distinctive(text: str) -> list[str]:
-    """A piece of a result that a conversation carrying it must contain, whatever JSON spacing it uses:
-    its longest string (an id, a confirmation), else the whole result in both common spacings."""
+    """Pieces of a result of which a conversation carrying it must contain one, whatever JSON spacing it
+    uses and however often it was encoded as text on the way (:func:`_written`): its longest string (an id,
+    a confirmation), else its numbers of three digits or more, else the whole result in both common spacings."""
     doc: Any = json_or(text, None)
     if doc is None:
         return [text.strip()[:200]]
-    strings = sorted((v for _, v in leaves(doc) if isinstance(v, str) and len(v) >= 4), key=len, reverse=True)
+    values = [v for _, v in leaves(doc)]
+    strings = sorted((v for v in values if isinstance(v, str) and len(v) >= 4), key=len, reverse=True)
     if strings:
-        return strings[:1]
+        return [strings[0][:200]]
+    numbers = [str(v) for v in values if isinstance(v, int | float) and not isinstance(v, bool) and len(str(v)) >= 3]
+    if numbers:
+        return numbers[:3]
     return [json.dumps(doc, separators=(",", ":"))[:200], json.dumps(doc)[:200]]
+
+
+def _written(piece: str) -> tuple[str, ...]:
+    """A piece of text as a conversation may hold it: as it is, escaped as a JSON string (ASCII or not), and
+    escaped twice and three times (a tool's answer handed on as JSON text inside a JSON message, or as text
+    encoded once more on the way)."""
+    once = json.dumps(piece)[1:-1]
+    twice = json.dumps(once)[1:-1]
+    return tuple(dict.fromkeys((piece, once, json.dumps(piece, ensure_ascii=False)[1:-1], twice,
+                                json.dumps(twice)[1:-1])))
 
 
 def _denied(step: Step) -> bool:
