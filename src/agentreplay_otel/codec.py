@@ -139,12 +139,12 @@ def loaded_class(path: str) -> type | None:
     if module is None or not qualname or "<" in qualname:
         return None
     space: Mapping[str, Any] = vars(module)
-    found: Any = None
+    found: type | None = None
     for part in qualname.split("."):
-        found = space.get(part)
-        if not isinstance(found, type):
+        item = space.get(part)
+        if not isinstance(item, type):
             return None
-        space = vars(found)
+        found, space = item, vars(item)
     return found
 
 

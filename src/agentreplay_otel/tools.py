@@ -308,7 +308,7 @@ def tool(
 
     def decorate(func: F) -> F:
         if isinstance(func, (classmethod, staticmethod)):  # @tool above @classmethod: wrap the function inside
-            return type(func)(decorate(func.__func__))  # type: ignore[return-value]
+            return type(func)(decorate(func.__func__))  # type: ignore[arg-type,return-value]
         spec = ToolSpec(
             name=name or func.__name__,
             side_effect=side_effect,
