@@ -112,6 +112,8 @@ class Authenticated:
 
     identity: AgentIdentity
     body_sha256: str | None
+    gateway: bool = False
+    """A gateway's identity (``agentreplay_auth.gateways``): its exports may hold resources naming no agent."""
 
     def check_body(self, body: bytes) -> None:
         if self.body_sha256 is not None and not hmac.compare_digest(self.body_sha256, proof.digest(body)):
@@ -217,6 +219,7 @@ class AuthProcessor:
         self._cache_size = config.token_cache_size
         self._max_age_s = config.proof_max_age_s
         self._covers_body = config.proof_covers_body
+        self._gateways = frozenset(config.gateways)
         self._ledger = ProofLedger(config.proof_ledger_size, config.proof_max_age_s,
                                    per_agent=math.ceil(config.proof_rate_per_agent * config.proof_max_age_s))
         self._lock = threading.Lock()
@@ -259,15 +262,20 @@ class AuthProcessor:
         except IdentityError as exc:
             raise Unauthenticated(str(exc)) from exc
         self._ledger.spend(identity.agent_id, claims.jti, claims.iat, clock)
-        return Authenticated(identity=identity, body_sha256=claims.body_sha256 if self._covers_body else None)
+        return Authenticated(identity=identity, body_sha256=claims.body_sha256 if self._covers_body else None,
+                             gateway=identity.agent_id in self._gateways)
 
     @staticmethod
     def check_resources(who: Authenticated | None, resource_agent_ids: Sequence[str | None]) -> None:
-        """PermissionDenied unless every resource names the authenticated agent (nothing to check if insecure)."""
+        """PermissionDenied unless every resource names the authenticated agent (nothing to check if insecure).
+        A gateway's resources may also name none: spans of other instrumentations it forwards, which claim
+        no chain and are stored as the gateway's; never another agent's."""
         if who is None:
             return
         agent_id = who.identity.agent_id
         for agent in resource_agent_ids:
+            if agent is None and who.gateway:
+                continue
             if agent != agent_id:
                 raise PermissionDenied(
                     f"the token is for agent {agent_id!r}; a resource names {semconv.AGENT_ID}={agent!r}"

@@ -107,6 +107,9 @@ class AuthConfig:
     proof_ledger_size: int = 200_000  # proofs remembered (single use) while they are fresh, all agents together
     proof_rate_per_agent: int = 100  # requests a second one agent may sustain: its ledger holds this times max age
     proof_covers_body: bool = True  # false behind a gateway that re-encodes exports (otelcol)
+    # agent ids the org issued to gateways: their exports may hold resources that name no agent (other
+    # instrumentations' spans they forward), stored as unclaimed (foreign) spans owned by the gateway
+    gateways: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -242,6 +245,18 @@ class ForwardConfig:
     retry: RetrySettings = RetrySettings()
     authenticator: str | None = None  # ``auth.authenticator``: a headers_setter extension's id
     from_request: tuple[str, ...] = ()  # headers set to the export's own authorization (headers_setter)
+    identity: ForwardIdentity | None = None  # ``auth.authenticator`` an agentreplay_identity: sign each send
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForwardIdentity:
+    """``agentreplay_identity``: the credential a forwarding exporter authenticates with to another AgentReplay
+    collector, as an agent does: the org's certificate (identity token) of a key, and that key, which signs a
+    fresh proof of possession over each request's bytes (a gateway's own identity: docs/security.md)."""
+
+    name: str  # the extension's id
+    identity_file: Path
+    key_file: Path
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -530,6 +545,7 @@ def _parse_auth(sec: _Section) -> AuthConfig:
     ledger = sec.integer("proof_ledger_size", 200_000, minimum=1000)
     rate = sec.integer("proof_rate_per_agent", 100, minimum=1)
     covers_body = sec.boolean("proof_covers_body", True)
+    gateways = sec.string_list("gateways")
     sec.done()
     if not 1.0 <= max_age <= 600.0:
         raise ConfigError(sec.at("proof_max_age"), "a duration from 1s to 10m", max_age)
@@ -543,7 +559,7 @@ def _parse_auth(sec: _Section) -> AuthConfig:
         raise ConfigError(sec.at("org_public_key"), "an existing PEM file", key)
     return AuthConfig(insecure=insecure, org_public_key=Path(key) if key else None, token_cache_size=cache,
                       proof_max_age_s=max_age, proof_ledger_size=ledger, proof_rate_per_agent=rate,
-                      proof_covers_body=covers_body)
+                      proof_covers_body=covers_body, gateways=gateways)
 
 
 def _parse_chain(sec: _Section) -> ChainConfig:
@@ -878,7 +894,18 @@ def _parse_headers_setter(sec: _Section) -> HeadersSetter:
     return HeadersSetter(values=values, from_request=tuple(from_request))
 
 
+def _parse_identity(sec: _Section) -> ForwardIdentity:
+    identity, key = _file(sec, "identity_file"), _file(sec, "key_file")
+    sec.done()
+    for name, value in (("identity_file", identity), ("key_file", key)):
+        if value is None:
+            raise ConfigError(sec.at(name), "the path of the gateway's identity token and of its key (both)")
+    assert identity is not None and key is not None
+    return ForwardIdentity(name=sec.path.rsplit(".", 1)[-1], identity_file=identity, key_file=key)
+
+
 _EXTENSIONS = {
+    "agentreplay_identity": _parse_identity,
     "agentreplay_control": _parse_control,
     "agentreplay_transparency": _parse_transparency,
     "headers_setter": _parse_headers_setter,
@@ -987,6 +1014,10 @@ def _secret_files(config: CollectorConfig, p: TracesPipeline, ext_ids: tuple[str
     if config.scope is not None and config.scope.admin_token_file is not None:
         proc = next(c for c in p.processors if _component_type(c) == "agentreplay_scope")
         files.append(SecretFile(key=f"processors.{proc}.admin_token_file", path=config.scope.admin_token_file))
+    for forwarder in config.forwarders.values():
+        if forwarder.identity is not None and all(f.path != forwarder.identity.key_file for f in files):
+            files.append(SecretFile(key=f"extensions.{forwarder.identity.name}.key_file",
+                                    path=forwarder.identity.key_file))
     for key, tls in tls_listeners(config, p, ext_ids):
         if tls is not None and all(f.path != tls.key_file for f in files):  # one key may serve every listener
             files.append(SecretFile(key=f"{key}.tls.key_file", path=tls.key_file))
@@ -1229,9 +1260,12 @@ def _authenticated(cfg: ForwardConfig, cid: str, extensions: dict[str, Any], ext
     if cfg.authenticator is None:
         return cfg
     setter = extensions.get(cfg.authenticator)
+    if isinstance(setter, ForwardIdentity) and cfg.authenticator in ext_ids:
+        return replace(cfg, identity=setter)
     if not isinstance(setter, HeadersSetter) or cfg.authenticator not in ext_ids:
         raise ConfigError(f"exporters.{cid}.auth.authenticator",
-                          "a headers_setter extension listed in service.extensions", cfg.authenticator)
+                          "a headers_setter or agentreplay_identity extension listed in service.extensions",
+                          cfg.authenticator)
     return replace(cfg, headers={**cfg.headers, **setter.values}, from_request=setter.from_request)
 
 

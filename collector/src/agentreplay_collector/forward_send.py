@@ -13,6 +13,11 @@ refused, dropped       any other status                                       an
 garbage (retried)      a response that is not an Export...ServiceResponse     a 2xx body that is not one
 =====================  =====================================================  ==========
 
+With an ``agentreplay_identity`` authenticator (``ForwardConfig.identity``) each send carries that
+identity's certificate and a fresh proof of possession by its key over the bytes as sent (after gzip, for
+OTLP/HTTP; the message for gRPC, whose compression is the transport's): the collector forwards as a
+gateway with a credential of its own (docs/security.md), and each retry is signed anew.
+
 Retrying garbage is deliberate: a proxy answering an HTML page is usually passing, and a backend
 that keeps answering garbage still ends in a counted drop after ``max_elapsed_time``.
 """
@@ -35,7 +40,8 @@ from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from agentreplay_collector.config import ForwardConfig
+from agentreplay_collector.config import ForwardConfig, ForwardIdentity
+from agentreplay_otel.core import load_private_key, proof
 
 REQUESTS: dict[str, type[Message]] = {
     "traces": trace_service_pb2.ExportTraceServiceRequest,
@@ -97,6 +103,21 @@ def _check_answer(signal: str, body: bytes, what: str) -> None:
         raise SendError("garbage", f"{what}: not an OTLP {signal} response ({exc})", retryable=True) from exc
 
 
+def prover_of(identity: ForwardIdentity | None) -> proof.Prover | None:
+    """The prover an exporter signs with: its identity token and key, read once at start."""
+    if identity is None:
+        return None
+    certificate = identity.identity_file.read_text().strip()
+    return proof.Prover(certificate=certificate, key=load_private_key(identity.key_file))
+
+
+def _signed(prover: proof.Prover | None, signal: str, body: bytes, headers: Mapping[str, str]) -> Mapping[str, str]:
+    """``headers`` with the identity's authorization and a fresh proof over ``body`` (as sent), if it has one."""
+    if prover is None:
+        return headers
+    return {**headers, **prover.headers("POST", proof.OTLP_TARGETS[signal], body, lower=True)}
+
+
 def _read(path: Path | None) -> bytes | None:
     return path.read_bytes() if path is not None else None
 
@@ -122,9 +143,11 @@ class GrpcSender:
             for signal, method in METHODS.items()
         }
         self.metadata = tuple(config.headers.items())
+        self.prover = prover_of(config.identity)
         self.compression = grpc.Compression.Gzip if config.compression == "gzip" else grpc.Compression.NoCompression
 
     def send(self, signal: str, body: bytes, headers: Mapping[str, str]) -> None:
+        headers = _signed(self.prover, signal, body, headers)
         metadata = (*self.metadata, *headers.items()) if headers else self.metadata
         try:
             answer = self.calls[signal](
@@ -151,6 +174,7 @@ class HttpSender:
     def __init__(self, config: ForwardConfig) -> None:
         self.config = config
         self.targets = {signal: urlsplit(url) for signal, url in config.urls.items()}
+        self.prover = prover_of(config.identity)
         self._local = threading.local()
         self._context: ssl.SSLContext | None = None
         if any(t.scheme == "https" for t in self.targets.values()):
@@ -196,6 +220,7 @@ class HttpSender:
         if self.config.compression == "gzip":
             packer = zlib.compressobj(6, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
             body = packer.compress(body) + packer.flush()
+        headers = _signed(self.prover, signal, body, headers)
         conn = self._connection(signal)
         url = target.geturl()
         try:
