@@ -40,7 +40,7 @@ def test_pages_are_served_with_a_strict_policy_and_no_inline_code(console):
         assert answer.headers["X-Content-Type-Options"] == "nosniff"
         assert "set-cookie" not in {k.lower() for k in answer.headers}
     assert "script-src 'self'" in CSP and "unsafe" not in CSP and "default-src 'none'" in CSP
-    scripts = ("common.js", "runs.js", "run.js", "diff.js", "console.js")
+    scripts = ("money.js", "common.js", "runs.js", "run.js", "diff.js", "console.js")
     assert re.findall(r"<script[^>]*>", html) == [f'<script src="/ui/static/{name}" defer>' for name in scripts]
     assert not re.search(r"\son\w+\s*=", html), "an inline event handler"
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html), "something from another origin"
@@ -62,6 +62,19 @@ def _cap(console, run: dict) -> float:
     return signed["manifest"]["spend"]["per_run_usd"] * trust["spend_multiplier"]
 
 
+def _rates(console, run: dict) -> dict[str, float]:
+    """The manifest's rates: US dollars per unit of another currency (a USD cap counts those charges at them)."""
+    signed = json.loads(console.get(f"/v1/manifests/{run['manifest_sha256']}")["signed"])
+    return {k: float(v) for k, v in signed["manifest"]["spend"].get("rates", {}).items()}
+
+
+def _euros(console) -> float:
+    """What the story's run charged in euros (its booking), as recorded on its spans."""
+    spans = console.get(f"/v1/runs/{console.story}/spans")["spans"]
+    return sum(float(s["attributes"]["agentreplay.cost.amount"]) for s in spans
+               if (s.get("attributes") or {}).get("agentreplay.cost.currency") == "EUR")
+
+
 def _usd(amount: float) -> str:
     """Dollars as the console writes them (common.js ``usd``): two decimals, or two significant digits
     below a cent (the demo's run costs its model calls alone: its booking is in euros)."""
@@ -78,7 +91,7 @@ def test_the_failed_run_is_listed_in_runs(console, page):
     cells = page.js(f"Array.from({row}.cells).map(c => c.textContent)")
     verdict = next(c for c in console.get(f"/v1/runs/{console.story}/classifications")["classifications"]
                    if c["verdict"] == "failed")
-    assert "halted" in cells[1] and cells[3] == "Error" and cells[4] == "intact"
+    assert "halted" in cells[1] and cells[3] == "error" and cells[4] == "intact"
     assert cells[5] == "failed " + ", ".join(verdict["failure_modes"]) and "FM-1.1" in cells[5]
     run = console.get(f"/v1/runs/{console.story}")
     assert cells[6] == f"{_usd(run['cost_usd'])} of ${_cap(console, run):.2f}" and cells[8] == str(run["span_count"])
@@ -178,8 +191,9 @@ def test_the_run_page_highlights_the_culprit_and_shows_the_saturday_booking(cons
     assert "intact" in page.js("document.querySelector('dd[data-key=\"chain\"]').textContent")
     run = console.get(f"/v1/runs/{console.story}")
     cap = _cap(console, run)
+    counted = run["cost_usd"] + _euros(console) * _rates(console, run).get("EUR", 0.0)  # euros at the manifest's rate
     assert page.js("document.querySelector('dd[data-key=\"cap\"]').textContent").startswith(
-        f"{_usd(run['cost_usd'])} of ${cap:.2f} per run ({100 * run['cost_usd'] / cap:.0f}%)")
+        f"{_usd(counted)} of ${cap:.2f} per run ({100 * counted / cap:.0f}%")
     assert '"book_flight"' in page.js("document.querySelector('#manifest pre.manifest').textContent")
 
 
@@ -547,3 +561,32 @@ def test_the_halted_runs_incident_is_linked_from_its_page(console, page):
     page.js(f"{link}.click(); true")
     assert page.wait(f"{link}.dataset.fetched !== 'loading' && {link}.dataset.fetched") == \
         str(files["walkthrough.html"]["bytes"])
+
+
+def test_money_is_shown_in_its_currency_and_a_healthy_run_reads_ok(console, page):
+    """The run page totals each currency apart (the booking in euros, the model calls in dollars), writes each
+    cap in its own currency, and reads a run that ended without an error as ok; the demo-like cap in euros is
+    written in euros by the page's own rules."""
+    page.open(f"{console.control}/ui/#/run/{console.story}")
+    page.wait(f"{READY} && document.body.dataset.run === '{console.story}'")
+    run = console.get(f"/v1/runs/{console.story}")
+    euros = _euros(console)
+    assert euros > 0
+    cost = page.js("document.querySelector('dd[data-key=\"cost\"]').textContent")
+    assert cost == f"{_usd(run['cost_usd'])} and {euros:.2f} EUR", cost
+    signed = json.loads(console.get(f"/v1/manifests/{run['manifest_sha256']}")["signed"])
+    [trust] = console.get(f"/v1/trust?agent={run['agent_id']}")["agents"]
+    spend = signed["manifest"]["spend"]
+    caps = {**spend.get("per_run", {}), **({"USD": spend["per_run_usd"]} if "per_run_usd" in spend else {})}
+    cap_text = page.js("document.querySelector('dd[data-key=\"cap\"]').textContent")
+    for currency, amount in caps.items():
+        limit = amount * trust["spend_multiplier"]
+        assert f" of {_usd(limit) if currency == 'USD' else f'{limit:.2f} {currency}'} per run" in cap_text, cap_text
+    assert page.js("document.querySelector('dd[data-key=\"outcome\"]').textContent") == "error"  # halted
+    demo_eur = page.js("AgentReplayMoney.capText({EUR: 99}, {spend: {per_run: {EUR: 600}}}, 1)")
+    assert demo_eur == "99.00 EUR of 600.00 EUR per run (17%): the manifest's 600.00 EUR × trust multiplier 1.00"
+
+    page.open(f"{console.control}/ui/#/run/{console.hostile}")
+    page.wait(f"{READY} && document.body.dataset.run === '{console.hostile}'")
+    assert console.get(f"/v1/runs/{console.hostile}")["status_code"] != "Error"
+    assert page.js("document.querySelector('dd[data-key=\"outcome\"]').textContent") == "ok"

@@ -45,12 +45,13 @@
   function showTokenState() {
     var agent = tokenAgent();
     document.getElementById('token-state').textContent = !token() ? 'no token' :
-      agent !== null ? 'agent token: ' + agent : 'token set (this tab)';
+      agent !== null ? 'agent token (' + agent + '): refused, the console takes the admin token' :
+      'token set (this tab)';
   }
 
   function tokenAgent() {
-    // An agent's identity token is a JWT naming its agent (sub); the admin token is not. Only to decide
-    // which buttons to show: the collector checks every token itself.
+    // An agent's identity token is a JWT naming its agent (sub); the admin token is not. Only to say that
+    // the console refuses it: the collector checks every token itself.
     var parts = token().split('.');
     if (parts.length !== 3) { return null; }
     try {
@@ -95,10 +96,7 @@
     return isNaN(d.getTime()) ? '' : d.toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
   }
 
-  function usd(value) {
-    var n = Number(value || 0);
-    return '$' + (n >= 0.01 || n === 0 ? n.toFixed(2) : n.toPrecision(2));
-  }
+  function usd(value) { return window.AgentReplayMoney.money(value, 'USD'); }
 
   function parsed(text) {
     if (typeof text !== 'string') { return text; }
@@ -135,10 +133,9 @@
     }).catch(function () { return {}; });
   }
 
-  function runCap(manifest, multiplier) {
-    var cap = manifest && manifest.spend ? Number(manifest.spend.per_run_usd) : NaN;
-    if (!isFinite(cap) || cap <= 0) { return null; }
-    return cap * (isFinite(multiplier) ? multiplier : 1);
+  function runCap(manifest, multiplier) {  // the run's caps, each in its currency (money.js), null if none
+    var caps = window.AgentReplayMoney.runCaps(manifest, multiplier);
+    return caps.length ? caps : null;
   }
 
   function isLive(run) { return run.chain && run.chain.status === 'pending'; }

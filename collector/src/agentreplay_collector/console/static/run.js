@@ -1,10 +1,10 @@
 /* AgentReplay console: a run's page (summary, verdict, commands, timeline, steps, decisions). */
 (function () {
   'use strict';
-  var C = window.AgentReplayConsole;
+  var C = window.AgentReplayConsole, M = window.AgentReplayMoney;
   var el = C.el, clear = C.clear, tokenAgent = C.tokenAgent, api = C.api, ns = C.ns,
       duration = C.duration, when = C.when, usd = C.usd, parsed = C.parsed, pretty = C.pretty,
-      quote = C.quote, manifestOf = C.manifestOf, multipliers = C.multipliers, runCap = C.runCap,
+      quote = C.quote, manifestOf = C.manifestOf, multipliers = C.multipliers,
       isLive = C.isLive, fail = C.fail, hideLogin = C.hideLogin, ask = C.ask,
       section = C.section, kv = C.kv, current = C.current;
 
@@ -144,6 +144,7 @@
 
     // summary and the kill switch
     var chain = run.chain || {};
+    var spent = M.spentBy(spans, run.cost_usd);  // by currency: never two currencies added up
     main.appendChild(section('Summary', 'summary', [kv([
       ['Agent', run.agent_id || run.service_name],
       ['Name', run.name],
@@ -151,9 +152,9 @@
       ['Started', when(run.start_ns)],
       ['Duration', duration(run.start_ns, run.end_ns)],
       ['Spans', String(run.span_count)],
-      ['Cost', usd(run.cost_usd)],
-      ['Spend cap', capText(run.cost_usd, manifest, multiplier), 'cap'],
-      ['Outcome', run.status_code],
+      ['Cost', M.totalsText(spent), 'cost'],
+      ['Spend cap', M.capText(spent, manifest, multiplier), 'cap'],
+      ['Outcome', M.outcome(run), 'outcome'],
       ['Chain', chain.status + (chain.seal ? ', seal ' + chain.seal : '') +
         (chain.problem ? ', ' + chain.problem + (chain.seq !== null && chain.seq !== undefined ? ' at seq ' + chain.seq : '') : '') +
         (chain.detail ? ': ' + chain.detail : ''), 'chain'],
@@ -239,20 +240,11 @@
       list]);
   }
 
-  function capText(cost, manifest, multiplier) {
-    var cap = runCap(manifest, multiplier);
-    if (cap === null) { return manifest ? 'none per run' : ''; }
-    var base = Number(manifest.spend.per_run_usd);
-    var m = isFinite(multiplier) ? multiplier : 1;
-    return usd(cost) + ' of ' + usd(cap) + ' per run (' + (100 * Number(cost || 0) / cap).toFixed(0) + '%): ' +
-      'the manifest\'s ' + usd(base) + ' × trust multiplier ' + m.toFixed(2);
-  }
-
   function controls(run, halt) {
     var box = el('div', {'class': 'controls'});
     if (tokenAgent() !== null) {
       box.appendChild(el('span', {'class': 'muted', id: 'control-note',
-        text: 'Kill and Resume take the admin token; this tab holds an agent\'s token.'}));
+        text: 'This tab holds an agent\'s token, which the console refuses: Kill and Resume take the admin token.'}));
     } else if (halt) {
       var whole = halt.scope === 'agent';
       var resume = el('button', {type: 'button', id: 'resume', text: whole ? 'Resume agent' : 'Resume run'});
@@ -507,12 +499,12 @@
     return list;
   }
 
-  // A step's charge in the currency it was charged in ("89.00 EUR"), as the packets write it; US dollars as "$".
+  // A step's charge in the currency it was charged in ("89.00 EUR"), as the packets write it (money.js).
   function chargeText(s) {
     var currency = attr(s, 'agentreplay.cost.currency');
     var amount = attr(s, 'agentreplay.cost.amount');
-    if (currency && currency !== 'USD' && amount !== undefined && !isNaN(Number(amount))) {
-      return ' · ' + Number(amount).toFixed(2) + ' ' + currency;
+    if (currency && currency !== M.USD && amount !== undefined && !isNaN(Number(amount))) {
+      return ' · ' + M.money(amount, currency);
     }
     return attr(s, 'agentreplay.cost.usd') ? ' · ' + usd(attr(s, 'agentreplay.cost.usd')) : '';
   }

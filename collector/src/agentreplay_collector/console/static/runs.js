@@ -1,7 +1,7 @@
 /* AgentReplay console: the Runs page (with the newest alerts) and the Agents page. */
 (function () {
   'use strict';
-  var C = window.AgentReplayConsole;
+  var C = window.AgentReplayConsole, M = window.AgentReplayMoney;
   var el = C.el, clear = C.clear, tokenAgent = C.tokenAgent, api = C.api,
       duration = C.duration, when = C.when, usd = C.usd, manifestOf = C.manifestOf,
       multipliers = C.multipliers, runCap = C.runCap, isLive = C.isLive,
@@ -43,7 +43,7 @@
     var status = el('select', {id: 'filter-status'});
     [['', 'any state'], ['pending', 'live (pending)'], ['intact', 'chain intact'], ['unsealed', 'unsealed'],
       ['broken', 'chain broken'], ['incomplete', 'incomplete'], ['unchained', 'unchained (other instrumentation)'],
-      ['Ok', 'outcome Ok'], ['Error', 'outcome Error']]
+      ['Ok', 'outcome ok'], ['Error', 'outcome error']]
       .forEach(function (pair) {
         status.appendChild(el('option', {value: pair[0], selected: (params.get('status') || '') === pair[0],
           text: pair[1]}));
@@ -93,7 +93,7 @@
 
     var spendMultipliers = null;
     var shown = [];  // the runs in the table, as the read API gives them (live ones kept up to date by the feed)
-    var caps = {};  // run id -> its per-run cap (null: none)
+    var caps = {};  // run id -> its per-run caps, each in its currency (null: none)
     var verdicts = [];  // the classifications of the runs shown
     var fired = [];  // the newest alerts, newest first
     var newest = !params.get('after');  // the first page: runs that start are added on top
@@ -144,7 +144,7 @@
       if (doc.status_code) { found.status_code = doc.status_code; }
       if (judged) { found.chain = doc.chain; found.classification = doc.classification || ''; }
       if (doc.verdict) { found.verdict = doc.verdict; }
-      if (doc.cap_usd !== null && doc.cap_usd !== undefined) { caps[doc.run_id] = Number(doc.cap_usd); }
+      if (doc.cap_usd !== null && doc.cap_usd !== undefined) { caps[doc.run_id] = withUsdCap(caps[doc.run_id], doc.cap_usd); }
       redraw();
     }
 
@@ -258,13 +258,25 @@
     return {verdict: pick[0].verdict, modes: modes};
   }
 
-  function spend(cost, cap) {
+  // The feed's cap in US dollars (the scope's, at the agent's trust now) replaces the manifest's USD cap;
+  // caps in other currencies stay.
+  function withUsdCap(known, capUsd) {
+    var others = (known || []).filter(function (c) { return c.currency !== M.USD; });
+    return [{currency: M.USD, cap: Number(capUsd), base: null}].concat(others);
+  }
+
+  // The run's US dollar spend (all the list knows of it) and each per-run cap in its own currency: a share
+  // only of a USD cap ("$0.12 of $600.00"); a cap in another currency is named ("· cap 600.00 EUR"), its
+  // spend is on the run's page.
+  function spend(cost, caps) {
     var cell = el('td', {'class': 'num spend'}, [usd(cost)]);
-    if (cap !== null && cap !== undefined) {
-      var share = Number(cost || 0) / cap;
-      cell.appendChild(el('span', {'class': 'cap' + (share >= 0.8 ? ' near' : ''), 'data-cap': String(cap),
-        title: 'the per-run cap: the manifest\'s, times the agent\'s trust multiplier', text: ' of ' + usd(cap)}));
-    }
+    (caps || []).forEach(function (c) {
+      var inUsd = c.currency === M.USD;
+      var share = inUsd ? Number(cost || 0) / c.cap : 0;
+      cell.appendChild(el('span', {'class': 'cap' + (share >= 0.8 ? ' near' : ''), 'data-cap': String(c.cap),
+        'data-currency': c.currency, title: 'the per-run cap: the manifest\'s, times the agent\'s trust multiplier',
+        text: inUsd ? ' of ' + M.money(c.cap, M.USD) : ' · cap ' + M.money(c.cap, c.currency)}));
+    });
     return cell;
   }
 
@@ -286,7 +298,7 @@
         el('td', {text: when(run.start_ns)}),
         el('td', {}, [link, marks]),
         el('td', {text: run.agent_id || run.service_name || ''}),
-        el('td', {'class': 'outcome ' + (run.status_code === 'Error' ? 'bad' : ''), text: run.status_code || ''}),
+        el('td', {'class': 'outcome ' + (run.status_code === 'Error' ? 'bad' : ''), text: M.outcome(run)}),
         el('td', {'class': 'chain ' + (run.chain ? run.chain.status : ''), text: run.chain ? run.chain.status : ''}),
         el('td', {'class': 'verdict' + (verdict && verdict.verdict === 'failed' ? ' bad' : ''),
           text: verdict ? verdict.verdict + (verdict.modes.length ? ' ' + verdict.modes.join(', ') : '') :
