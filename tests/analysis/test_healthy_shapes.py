@@ -10,7 +10,7 @@ import json
 from typing import Any
 
 from agentreplay_analysis import detect, run_view
-from agentreplay_analysis.results import failure_of
+from agentreplay_analysis.readings import read
 from agentreplay_analysis.transcript import json_text
 from agentreplay_otel.core import SpanRecord, semconv
 
@@ -106,11 +106,12 @@ def test_a_status_or_error_field_is_a_failure_of_that_call() -> None:
     for result in ({"status": 504}, {"status": "504 Gateway Timeout"}, {"status": "HTTP 503"},
                    {"error": "room 4 is closed"}, {"response": {"status_code": 429}}):
         view = run_view(run([result]))
-        assert failure_of(view.tool_steps[0]) is not None, result
+        reading = read(view.tool_steps[0])
+        assert reading is not None and reading.kind == "failed", result
         verdict = detect(view)  # "booked" after a failure: an error taken for success
         assert "FM-3.3" in verdict.mode_ids, (result, verdict.root_cause)
     for fine in ({"status": 200}, {"status": "200 OK"}, {"status": "confirmed"}, {"error": None}, BOOKED):
-        assert failure_of(run_view(run([fine])).tool_steps[0]) is None, fine
+        assert read(run_view(run([fine])).tool_steps[0]) is None, fine
 
 
 def test_a_retry_after_a_failure_with_the_same_arguments_is_no_loop() -> None:

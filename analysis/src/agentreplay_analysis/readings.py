@@ -23,7 +23,7 @@ from agentreplay_analysis.transcript import Step, key_words, leaves
 from agentreplay_otel.core import json_or
 
 _HTTP_KEYS = frozenset({"status", "status_code", "statuscode", "http_status", "http_code", "code", "http"})
-_HTTP_TEXT = re.compile(r"^\s*(?:HTTP/\d(?:\.\d)?\s+)?([45]\d\d)\b(?:\s+[A-Za-z].*)?$")
+_HTTP_TEXT = re.compile(r"^\s*(?:HTTP(?:/\d(?:\.\d)?)?\s+)?([45]\d\d)\b(?:\s+[A-Za-z].*)?$")
 _FAILURE_LISTS = ("failed", "failures", "errors", "rejected", "skipped", "refused", "denied", "invalid", "unprocessed",
                   "missing", "declined")
 _FAILED_STATES = frozenset({"error", "failed", "failure", "declined", "rejected", "denied", "unavailable", "timeout",

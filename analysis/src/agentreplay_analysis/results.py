@@ -28,7 +28,6 @@ _ERROR_STATES = frozenset({"error", "failed", "failure", "declined", "rejected",
                            "timed_out", "invalid", "not_found", "aborted", "cancelled", "canceled", "refused",
                            "forbidden", "unauthorized"})
 _FAILED_COUNT = re.compile(r"\b([1-9]\d*)\s+(?:tests?\s+)?(failed|failures?|errors?|failing)\b", re.IGNORECASE)
-_STATUS_TEXT = re.compile(r"\s*(?:HTTP(?:/[\d.]+)?\s+)?([1-5]\d\d)(?:\s+[A-Za-z][\w' -]*)?\s*$")
 _ERROR_TEXT = re.compile(r"^\s*(error|failed|failure|exception|traceback)\b|^\s*\w*(error|exception):",
                          re.IGNORECASE)
 
@@ -70,7 +69,7 @@ def _mapping(doc: Mapping[str, Any], prefix: str = "") -> str | None:
             return f"{prefix}{key}: false"
         if name in _EXIT_KEYS and _int(value) not in (None, 0):
             return f"{prefix}{key}: {value}"
-        if name in _HTTP_KEYS and (code := _int(value) or _status_code(value)) is not None and 400 <= code <= 599:
+        if name in _HTTP_KEYS and (code := _int(value)) is not None and 400 <= code <= 599:
             return f"{prefix}{key}: {value}"
         if name in _STATE_KEYS and isinstance(value, str) and value.lower().replace(" ", "_") in _ERROR_STATES:
             return f"{prefix}{key}: {value}"
@@ -82,12 +81,6 @@ def _mapping(doc: Mapping[str, Any], prefix: str = "") -> str | None:
                 and value > 0:
             return f"{prefix}{key}: {value}"
     return None
-
-
-def _status_code(value: Any) -> int | None:
-    """The code of an HTTP status written as text (``"504 Gateway Timeout"``, ``"HTTP 429"``)."""
-    m = _STATUS_TEXT.match(value) if isinstance(value, str) else None
-    return int(m.group(1)) if m else None
 
 
 def _int(value: Any) -> int | None:

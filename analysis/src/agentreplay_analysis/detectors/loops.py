@@ -21,6 +21,7 @@ from agentreplay_analysis.detectors._base import (
     output,
     system_fix,
 )
+from agentreplay_analysis.readings import read
 from agentreplay_analysis.results import failure_of
 from agentreplay_analysis.transcript import RunView, Step, key_words
 from agentreplay_analysis.verdict import Evidence, ModeHit
@@ -72,7 +73,10 @@ def _tool_repeats(view: RunView) -> list[ModeHit]:
             # failed, in its span or in its result, may rightly be tried again)
         groups[(tool.name, json.dumps(tool.arguments, sort_keys=True, default=str))].append(tool)
     hits = []
-    for (name, _), calls in groups.items():
+    for (name, _), grouped in groups.items():
+        if len(grouped) < 2:
+            continue
+        calls = [c for c in grouped if not _failed(c)]  # read by meaning only here: few calls are repeated
         if len(calls) < 2:
             continue
         first, again = calls[0], calls[1]
@@ -172,6 +176,13 @@ def _cut_off(view: RunView) -> ModeHit | None:
 def _ran_after(view: RunView, llm: Step) -> bool:
     names = {c.name for c in llm.tool_calls}
     return any(t.name in names for t in view.after(llm) if t.is_tool)
+
+
+def _failed(tool: Step) -> bool:
+    """Whether a call's result, read at any depth, says it failed (an HTTP status as text, "504 Gateway
+    Timeout", beside what :func:`~agentreplay_analysis.results.failure_of` reads)."""
+    reading = read(tool)
+    return reading is not None and reading.kind == "failed"
 
 
 def _denied(step: Step) -> bool:
