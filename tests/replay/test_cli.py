@@ -5,6 +5,7 @@ fail and name the span. Every CLI call is a real subprocess (chDB allows one pro
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -66,6 +67,15 @@ def test_show_prints_the_timeline(recorded):
                      "chat claude-haiku-4-5"):
         assert expected in done.stdout
     assert "$99.00" not in done.stdout  # the booking is in euros, never shown as dollars
+
+
+def test_show_totals_the_run_per_currency(recorded):
+    """The demo's model calls cost dollars and its booking euros: the run's cost is both, never one sum."""
+    done = agentreplay("show", recorded["run_id"], store=recorded["store"])
+    head = done.stdout.splitlines()[0]
+    assert re.search(r"cost: \$[\d.]+ and [\d,]+\.\d{2} EUR", head), head
+    doc = json.loads(agentreplay("show", recorded["run_id"], "--json", store=recorded["store"]).stdout)
+    assert set(doc["cost"]) == {"USD", "EUR"} and doc["cost"]["EUR"] > 0
 
 
 def test_show_json_has_every_span_in_tree_order(recorded):

@@ -99,6 +99,9 @@ def show(
 ) -> None:
     """Show a run as a timeline: spans, durations, tool calls, costs, and where it failed.
 
+    Costs are in their currency: a tool's charge in euros is shown in euros, and the run's total
+    is given per currency ("$0.000047 and 99.00 EUR"; with --json, "cost": {"USD": ..., "EUR": ...}).
+
     Steps are numbered (#N) as replay and fork count them. An LLM call whose response was
     not recorded is marked "response not recorded: not replayable". Spans of other services
     in the run's trace (a downstream service the agent called) are marked "attached": they are
@@ -119,7 +122,9 @@ def show(
         raise CLIError(f"run {full} has no stored spans")
     nodes = build_timeline(spans)
     if json_:
+        every = [n for root in nodes for n in root.walk()]
         print_json({"run_id": full, "run": status is not None, "chain": status.to_json() if status else None,
+                    "cost": render.totals(every),  # by currency: amounts of two are never added up
                     "spans": as_json(nodes), "analysis": [analysis.brief(c) for c in verdicts]})
     else:
         out.print(render.timeline(full, nodes, status, analysis.blamed(verdicts)))

@@ -18,7 +18,7 @@ from rich.tree import Tree
 
 from agentreplay_client.models import ChainState, ChainStatus, RunSummary, TraceSummary
 from agentreplay_incident.diffing import RequestChange, StepPair, answer_text, clip, excerpts, step_label
-from agentreplay_otel.core import ChainReport, RecordedStep, SealStatus
+from agentreplay_otel.core import ChainReport, RecordedStep, SealStatus, semconv
 from agentreplay_replay.timeline import TimelineNode, first_failure
 
 if TYPE_CHECKING:  # the replay report's types: replay loads only when a replay runs
@@ -53,6 +53,38 @@ def _when(ns: int) -> str:
 def usd(amount: float) -> str:
     """Dollars with the precision the amount needs: token costs are fractions of a cent."""
     return f"${amount:.2f}" if amount >= 1 or amount == 0 else f"${amount:.6f}".rstrip("0")
+
+
+def money(amount: float, currency: str) -> str:
+    """An amount in its currency, as the incident packets write it: ``$0.000047``, ``99.00 EUR``."""
+    return usd(amount) if currency == semconv.CURRENCY_USD else f"{amount:,.2f} {currency}"
+
+
+def charge_of(node: TimelineNode) -> tuple[float, str] | None:
+    """What a span charged, in its currency: a charge in another currency as declared
+    (``agentreplay.cost.amount`` and ``.currency``), else its ``agentreplay.cost.usd``."""
+    attrs = node.span.attributes
+    currency = (attrs.get(semconv.COST_CURRENCY) or "").strip().upper()
+    if currency and currency != semconv.CURRENCY_USD:
+        try:
+            amount = float(attrs.get(semconv.COST_AMOUNT) or "")
+        except ValueError:
+            return None
+        return (amount, currency) if amount else None
+    return (node.cost_usd, semconv.CURRENCY_USD) if node.cost_usd else None
+
+
+def totals(nodes: Sequence[TimelineNode]) -> dict[str, float]:
+    """What the spans charged, by currency (US dollars first): amounts of two currencies are never added up."""
+    out: dict[str, float] = {}
+    for charge in filter(None, map(charge_of, nodes)):
+        out[charge[1]] = out.get(charge[1], 0.0) + charge[0]
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] != semconv.CURRENCY_USD, kv[0])))
+
+
+def totals_text(by_currency: Mapping[str, float]) -> str:
+    """``$0.000047 and 99.00 EUR``; ``$0.00`` when nothing was charged."""
+    return " and ".join(money(a, c) for c, a in by_currency.items()) or usd(0.0)
 
 
 def chain_text(chain: ChainStatus | None) -> Text:
@@ -121,7 +153,6 @@ def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | No
     services are marked attached, outside the chain."""
     culprit = first_failure(nodes)
     every = [n for root in nodes for n in root.walk()]
-    total = sum(n.cost_usd or 0.0 for n in every)
     attached = sum(n.attached for n in every)
     if chain is None:
         services = sorted({n.service for n in every if n.service})
@@ -129,7 +160,7 @@ def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | No
                              ("  not a run: no AgentReplay chain", "dim"), f"  services: {', '.join(services)}")
     else:
         head = Text.assemble(("run ", "bold"), (run_id, "bold cyan"), "  chain: ", chain_text(chain),
-                             f"  cost: {usd(total)}")
+                             f"  cost: {totals_text(totals(every))}")
         if attached:
             head.append(f"  + {attached} attached span(s) of other services, outside the chain", style="cyan")
     tree = Tree(head)
@@ -140,8 +171,9 @@ def timeline(run_id: str, nodes: Sequence[TimelineNode], chain: ChainStatus | No
             line.append(f"#{node.step} ", style="dim")
         line.append(node.span.name, style="bold red" if node.failed else "bold")
         line.append(f"  {node.duration_ms:.1f} ms", style="dim")
-        if node.cost_usd is not None:
-            line.append(f"  {usd(node.cost_usd)}", style="magenta")
+        charge = charge_of(node)
+        if charge is not None:
+            line.append(f"  {money(*charge)}", style="magenta")
         summary = node.summary()
         if summary:
             line.append(f"  {summary}", style="yellow" if node.response_recorded is False else "")
