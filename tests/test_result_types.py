@@ -235,3 +235,11 @@ def test_a_class_not_loaded_in_the_replay_comes_back_as_json_and_is_said(instrum
     replayed, _, _ = instrumented.record_run(lambda: lookup("model"))
     assert replayed == {"number": "A-1", "total": "12.50", "due": "2025-03-01"}
     assert "not_a_loaded_module:Invoice" in capsys.readouterr().err
+
+
+def test_a_langgraph_command_holding_tool_messages():
+    types = pytest.importorskip("langgraph.types")
+    messages = pytest.importorskip("langchain_core.messages")
+    command = types.Command(update={"messages": [messages.ToolMessage("done", tool_call_id="c1")]}, goto="next")
+    back = _round_trip(command)
+    assert back == command and type(back.update["messages"][0]) is messages.ToolMessage
