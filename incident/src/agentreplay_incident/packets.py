@@ -611,13 +611,21 @@ def _cls(column: str, value: Any) -> str:
     return f" class=\"{_e(value)}\"" if column == "decision" and value in ("allow", "deny") else ""
 
 
+_CURRENCY = re.compile(r"[A-Z]{3}")
+"""A key that is an ISO 4217 code: its number is an amount in that currency (a total, a cap, a charge)."""
+
+
 def _cell(value: Any, key: str = "") -> str:
     if value is None:
         return "—"
-    if isinstance(value, float) and key.endswith("_usd"):
-        return _e(usd(value))
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, int | float) and key.endswith("_usd"):
+        return _e(usd(value))
+    if isinstance(value, int | float) and _CURRENCY.fullmatch(key):
+        return _e(Money(float(value), key))
+    if key == "rates" and isinstance(value, Mapping) and value:
+        return _rates(value)
     if isinstance(value, str | int):
         return _e(value)
     if isinstance(value, Mapping) and value:
@@ -627,6 +635,15 @@ def _cell(value: Any, key: str = "") -> str:
     if isinstance(value, list) and all(isinstance(i, Mapping) for i in value):
         return _rows(value, tuple(dict.fromkeys(k for i in value for k in i)))
     return _pre(value)
+
+
+def _rates(rates: Mapping[str, Any]) -> str:
+    """The manifest's rates as what they are, US dollars per unit of a currency (``$1.08 per EUR``), never
+    as an amount in that currency."""
+    rows = "".join(f"<tr><th>{_e(code)}</th><td>{_e(f'{usd(float(rate))} per {code}')}</td></tr>"
+                   if isinstance(rate, int | float) and not isinstance(rate, bool) else
+                   f"<tr><th>{_e(code)}</th><td>{_cell(rate)}</td></tr>" for code, rate in rates.items())
+    return f"<table>{rows}</table>"
 
 
 def _pre(value: Any) -> str:
