@@ -19,7 +19,11 @@ its currency (``spend.per_run: {"EUR": 600}``), and toward its USD caps at the r
 one no cap counts is refused under ``fail_mode: closed`` (``spend.currency``; docs/control.md).
 
 Arguments and result are recorded as JSON; the span is current while the body runs, so
-LLM calls made inside a tool are its children.
+LLM calls made inside a tool are its children. On a method, ``self``/``cls`` and what a framework
+injects (a run context, a kernel) are the tool's owner, recorded by type and never matched
+(:func:`owner_parameters`); an argument held only as a repr with an address is recorded by its type
+(:func:`recorded_arguments`). The result keeps a type tag beside its JSON, so a replay hands back a
+model, a date or an artifact rather than its JSON (:func:`agentreplay_otel.codec.typed`).
 
 Frameworks that run tools themselves (the LangChain instrumentor) record them through the
 same path, :func:`call_tool` / :func:`acall_tool`: one span, one step number, the guard's
