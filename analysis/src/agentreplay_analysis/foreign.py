@@ -90,8 +90,8 @@ def carries_messages(span: SpanRecord) -> bool:
     """Whether a span carries a conversation in any shape the model calls' are read from (the conventions'
     message lists, flattened prompts and completions, message events)."""
     a = span.attributes
-    if _valid_messages(a.get(semconv.GEN_AI_INPUT_MESSAGES)) or _valid_messages(a.get(semconv.GEN_AI_OUTPUT_MESSAGES)):
-        return True
+    if any(a.get(k, "").lstrip().startswith("[") for k in (semconv.GEN_AI_INPUT_MESSAGES, semconv.GEN_AI_OUTPUT_MESSAGES)):
+        return True  # (a list by its first character: read whole once, as the turn's messages)
     if any(k.startswith((_PROMPT, _COMPLETION, _OI_INPUT, _OI_OUTPUT)) for k in a):
         return True
     return any(e.name in _ROLE_EVENTS or e.name in _MESSAGE_EVENTS for e in span.events)
