@@ -52,6 +52,11 @@ LIBRARIES = {  # environment -> what the user installs beside the SDK (`pip inst
     # an agent traced by its framework's own instrumentation (test_foreign_instrumentation.py): not ours
     "openinference-agents": ("openai-agents", "openinference-instrumentation-openai-agents",
                              "opentelemetry-exporter-otlp-proto-grpc"),
+    # OpenInference's and OpenTelemetry's own OpenAI instrumentors (test_foreign_stack.py): a production
+    # collector through the SDK's exporter, and messages sent as log events; util-genai 1.3 dropped a module
+    # openai-v2 2.4 imports; OpenInference's imports httpx, which openai 3 no longer brings
+    "foreign-openai": ("openai", "httpx", "openinference-instrumentation-openai",
+                       "opentelemetry-instrumentation-openai-v2", "opentelemetry-util-genai==1.1b0"),
 }
 INSTALL_TIMEOUT_S = 600
 
