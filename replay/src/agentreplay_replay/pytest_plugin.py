@@ -385,7 +385,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          f"agent; ${ENV_MODEL_URL})")
     group.addoption("--agentreplay-anthropic-url", default=os.environ.get(ENV_ANTHROPIC_URL),
                     help=f"where live Anthropic calls go after a divergence (${ENV_ANTHROPIC_URL})")
-    group.addoption("--agentreplay-org-key", default=os.environ.get(semconv.ENV_ORG_PUBLIC_KEY) or None,
+    group.addoption("--agentreplay-org-key", default=None,  # the variable is read late: a re-executed pytest
+                    # receives the operator's settings after its options are registered (_isolate)
                     help=f"the org public key (PEM) cases are checked against (default: ${semconv.ENV_ORG_PUBLIC_KEY})")
     group.addoption("--agentreplay-collector", default=os.environ.get(ENV_TEST_COLLECTOR),
                     help="a collector's control URL: the regression runs are exported to it and count in the "
@@ -423,7 +424,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 def settings_from(config: pytest.Config) -> Settings:
     agent = config.getoption("--agentreplay-agent")
-    org_key = config.getoption("--agentreplay-org-key")
+    org_key = config.getoption("--agentreplay-org-key") or os.environ.get(semconv.ENV_ORG_PUBLIC_KEY)
     return Settings(agent=tuple(shlex.split(agent)) if agent else (),
                     recorded_command=bool(config.getoption("--agentreplay-recorded-command")),
                     model_url=config.getoption("--agentreplay-model-url") or None,
