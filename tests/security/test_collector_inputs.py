@@ -199,10 +199,12 @@ def call(world: World, method: str, target: str, *, token: str | None = None, ag
         if answer.status == 200 and answer.getheader("content-type", "").startswith(STREAMS):
             return answer.status, b""
         return answer.status, answer.read()
-    except ConnectionResetError:
+    except (ConnectionResetError, BrokenPipeError):
         # The HTTP server refuses a request it cannot parse (a request line past its limit) with a 400 and
-        # closes; the close can reset the connection before the 400 is read. A refusal, not a crash: the
-        # collector must still answer.
+        # closes; the close can reset the connection before the 400 is read. A body over 64 KiB the
+        # collector refuses on its head (no credential, over its route's limit) is not read at all: the
+        # sender may meet a closed socket while still sending it. A refusal, not a crash: the collector
+        # must still answer.
         assert alive(world), f"{method} {target[:200]}: the collector stopped answering"
         return 400, b""
     finally:

@@ -318,6 +318,7 @@ class Admission:
                 if route.limit is not None and declared > route.limit:
                     if route.refuse_oversize:
                         self.refused += 1
+                        await _drain(receive, declared)  # read (not kept) if small: its sender reads the 413
                         await _answer(send, 413, f"body of {declared} bytes is over the limit of {route.limit}")
                         return
                 else:
