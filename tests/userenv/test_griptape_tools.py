@@ -11,13 +11,10 @@ shared with the other environments); ``AGENTREPLAY_TEST_GRIPTAPE=0`` leaves it o
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from userkit import INSTALL_TIMEOUT_S, UserEnv, World, clean_env, effects, record, replay
+from userkit import UserEnv, World, effects, record, replay
 
 from agentreplay_dev.llm_server import LLMServer, Request, ScriptedReply, ToolCallSpec
 from agentreplay_otel import semconv
@@ -70,15 +67,9 @@ def parcel_model(request: Request) -> ScriptedReply:
 
 
 @pytest.fixture(scope="module")
-def griptape_env(wheels, tmp_path_factory) -> Iterator[UserEnv]:
-    """A fresh environment: the SDK's wheel and ``griptape`` 1.13."""
-    venv = tmp_path_factory.mktemp("griptape-user") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, env=clean_env(), timeout=120)
-    done = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                           str(wheels["agentreplay_otel"]), "griptape>=1.13,<1.14"],
-                          capture_output=True, text=True, env=clean_env(), timeout=INSTALL_TIMEOUT_S)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    yield UserEnv("griptape", venv)
+def griptape_env(user_envs) -> UserEnv:
+    """A fresh environment: the SDK's wheel and ``griptape`` 1.13 (built beside the others, in parallel)."""
+    return user_envs["griptape"]
 
 
 def test_a_griptape_class_tool_returning_a_text_artifact_replays_with_zero_live_calls(

@@ -57,6 +57,8 @@ LIBRARIES = {  # environment -> what the user installs beside the SDK (`pip inst
     # openai-v2 2.4 imports; OpenInference's imports httpx, which openai 3 no longer brings
     "foreign-openai": ("openai", "httpx", "openinference-instrumentation-openai",
                        "opentelemetry-instrumentation-openai-v2", "opentelemetry-util-genai==1.1b0"),
+    # class tools returning artifacts (test_griptape_tools.py)
+    "griptape": ("griptape>=1.13,<1.14",),
 }
 INSTALL_TIMEOUT_S = 600
 
