@@ -21,6 +21,7 @@ from starlette.requests import Request
 from agentreplay_client.errors import PermissionDenied, Unauthenticated
 from agentreplay_collector.admission import verified
 from agentreplay_collector.auth import AuthProcessor, Presented
+from agentreplay_collector.principal import bearer
 
 _NEED = "send 'Authorization: Bearer <admin token>', or an agent's identity token and its proof of possession"
 
@@ -64,9 +65,8 @@ class ReadAccess:
         """The caller a request's credentials name; Unauthenticated (401) if none."""
         if self.insecure:
             return OPERATOR
-        scheme, _, token = (presented.authorization or "").strip().partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        token = bearer(presented.authorization)
+        if token is None:
             raise Unauthenticated(f"the read API needs a token: {_NEED}")
         if self.admin_token is not None and hmac.compare_digest(token.encode(), self.admin_token.encode()):
             return OPERATOR

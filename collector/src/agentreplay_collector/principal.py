@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from agentreplay_client.errors import Unauthenticated
 from agentreplay_collector.auth import Authenticated, AuthProcessor, Presented
 
-__all__ = ["OPERATOR_OWNER", "Gate", "Principal", "stranger"]
+__all__ = ["OPERATOR_OWNER", "Gate", "Principal", "bearer", "stranger"]
 
 OPERATOR_OWNER = "operator"
 
@@ -61,7 +61,7 @@ class Gate:
 
     def identify(self, presented: Presented, peer: str) -> Principal:
         """The sender; Unauthenticated (nothing reserved, nothing read) when a credential is wrong."""
-        token = _bearer(presented.authorization)
+        token = bearer(presented.authorization)
         if token is None and not presented.proof:
             return stranger(peer)
         if token is not None and self.admin_token is not None and hmac.compare_digest(
@@ -76,7 +76,8 @@ class Gate:
         return Principal(owner=f"agent:{who.identity.agent_id}", agent=who)
 
 
-def _bearer(authorization: str | None) -> str | None:
+def bearer(authorization: str | None) -> str | None:
+    """The token of ``Authorization: Bearer <token>``; None for any other header, or none."""
     scheme, _, token = (authorization or "").strip().partition(" ")
     token = token.strip()
     return token if scheme.lower() == "bearer" and token else None

@@ -52,9 +52,6 @@ _log = logging.getLogger(__name__)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _DRAIN_FACTOR = 4
-_DISCARD_LIMIT = 256 * 1024
-"""At most this much of an unauthenticated body is read (so that a small export's sender reads its
-401); past it the connection is cut. An unauthenticated sender costs a header check, not its body."""
 _GRPC_CODES = {
     "INVALID_ARGUMENT": 3,
     "RESOURCE_EXHAUSTED": 8,
@@ -86,11 +83,7 @@ def build_app(
             signal = target.signal.name if isinstance(target, SignalPipeline) else "traces"
             presented = Presented.from_headers(request.headers.get, request.method, proof.OTLP_TARGETS[signal],
                                                verified(request.scope))  # the admission's, on the head
-            try:
-                who = target.authenticate(presented)  # before a byte of the body is read
-            except RequestError:
-                await _discard_body(request, min(limit, _DISCARD_LIMIT))  # the sender reads the 401
-                raise
+            who = target.authenticate(presented)  # the admission refused, on the head, whom this refuses
             body = await _read_body(request, limit, who)
             if media == PROTOBUF:
                 items = await target.export_protobuf(body, who)
@@ -155,19 +148,6 @@ async def _read_body(request: Request, limit: int, who: Authenticated | None = N
     if encoding not in ("", "identity"):
         raise UnsupportedMediaType(f"content encoding must be gzip, deflate or identity, not {encoding!r}")
     return body
-
-
-async def _discard_body(request: Request, limit: int) -> None:
-    """Read and drop at most ``limit`` bytes of a body that will not be used (past that, or when
-    the body says it is longer, the connection is cut after the answer)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            break
 
 
 _WBITS = {"gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS, "raw deflate": -zlib.MAX_WBITS}
